@@ -1,0 +1,56 @@
+"""The Python API: each magic's engine as a plain function, returning the same result objects."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .cell import Cell
+from .devices import Device
+from .engines.profile import ProfileOptions, run_profile
+from .results.profile import ProfileResult
+
+
+def profile(fn: Callable[[], Any], *, steps: int = 1, warmup: int = 0, record_shapes: bool = False,
+            memory: bool = False, stack: bool = False, flops: bool = False, trace: str | None = None,
+            sort: str = "auto", top: int = 15, device: Device | None = None,
+            label: str | None = None) -> ProfileResult:
+    """Profile ``fn()`` (a training or inference step) and diagnose its bottlenecks.
+
+    ``fn`` runs ``warmup`` times un-profiled, then ``steps`` times under torch.profiler,
+    each step marked ``ProfilerStep#N`` and timed with the device synchronised.  If ``fn``
+    raises, the profiler is stopped and the exception propagates with the partial profile
+    attached as ``exc.torchmagic_result``.
+    """
+    __tracebackhide__ = True  # noqa: F841
+    options = ProfileOptions(steps=steps, warmup=warmup, record_shapes=record_shapes, memory=memory,
+                             stack=stack, flops=flops, trace=trace, sort=sort, top=top)
+    run = run_profile(fn, options, label=label or getattr(fn, "__name__", "profile"), device=device)
+    if run.error is not None:
+        _attach(run.error, run.result)
+        raise run.error
+    return run.result
+
+
+def profile_code(code: str, namespace: dict[str, Any] | None = None, **options) -> ProfileResult:
+    """Profile a code string run in ``namespace`` (a fresh dict by default), as the magic does.
+
+    Assignments the code makes stay in ``namespace``; ``options`` are those of :func:`profile`.
+    """
+    __tracebackhide__ = True  # noqa: F841
+    cell = Cell(code)
+    namespace = {} if namespace is None else namespace
+
+    def step():
+        __tracebackhide__ = True  # noqa: F841
+        return cell.run(namespace)
+
+    options.setdefault("label", "code")
+    return profile(step, **options)
+
+
+def _attach(error: BaseException, result: ProfileResult) -> None:
+    try:
+        error.torchmagic_result = result
+    except AttributeError:  # exception types with __slots__
+        pass

@@ -1,0 +1,60 @@
+"""Run a code string as IPython would run a cell: statements, then the last expression's value.
+
+Engines call :class:`Cell` with a namespace; the magics pass IPython's own cell
+transformer (for ``%magics``, ``!shell`` and friends) and filename cache (so tracebacks
+show the cell's source lines).  Nothing here imports IPython.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import linecache
+from collections.abc import Callable
+from typing import Any
+
+_counter = itertools.count(1)
+
+
+class Cell:
+    """A compiled cell: ``run(namespace)`` executes it and returns the last expression's value."""
+
+    def __init__(
+        self,
+        source: str,
+        transform: Callable[[str], str] | None = None,
+        register_source: Callable[[str], str] | None = None,
+    ):
+        code = transform(source) if transform else source
+        tree = ast.parse(code)  # SyntaxError surfaces to the caller, as in a normal cell
+        filename = (register_source or _register_in_linecache)(code)
+        self.filename = filename
+        last = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        if last is not None and _ends_with_semicolon(code, last):
+            last = None  # "x;" displays nothing in IPython: run it as a plain statement
+        body = tree.body[:-1] if last is not None else tree.body
+        self._body = compile(ast.Module(body=body, type_ignores=[]), filename, "exec")
+        self._last = (
+            compile(ast.Expression(body=last.value), filename, "eval") if last is not None else None
+        )
+
+    @property
+    def has_value(self) -> bool:
+        return self._last is not None
+
+    def run(self, namespace: dict[str, Any]) -> Any:
+        __tracebackhide__ = True  # noqa: F841  (IPython and pytest hide this frame)
+        exec(self._body, namespace)
+        return eval(self._last, namespace) if self._last is not None else None
+
+
+def _register_in_linecache(code: str) -> str:
+    """Give the source a filename that tracebacks can show lines from."""
+    filename = f"<torchmagic-cell-{next(_counter)}>"
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    return filename
+
+
+def _ends_with_semicolon(code: str, node: ast.Expr) -> bool:
+    line = code.splitlines()[node.end_lineno - 1]
+    return line[node.end_col_offset :].lstrip().startswith(";")

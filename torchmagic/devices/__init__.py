@@ -1,0 +1,25 @@
+"""The device layer: the only code in torchmagic that knows CUDA from CPU (and MPS).
+
+Everything above it asks a :class:`Device` to synchronise, read memory, name the
+profiler activities or say whether low precision is fast.  Tests inject a fake
+device with :func:`use_device`, so the GPU logic above this layer runs on CPU.
+"""
+
+from .base import CpuDevice, Device, LowPrecision
+from .cuda import CudaDevice, MpsDevice
+from .nvml import NvmlReading, nvml_reading
+from .oom import is_out_of_memory
+from .select import current_device, use_device
+
+__all__ = [
+    "CpuDevice",
+    "CudaDevice",
+    "Device",
+    "LowPrecision",
+    "MpsDevice",
+    "NvmlReading",
+    "current_device",
+    "is_out_of_memory",
+    "nvml_reading",
+    "use_device",
+]

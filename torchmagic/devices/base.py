@@ -1,0 +1,126 @@
+"""What every device can tell: its name, how to wait for it, what the profiler can see."""
+
+from __future__ import annotations
+
+import functools
+import platform
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class LowPrecision:
+    """Whether autocast to a 16-bit float type is expected to pay off on this device."""
+
+    fast: bool
+    dtype: torch.dtype | None
+    reason: str
+
+
+class Device:
+    """A compute device as torchmagic sees it.  Subclasses override what differs."""
+
+    kind = "cpu"
+
+    def __init__(self, index: int | None = None):
+        self.index = index
+
+    @property
+    def name(self) -> str:
+        return platform.processor() or platform.machine() or "CPU"
+
+    @property
+    def label(self) -> str:
+        return self.kind if self.index is None else f"{self.kind}:{self.index}"
+
+    @property
+    def is_accelerator(self) -> bool:
+        return False
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device(self.label)
+
+    def synchronize(self) -> None:
+        """Wait until queued device work is done (no-op where work is synchronous)."""
+
+    def profiler_activities(self) -> list:
+        return [torch.profiler.ProfilerActivity.CPU]
+
+    def memory_allocated(self) -> int | None:
+        """Bytes held by torch's allocator on this device, where the allocator tracks it."""
+        return None
+
+    def memory_reserved(self) -> int | None:
+        return None
+
+    def low_precision(self) -> LowPrecision:
+        raise NotImplementedError
+
+    def nvml(self):
+        """NVML's view of this device (an NvmlReading), a sentence saying why there is none,
+        or None where NVML does not apply (CPU, MPS)."""
+        return None
+
+    def profile_note(self) -> str | None:
+        """What a profile on this device cannot see, in one line."""
+        return None
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "label": self.label, "name": self.name}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.label}: {self.name}>"
+
+
+class CpuDevice(Device):
+    kind = "cpu"
+
+    def profile_note(self) -> str | None:
+        return "CPU-only profile: no CUDA device found."
+
+    @property
+    def name(self) -> str:
+        return _cpu_model_name()
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device("cpu")
+
+    @property
+    def label(self) -> str:
+        return "cpu"
+
+    def low_precision(self) -> LowPrecision:
+        flags = _cpu_flags()
+        if flags & {"amx_bf16", "avx512_bf16"}:
+            native = "AMX" if "amx_bf16" in flags else "AVX512-BF16"
+            return LowPrecision(True, torch.bfloat16, f"this CPU has native bf16 instructions ({native})")
+        if "avx512f" in flags or "asimd" in flags or platform.machine() == "arm64":
+            return LowPrecision(False, torch.bfloat16, "bf16 runs, but this CPU has no native bf16 matmul")
+        return LowPrecision(False, None, "this CPU has no fast 16-bit float instructions")
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_model_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"

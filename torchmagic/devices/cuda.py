@@ -1,0 +1,87 @@
+"""CUDA and MPS devices.  Kept thin: each method is one torch call, so the logic
+above runs unchanged against the fake device the tests inject."""
+
+from __future__ import annotations
+
+import torch
+
+from .base import Device, LowPrecision
+from .nvml import nvml_reading
+
+
+class CudaDevice(Device):
+    kind = "cuda"
+
+    def __init__(self, index: int | None = None):
+        super().__init__(torch.cuda.current_device() if index is None else index)
+
+    @property
+    def name(self) -> str:
+        return torch.cuda.get_device_name(self.index)
+
+    @property
+    def is_accelerator(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize(self.index)
+
+    def profiler_activities(self) -> list:
+        act = torch.profiler.ProfilerActivity
+        return [act.CPU, act.CUDA]
+
+    def memory_allocated(self) -> int | None:
+        return torch.cuda.memory_allocated(self.index)
+
+    def memory_reserved(self) -> int | None:
+        return torch.cuda.memory_reserved(self.index)
+
+    def uuid(self) -> str | None:
+        """The device UUID, which NVML also knows: the one safe key under CUDA_VISIBLE_DEVICES."""
+        uuid = getattr(torch.cuda.get_device_properties(self.index), "uuid", None)
+        return None if uuid is None else f"GPU-{uuid}"
+
+    def low_precision(self) -> LowPrecision:
+        major, minor = torch.cuda.get_device_capability(self.index)
+        if major >= 8:
+            return LowPrecision(True, torch.bfloat16, f"compute capability {major}.{minor}: bf16 tensor cores")
+        if major >= 7:
+            return LowPrecision(True, torch.float16, f"compute capability {major}.{minor}: fp16 tensor cores")
+        return LowPrecision(False, torch.float16, f"compute capability {major}.{minor}: no tensor cores")
+
+    def nvml(self):
+        return nvml_reading(self.uuid(), self.index)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "uuid": self.uuid()}
+
+
+class MpsDevice(Device):
+    kind = "mps"
+
+    @property
+    def name(self) -> str:
+        return "Apple GPU (MPS)"
+
+    @property
+    def label(self) -> str:
+        return "mps"
+
+    @property
+    def is_accelerator(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        torch.mps.synchronize()
+
+    def memory_allocated(self) -> int | None:
+        return torch.mps.current_allocated_memory()
+
+    def memory_reserved(self) -> int | None:
+        return torch.mps.driver_allocated_memory()
+
+    def low_precision(self) -> LowPrecision:
+        return LowPrecision(True, torch.float16, "Apple GPUs run fp16 natively")
+
+    def profile_note(self) -> str | None:
+        return "MPS: torch.profiler sees the CPU side only; GPU kernel times are not in this profile."

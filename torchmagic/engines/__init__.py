@@ -1,0 +1,1 @@
+"""Engines: the measuring and reasoning behind each magic, free of IPython and widgets."""

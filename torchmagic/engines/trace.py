@@ -1,0 +1,461 @@
+"""Turn the profiler's raw events into a :class:`TraceSummary` the diagnosis rules can read.
+
+We read kineto's raw events rather than ``prof.events()``/``key_averages()``: building
+torch's FunctionEvent tree costs ~90 µs an event (11 s for 125k events on our CI machine),
+while one sweep over the raw events here costs a few µs each.
+
+One sweep per CPU thread, over events sorted by start, keeps a stack of open events.
+From it each event gets its parent, its self time (duration minus children), and the
+inherited context that decides where its self time belongs:
+
+* the *phase* it runs in: data loading (``enumerate(DataLoader)...__next__``), backward
+  (``autograd::engine::evaluate_function``) or optimizer (``Optimizer.step#``/``zero_grad#``),
+* whether it is inside a host-device sync op (``.item()``, ``nonzero`` ...) or a copy op,
+* the step it belongs to (``ProfilerStep#N`` markers), and the innermost user source frame
+  when the python tracer ran (``--stack``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from torch.autograd import DeviceType
+
+DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, OTHER = (
+    "data loading",
+    "forward",
+    "backward",
+    "optimizer",
+    "copies",
+    "syncs",
+    "other",
+)
+CATEGORIES = (DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, OTHER)
+
+STEP_PREFIX = "ProfilerStep#"
+_PHASE_PREFIXES = (
+    ("enumerate(DataLoader)", DATA),
+    ("autograd::engine::evaluate_function", BACKWARD),
+    ("Optimizer.step#", OPTIMIZER),
+    ("Optimizer.zero_grad#", OPTIMIZER),
+)
+# Ops that read a device value on the host: a full stall when the tensor lives on a GPU.
+SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero",
+                      "aten::equal", "aten::unique", "aten::_unique2", "aten::masked_select"})
+# Runtime calls that block the host until the device catches up (CUDA traces only).
+SYNC_RUNTIME = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+                          "cudaMemcpy", "cudaStreamWaitEvent"})
+COPY_OPS = frozenset({"aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone",
+                      "aten::_copy_from", "aten::_copy_from_and_resize", "aten::pin_memory",
+                      "aten::_pin_memory"})
+MATMUL_OPS = frozenset({
+    "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::_addmm_activation",
+    "aten::mkldnn_convolution", "aten::cudnn_convolution", "aten::_slow_conv2d_forward",
+    "aten::convolution_backward", "aten::cudnn_convolution_transpose", "aten::miopen_convolution",
+    "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_cudnn_attention",
+    "aten::mkldnn_rnn_layer", "aten::_thnn_fused_lstm_cell", "aten::linear_backward", "aten::_mm",
+})
+LOW_PRECISION_DTYPES = frozenset({"c10::BFloat16", "c10::Half", "c10::Float8_e4m3fn", "c10::Float8_e5m2"})
+_SKIPPED_NAMES = frozenset({"[memory]", "[OutOfMemory]", "profiler::_record_function_enter",
+                            "profiler::_record_function_enter_new", "profiler::_record_function_exit"})
+_NOT_USER_CODE = ("torch/", "torchmagic/", "IPython/", "ipykernel/", "<built-in", "site-packages/",
+                  "dist-packages/", "<frozen", "contextlib.py", "typing.py", "functools.py")
+
+MAX_TIMELINE_SPANS = 4000
+
+
+@dataclass
+class OpStats:
+    """Totals for one operator name over the profiled steps (times in µs)."""
+
+    name: str
+    calls: int = 0
+    self_cpu_us: float = 0.0
+    total_cpu_us: float = 0.0
+    self_device_us: float = 0.0
+    flops: int = 0
+    allocated_bytes: int = 0
+    shapes: Counter = field(default_factory=Counter)  # shapes -> self µs, kept only when asked
+
+    def top_shapes(self, n: int = 2) -> list[str]:
+        return [s for s, _ in self.shapes.most_common(n)]
+
+
+@dataclass
+class Span:
+    """One bar of the timeline: a top-level event of a step, or a device kernel."""
+
+    lane: str
+    start_us: float
+    dur_us: float
+    category: str
+    name: str
+
+
+@dataclass
+class TraceSummary:
+    """Everything the rules and the report need, as plain numbers (µs, bytes, counts)."""
+
+    event_count: int = 0
+    step_us: list[float] = field(default_factory=list)
+    ops: dict[str, OpStats] = field(default_factory=dict)
+    category_us: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
+    device_category_us: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
+    # dispatch: ops called straight from Python (no op above them), outside data/backward/optimizer
+    python_ops: int = 0
+    python_op_us: list[float] = field(default_factory=list)
+    # syncs: host reads of tensor values outside data loading
+    sync_calls: int = 0
+    sync_us: float = 0.0
+    sync_runtime_calls: int = 0
+    sync_runtime_us: float = 0.0
+    # copies
+    copy_us: float = 0.0
+    layout_copies: int = 0
+    pageable_h2d: int = 0
+    # matmul/conv time by precision (self CPU µs on CPU traces, device µs on GPU traces)
+    matmul_fp32_us: float = 0.0
+    matmul_low_us: float = 0.0
+    matmul_fp32_device_us: float = 0.0
+    matmul_low_device_us: float = 0.0
+    # autograd
+    graph_forward_ops: int = 0
+    backward_events: int = 0
+    # optimizer
+    optimizer_us: float = 0.0
+    optimizer_ops: int = 0
+    optimizer_vectorised: bool = False
+    optimizer_names: set = field(default_factory=set)
+    # data loading
+    data_us: float = 0.0
+    # device (CUDA traces)
+    has_device_events: bool = False
+    device_busy_us: float = 0.0
+    device_kernels: int = 0
+    # memory (profile_memory)
+    memory_recorded: bool = False
+    peak_allocated: dict[str, int] = field(default_factory=dict)   # device -> peak bytes above start
+    allocated_total: dict[str, int] = field(default_factory=dict)  # device -> bytes allocated
+    # source lines (python tracer): frame -> inclusive µs of the ops it called
+    hot_lines: Counter = field(default_factory=Counter)
+    timeline: list[Span] = field(default_factory=list)
+    timeline_truncated: int = 0
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_us)
+
+    @property
+    def total_step_us(self) -> float:
+        return sum(self.step_us)
+
+    @property
+    def python_op_median_us(self) -> float | None:
+        return statistics.median(self.python_op_us) if self.python_op_us else None
+
+
+class _Ev:
+    __slots__ = ("name", "start", "end", "tid", "corr", "seq", "kind", "raw", "cats")
+
+    def __init__(self, name, start, end, tid, corr, seq, kind, raw):
+        self.name, self.start, self.end, self.tid = name, start, end, tid
+        self.corr, self.seq, self.kind, self.raw = corr, seq, kind, raw
+        self.cats: dict[str, float] | None = None  # self µs by category of a timeline bar's subtree
+
+
+# event kinds
+_OP, _ANNOTATION, _PYTHON, _RUNTIME, _MEMORY = range(5)
+
+
+def summarize_trace(events, trace_start_ns: int, *, shapes: bool = False) -> TraceSummary:
+    """Build the summary from kineto's raw events (``prof.profiler.kineto_results.events()``)."""
+    out = TraceSummary()
+    cpu, device, corr_tid = _split(events, trace_start_ns, out)
+    by_thread: dict[int, list[_Ev]] = defaultdict(list)
+    for ev in cpu:
+        if ev.kind == _RUNTIME:
+            ev.tid = corr_tid.get(ev.corr, ev.tid)  # CUPTI reports OS thread ids; join the op's thread
+        by_thread[ev.tid].append(ev)
+    sweep = _Sweep(out, shapes)
+    for evs in by_thread.values():
+        sweep.run(evs)
+    _attribute_device(device, out, sweep.op_of_corr, sweep.step_windows)
+    _bound_timeline(out)
+    return out
+
+
+def _split(events, trace_start_ns, out):
+    """Convert raw events to light records (µs since trace start), CPU and device apart."""
+    cpu, device = [], []
+    corr_tid: dict[int, int] = {}
+    t0 = trace_start_ns
+    cpu_type = DeviceType.CPU
+    for e in events:
+        out.event_count += 1
+        name = e.name()
+        start = (e.start_ns() - t0) / 1000.0
+        if name == "[memory]":
+            cpu.append(_Ev(name, start, start, e.start_thread_id(), 0, e.device_type(), _MEMORY, e))
+            continue
+        if e.device_type() != cpu_type:
+            device.append(_Ev(name, start, start + e.duration_ns() / 1000.0, e.device_resource_id(),
+                              e.linked_correlation_id(), e.device_index(), _OP, e))
+            continue
+        if name in _SKIPPED_NAMES or e.is_async() or e.is_hidden_event():
+            continue
+        end = start + e.duration_ns() / 1000.0
+        linked = e.linked_correlation_id()
+        if linked > 0:
+            kind = _RUNTIME
+            corr = linked
+        else:
+            corr = e.correlation_id()
+            kind = (_PYTHON if e.is_python_function() else
+                    _ANNOTATION if e.is_user_annotation() else _OP)
+            if kind == _OP:
+                corr_tid[corr] = e.start_thread_id()
+        cpu.append(_Ev(name, start, end, e.start_thread_id(), corr, e.sequence_nr(), kind, e))
+    return cpu, device, corr_tid
+
+
+def _phase_of(name: str) -> str | None:
+    for prefix, phase in _PHASE_PREFIXES:
+        if name.startswith(prefix):
+            return phase
+    return None
+
+
+def _is_user_frame(name: str) -> bool:
+    if any(marker in name for marker in _NOT_USER_CODE):
+        return False
+    top = name.split("/", 1)[0].split("(", 1)[0].removesuffix(".py")
+    return top not in sys.stdlib_module_names
+
+
+def _category(kind, name, phase, in_sync, in_copy) -> str:
+    if phase is not None:
+        return phase
+    if in_sync or (kind == _RUNTIME and name in SYNC_RUNTIME):
+        return SYNCS
+    if in_copy:
+        return COPIES
+    if kind in (_OP, _RUNTIME):
+        return FORWARD
+    return OTHER  # Python between ops, and user annotations' own time
+
+
+def _matmul_precision(raw) -> str | None:
+    dtypes = raw.dtypes()
+    if not dtypes:
+        return None
+    if dtypes[0] in LOW_PRECISION_DTYPES:
+        return "low"
+    return "fp32" if dtypes[0] == "float" else None
+
+
+class _Sweep:
+    """The per-thread pass: a stack of open events, each with the context its children inherit."""
+
+    def __init__(self, out: TraceSummary, shapes: bool):
+        self.out = out
+        self.shapes = shapes
+        self.op_of_corr: dict[int, tuple[str, str, str | None]] = {}  # corr -> (op, category, precision)
+        self.step_windows: list[tuple[float, float]] = []
+        self.memory_level: dict[str, int] = defaultdict(int)
+
+    def run(self, evs: list[_Ev]) -> None:
+        out = self.out
+        evs.sort(key=lambda ev: (ev.start, -ev.end))
+        # An open event: [ev, child_us, phase, in_sync, in_copy, step, top, frame, under_op]
+        stack: list[list] = []
+        for ev in evs:
+            while stack and stack[-1][0].end <= ev.start:
+                self._close(stack.pop())
+            parent = stack[-1] if stack else None
+            if ev.kind == _MEMORY:
+                self._memory(ev, parent)
+                continue
+            name, kind = ev.name, ev.kind
+            if parent is None:
+                phase, in_sync, in_copy, step, top, frame, under_op = None, False, False, None, None, None, False
+            else:
+                parent[1] += ev.end - ev.start
+                _, _, phase, in_sync, in_copy, step, top, frame, under_op = parent
+            if kind == _ANNOTATION and name.startswith(STEP_PREFIX):
+                step = len(out.step_us)
+                out.step_us.append(ev.end - ev.start)
+                self.step_windows.append((ev.start, ev.end))
+                top = None
+            elif step is not None and top is None:
+                top = ev  # a direct child of the step marker: one timeline bar
+                ev.cats = {}
+            own_phase = _phase_of(name)
+            if own_phase is not None and phase is None:
+                phase = own_phase
+                if own_phase == BACKWARD:
+                    out.backward_events += 1
+                elif own_phase == OPTIMIZER and kind == _ANNOTATION:
+                    out.optimizer_names.add(name.split("#", 1)[1].split(".", 1)[0])
+            if kind == _PYTHON and _is_user_frame(name):
+                frame = name
+            if kind == _OP:
+                in_sync = in_sync or name in SYNC_OPS
+                in_copy = in_copy or name in COPY_OPS
+                if step is not None:
+                    self._op_opened(ev, phase, frame, under_op)
+            elif kind == _RUNTIME and name in SYNC_RUNTIME and step is not None:
+                out.sync_runtime_calls += 1
+                out.sync_runtime_us += ev.end - ev.start
+            stack.append([ev, 0.0, phase, in_sync, in_copy, step, top, frame, under_op or kind == _OP])
+        while stack:
+            self._close(stack.pop())
+        # Forward ops that all share one sequence number: grad mode was on but built no graph.
+        if out.graph_forward_ops and out.backward_events == 0:
+            if len({ev.seq for ev in evs if ev.kind == _OP and ev.seq >= 0}) < 2:
+                out.graph_forward_ops = 0
+
+    def _op_opened(self, ev: _Ev, phase, frame, under_op) -> None:
+        out, name, dur = self.out, ev.name, ev.end - ev.start
+        if phase is None and not under_op:  # called straight from Python
+            out.python_ops += 1
+            out.python_op_us.append(dur)
+            if frame is not None:
+                out.hot_lines[frame] += dur
+            if name in SYNC_OPS:
+                out.sync_calls += 1
+                out.sync_us += dur
+            if ev.seq >= 0:
+                out.graph_forward_ops += 1
+        if phase == OPTIMIZER:
+            out.optimizer_ops += 1
+            if "_foreach_" in name or "_fused_" in name:
+                out.optimizer_vectorised = True
+        if name == "aten::contiguous":
+            out.layout_copies += 1
+
+    def _close(self, entry) -> None:
+        ev, child_us, phase, in_sync, in_copy, step, top, _, _ = entry
+        if step is None:
+            return  # outside the profiled steps (profiler start and stop)
+        out, name, kind = self.out, ev.name, ev.kind
+        dur = ev.end - ev.start
+        self_us = max(dur - child_us, 0.0)
+        is_step = kind == _ANNOTATION and name.startswith(STEP_PREFIX)
+        category = OTHER if is_step else _category(kind, name, phase, in_sync, in_copy)
+        out.category_us[category] += self_us
+        if top is not None:
+            top.cats[category] = top.cats.get(category, 0.0) + self_us
+            if top is ev:
+                dominant = max(ev.cats, key=ev.cats.get)
+                out.timeline.append(Span("CPU", ev.start, dur, dominant, name))
+        if kind == _PYTHON or is_step:
+            return
+        if category == OPTIMIZER:
+            out.optimizer_us += self_us
+        elif category == DATA:
+            out.data_us += self_us
+        elif category == COPIES:
+            out.copy_us += self_us
+        stats = out.ops.get(name)
+        if stats is None:
+            stats = out.ops[name] = OpStats(name)
+        stats.calls += 1
+        stats.self_cpu_us += self_us
+        stats.total_cpu_us += dur
+        if kind != _OP:
+            return
+        precision = _matmul_precision(ev.raw) if name in MATMUL_OPS else None
+        if precision == "low":
+            out.matmul_low_us += self_us
+        elif precision == "fp32":
+            out.matmul_fp32_us += self_us
+        self.op_of_corr[ev.corr] = (name, category, precision)
+        stats.flops += ev.raw.flops()
+        if self.shapes:
+            stats.shapes[_shape_text(ev.raw.shapes())] += self_us
+
+    def _memory(self, ev: _Ev, parent) -> None:
+        out = self.out
+        out.memory_recorded = True
+        device = "cpu" if ev.seq == DeviceType.CPU else str(ev.seq).rsplit(".", 1)[-1].lower()
+        nbytes = ev.raw.nbytes()
+        level = self.memory_level
+        level[device] += nbytes
+        out.peak_allocated[device] = max(out.peak_allocated.get(device, 0), level[device])
+        if nbytes > 0:
+            out.allocated_total[device] = out.allocated_total.get(device, 0) + nbytes
+            if parent is not None and parent[0].kind == _OP:
+                stats = out.ops.get(parent[0].name)
+                if stats is None:
+                    stats = out.ops[parent[0].name] = OpStats(parent[0].name)
+                stats.allocated_bytes += nbytes
+
+
+def _shape_text(shapes) -> str:
+    return ", ".join(f"[{', '.join(map(str, s))}]" if isinstance(s, list) else str(s) for s in shapes if s != [])
+
+
+def _attribute_device(device: list[_Ev], out: TraceSummary, op_of_corr, step_windows) -> None:
+    """Give each kernel/memcpy to the op that launched it; measure device busy time in steps."""
+    if not device:
+        return
+    out.has_device_events = True
+    intervals = []
+    for ev in device:
+        dur = ev.end - ev.start
+        op, category, precision = op_of_corr.get(ev.corr, (None, OTHER, None))
+        if op is not None:
+            out.ops[op].self_device_us += dur
+        if precision == "low":
+            out.matmul_low_device_us += dur
+        elif precision == "fp32":
+            out.matmul_fp32_device_us += dur
+        out.device_category_us[category] += dur
+        out.device_kernels += 1
+        if "HtoD" in ev.name and "Pageable" in ev.name:
+            out.pageable_h2d += 1
+        intervals.append((ev.start, ev.end))
+        out.timeline.append(Span(f"GPU stream {ev.tid}", ev.start, dur, category, ev.name))
+    out.device_busy_us = _busy_within(intervals, step_windows)
+
+
+def _busy_within(intervals, windows) -> float:
+    """Length of the union of ``intervals`` that falls inside the step ``windows``."""
+    busy = 0.0
+    merged: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    for ws, we in windows:
+        for start, end in merged:
+            lo, hi = max(start, ws), min(end, we)
+            if hi > lo:
+                busy += hi - lo
+    return busy
+
+
+def _bound_timeline(out: TraceSummary) -> None:
+    """Merge neighbouring bars of one category until the timeline has a bounded size."""
+    spans = sorted(out.timeline, key=lambda s: (s.lane, s.start_us))
+    if len(spans) <= MAX_TIMELINE_SPANS:
+        out.timeline = spans
+        return
+    total = sum(s.dur_us for s in spans)
+    min_gap = total / MAX_TIMELINE_SPANS
+    merged: list[Span] = []
+    for s in spans:
+        last = merged[-1] if merged else None
+        if (last is not None and last.lane == s.lane and last.category == s.category
+                and s.start_us - (last.start_us + last.dur_us) <= min_gap):
+            last.dur_us = s.start_us + s.dur_us - last.start_us
+            last.name = "(merged)"
+        else:
+            merged.append(Span(s.lane, s.start_us, s.dur_us, s.category, s.name))
+    out.timeline_truncated = max(len(merged) - MAX_TIMELINE_SPANS, 0)
+    out.timeline = merged[:MAX_TIMELINE_SPANS]

@@ -1,0 +1,81 @@
+"""The base every result object shares: rich display for Jupyter, text for terminals, dicts for code."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+CSS = """<style>
+.tm-report{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;line-height:1.45;
+  color:var(--jp-ui-font-color1,#1f2328);max-width:1100px}
+.tm-report h4{margin:10px 0 4px;font-size:13px}
+.tm-headline{font-weight:600;font-size:14px}
+.tm-note{color:var(--jp-ui-font-color2,#59636e)}
+.tm-table{border-collapse:collapse;font-variant-numeric:tabular-nums;margin:2px 0 6px}
+.tm-table th,.tm-table td{padding:2px 10px;border-bottom:1px solid var(--jp-border-color2,#e5e7eb);
+  white-space:nowrap}
+.tm-table th{font-weight:600}
+.tm-omitted{color:var(--jp-ui-font-color2,#59636e);font-style:italic}
+.tm-finding{border-left:4px solid #999;padding:4px 10px;margin:6px 0;background:var(--jp-layout-color1,#fff)}
+.tm-finding.high{border-color:#d1242f}.tm-finding.medium{border-color:#bf8700}.tm-finding.low{border-color:#0969da}
+.tm-sev{font-size:11px;font-weight:700;text-transform:uppercase;padding:0 5px;border-radius:3px;color:#fff}
+.tm-sev.high{background:#d1242f}.tm-sev.medium{background:#9a6700}.tm-sev.low{background:#0969da}
+.tm-finding pre,.tm-report pre{background:var(--jp-layout-color2,#f6f8fa);padding:6px 8px;margin:4px 0;
+  font-size:12px;overflow-x:auto}
+.tm-bar{display:inline-block;height:10px;vertical-align:middle}
+</style>"""
+
+
+class Result:
+    """A measurement: data first, with text, HTML and widget views derived from it."""
+
+    def to_dict(self) -> dict:
+        raise NotImplementedError
+
+    def to_text(self) -> str:
+        raise NotImplementedError
+
+    def to_html(self) -> str:
+        raise NotImplementedError
+
+    def widget(self):
+        """An ipywidgets view; subclasses build tabs, the default wraps the HTML."""
+        import ipywidgets
+
+        return ipywidgets.HTML(self.to_html())
+
+    def to_json(self, **kwargs) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        bundle = {"text/plain": self.to_text(), "text/html": self.to_html()}
+        if widget_frontend():
+            try:
+                bundle[WIDGET_MIME] = self.widget()._repr_mimebundle_()[WIDGET_MIME]
+            except Exception:  # a broken widget view must never hide the result
+                pass
+        return bundle
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(self.to_text())
+
+
+def widget_frontend() -> bool:
+    """True in a Jupyter kernel with ipywidgets importable: a widget view may be shown.
+
+    Frontends without a widget manager (nbconvert, GitHub) fall back to text/html, which
+    every bundle carries.  Terminal IPython and plain Python get text only.
+    """
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    shell = ipython.get_ipython()
+    if shell is None or getattr(shell, "kernel", None) is None:
+        return False
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return False
+    return True
