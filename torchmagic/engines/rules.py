@@ -29,8 +29,9 @@ THRESHOLDS = {
     # copies: copy/conversion share of the step
     "copies_share": 0.10,
     "pageable_h2d_per_step": 1,
-    # inference_grad: forward ops that built an autograd graph per step, with no backward
-    "inference_grad_ops_per_step": 5,
+    # inference_grad: autograd graph nodes built per step with no backward (grad mode with nothing
+    # requiring grad records ops under one sequence number: that counts as one, not a graph)
+    "inference_grad_nodes_per_step": 2,
     # optimizer: optimizer share of the step without foreach/fused kernels
     "optimizer_share": 0.10,
     "optimizer_ops_per_step": 8,
@@ -207,14 +208,14 @@ def copies(s: TraceSummary, ctx: RuleContext) -> Finding | None:
 
 
 def inference_grad(s: TraceSummary, ctx: RuleContext) -> Finding | None:
-    per_step = s.graph_forward_ops / s.steps
-    if s.backward_events or per_step < THRESHOLDS["inference_grad_ops_per_step"]:
+    per_step = len(s.graph_nodes) / s.steps
+    if s.backward_events or per_step < THRESHOLDS["inference_grad_nodes_per_step"]:
         return None
     forward_share = _share(s.category_us["forward"], s)
     return _finding(
         "inference_grad", ctx, max(forward_share * 0.1, 0.0),
-        f"Inference with autograd on: {per_step:.0f} forward ops per step record a graph that no backward uses",
-        {"graph_ops_per_step": round(per_step, 1), "backward_ops": s.backward_events},
+        f"Inference with autograd on: {per_step:.0f} graph nodes per step are recorded and no backward uses them",
+        {"graph_nodes_per_step": round(per_step, 1), "backward_ops": s.backward_events},
         "Run inference under torch.inference_mode(): no graph, no saved activations, less memory and time.",
         "with torch.inference_mode():\n    out = model(x)",
     )

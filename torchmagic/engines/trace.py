@@ -122,8 +122,8 @@ class TraceSummary:
     matmul_low_us: float = 0.0
     matmul_fp32_device_us: float = 0.0
     matmul_low_device_us: float = 0.0
-    # autograd
-    graph_forward_ops: int = 0
+    # autograd: sequence numbers of graph nodes created outside backward (one per recorded op)
+    graph_nodes: set = field(default_factory=set)
     backward_events: int = 0
     # optimizer
     optimizer_us: float = 0.0
@@ -303,8 +303,9 @@ class _Sweep:
             if kind == _PYTHON and _is_user_frame(name):
                 frame = name
             if kind == _OP:
-                in_sync = in_sync or name in SYNC_OPS
-                in_copy = in_copy or name in COPY_OPS
+                # a sync or copy the user asked for, not one inside another op's implementation
+                in_sync = in_sync or (name in SYNC_OPS and not under_op)
+                in_copy = in_copy or (name in COPY_OPS and not under_op)
                 if step is not None:
                     self._op_opened(ev, phase, frame, under_op)
             elif kind == _RUNTIME and name in SYNC_RUNTIME and step is not None:
@@ -313,10 +314,6 @@ class _Sweep:
             stack.append([ev, 0.0, phase, in_sync, in_copy, step, top, frame, under_op or kind == _OP])
         while stack:
             self._close(stack.pop())
-        # Forward ops that all share one sequence number: grad mode was on but built no graph.
-        if out.graph_forward_ops and out.backward_events == 0:
-            if len({ev.seq for ev in evs if ev.kind == _OP and ev.seq >= 0}) < 2:
-                out.graph_forward_ops = 0
 
     def _op_opened(self, ev: _Ev, phase, frame, under_op) -> None:
         out, name, dur = self.out, ev.name, ev.end - ev.start
@@ -328,8 +325,8 @@ class _Sweep:
             if name in SYNC_OPS:
                 out.sync_calls += 1
                 out.sync_us += dur
-            if ev.seq >= 0:
-                out.graph_forward_ops += 1
+        if phase is None and ev.seq >= 0:
+            out.graph_nodes.add(ev.seq)
         if phase == OPTIMIZER:
             out.optimizer_ops += 1
             if "_foreach_" in name or "_fused_" in name:

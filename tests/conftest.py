@@ -1,0 +1,27 @@
+import pytest
+import torch
+
+torch.manual_seed(0)
+# One intra-op thread: with two OpenMP threads on a 2-core machine, any other busy process
+# (a DataLoader worker, a parallel job) makes every small matmul spin in a barrier for ms,
+# which distorts the time shares the rules read.  Tests never assert absolute times.
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def ipython():
+    """A real IPython InteractiveShell with torchmagic loaded, shared by the magic tests."""
+    from IPython.testing.globalipapp import start_ipython
+
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "torchmagic")
+    return shell
+
+
+@pytest.fixture
+def shell(ipython):
+    """The shell with a clean user namespace for each test."""
+    ipython.run_cell("import torch")
+    yield ipython
+    for name in [n for n in ipython.user_ns if not n.startswith("_") and n not in ("In", "Out", "get_ipython", "exit", "quit")]:
+        ipython.user_ns.pop(name, None)

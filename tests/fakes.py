@@ -1,0 +1,82 @@
+"""A fake CUDA device for testing the logic above the device layer on a machine without a GPU.
+
+Its memory follows a known law (allocated bytes are whatever the test allocates through it) and
+raises torch.OutOfMemoryError past its capacity, like the CUDA caching allocator.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torchmagic.devices import Device, LowPrecision, NvmlReading
+
+
+class FakeCudaDevice(Device):
+    kind = "cuda"
+
+    def __init__(self, capacity_bytes: int = 80 * 2**30, nvml: NvmlReading | str | None = None,
+                 name: str = "Fake H100"):
+        super().__init__(0)
+        self._name = name
+        self.capacity_bytes = capacity_bytes
+        self.allocated = 0
+        self.reserved = 0
+        self.syncs = 0
+        self._nvml = nvml if nvml is not None else NvmlReading(
+            name=name, total_bytes=capacity_bytes, used_bytes=600 * 2**20,
+            utilization_pct=37.0, temperature_c=41.0, power_w=120.5)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def is_accelerator(self) -> bool:
+        return True
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device("cpu")  # tensors really live on the CPU
+
+    def synchronize(self) -> None:
+        self.syncs += 1
+
+    def allocate(self, nbytes: int) -> None:
+        if self.allocated + nbytes > self.capacity_bytes:
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate {nbytes} bytes (fake device, "
+                f"{self.capacity_bytes - self.allocated} bytes free)")
+        self.allocated += nbytes
+        self.reserved = max(self.reserved, self.allocated)
+
+    def free(self, nbytes: int) -> None:
+        self.allocated = max(self.allocated - nbytes, 0)
+
+    def memory_allocated(self) -> int:
+        return self.allocated
+
+    def memory_reserved(self) -> int:
+        return self.reserved
+
+    def low_precision(self) -> LowPrecision:
+        return LowPrecision(True, torch.bfloat16, "fake: bf16 tensor cores")
+
+    def nvml(self):
+        return self._nvml
+
+
+class FastBf16Cpu(Device):
+    """The real CPU, but declared to have (or lack) fast bf16, so the amp rule is testable anywhere."""
+
+    kind = "cpu"
+
+    def __init__(self, fast: bool = True):
+        super().__init__(None)
+        self.fast = fast
+
+    @property
+    def label(self) -> str:
+        return "cpu"
+
+    def low_precision(self) -> LowPrecision:
+        return LowPrecision(self.fast, torch.bfloat16, "declared by the test")

@@ -1,0 +1,182 @@
+"""%%torchprofile in a real IPython InteractiveShell."""
+
+import json
+
+import pytest
+import torch
+from IPython.utils.capture import capture_output
+
+from torchmagic.results import ProfileResult
+
+
+def run(shell, source):
+    with capture_output() as captured:
+        result = shell.run_cell(source)
+    return result, captured
+
+
+def test_assignments_stay_and_last_expression_is_returned(shell):
+    result, captured = run(shell, "%%torchprofile\nx = torch.ones(3)\ny = x * 2\ny.sum().item()")
+    assert result.success
+    assert result.result == 6.0
+    assert torch.equal(shell.user_ns["y"], torch.full((3,), 2.0))
+    assert any("%%torchprofile" in o.data.get("text/plain", "") for o in captured.outputs)
+
+
+def test_trailing_semicolon_hides_the_value_as_in_ipython(shell):
+    result, _ = run(shell, "%%torchprofile -q\nz = 5\nz + 1;")
+    assert result.result is None and shell.user_ns["z"] == 5
+
+
+def test_ipython_syntax_runs_inside_the_cell(shell):
+    result, _ = run(shell, "%%torchprofile -q\nwords = !echo hello\n%time t = torch.zeros(2)\nlen(words)")
+    assert result.success, result.error_in_exec
+    assert result.result == 1 and "t" in shell.user_ns
+
+
+def test_steps_and_warmup_run_the_cell_that_many_times(shell):
+    shell.user_ns["calls"] = []
+    result, _ = run(shell, "%%torchprofile -q --steps 3 --warmup 2 -o r\ncalls.append(1)\nlen(calls)")
+    r = shell.user_ns["r"]
+    assert result.result == 5 and len(shell.user_ns["calls"]) == 5
+    assert r.steps == 3 and len(r.warmup_s) == 2
+    assert r.overhead is not None and r.overhead > 0
+
+
+def test_o_stores_result_and_q_shows_nothing(shell):
+    _, captured = run(shell, "%%torchprofile -q -o prof\ntorch.randn(64, 64) @ torch.randn(64, 64);")
+    assert isinstance(shell.user_ns["prof"], ProfileResult)
+    assert captured.outputs == [] and captured.stdout == ""
+    json.dumps(shell.user_ns["prof"].to_dict())
+
+
+def test_displayed_bundle_has_text_and_html(shell):
+    _, captured = run(shell, "%%torchprofile --top 3\nfor _ in range(50): torch.ones(4).add_(1)")
+    data = captured.outputs[0].data
+    assert "Top operators" in data["text/plain"]
+    assert data["text/html"].count("<tr>") <= 3 + 1 + 10  # 3 op rows + header + category rows
+    assert "more operators not shown" in data["text/plain"]
+
+
+@pytest.mark.parametrize("line, message", [
+    ("--steps 0", "steps must be at least 1"),
+    ("--warmup -1", "warmup must be 0 or more"),
+    ("--steps two", "invalid int value"),
+    ("--sort nonsense", "unknown sort key"),
+    ("--top 0", "top must be at least 1"),
+    ("--bogus", "unrecognized arguments"),
+    ("-o 9lives", "-o needs a Python variable name"),
+    ("--trace /no/such/dir/t.json", "does not exist"),
+])
+def test_bad_arguments_give_a_one_line_usage_error(shell, line, message):
+    shell.user_ns["ran"] = False
+    result, captured = run(shell, f"%%torchprofile {line}\nran = True")
+    assert not shell.user_ns["ran"]  # nothing ran
+    assert message in captured.stderr + captured.stdout
+    assert "Traceback" not in captured.stderr + captured.stdout
+    assert len((captured.stderr + captured.stdout).strip().splitlines()) == 1
+
+
+def test_empty_cell_is_a_usage_error(shell):
+    _, captured = run(shell, "%%torchprofile\n\n")
+    assert "the cell is empty" in captured.stderr + captured.stdout
+
+
+def test_help_lists_the_options(shell):
+    from torchmagic.magics import TorchMagics
+
+    doc = TorchMagics.torchprofile.__doc__
+    for option in ("--steps", "--warmup", "--record-shapes", "--memory", "--stack", "--flops",
+                   "--trace", "--sort", "--top", "-o", "-q"):
+        assert option in doc
+
+
+def test_exception_shows_partial_profile_then_user_traceback(shell):
+    source = "%%torchprofile -o failed\nx = torch.ones(8)\nfor _ in range(20): x = x + 1\nraise ValueError('boom')"
+    result, captured = run(shell, source)
+    assert isinstance(result.error_in_exec, ValueError)  # re-raised: "Run all" stops here
+    r = shell.user_ns["failed"]
+    assert r.error == "ValueError: boom"
+    assert any(op.name == "aten::add" and op.calls == 20 for op in r.ops)  # what ran was profiled
+    text = captured.outputs[0].data["text/plain"]
+    assert "raised ValueError: boom" in text
+    assert not torch.autograd.profiler._is_profiler_enabled
+    assert shell.user_ns["x"][0] == 21  # the cell's assignments before the error stay
+
+
+def test_traceback_shows_user_frames_not_torchmagic(shell):
+    shell.run_cell("def inner():\n    return 1 / 0")
+    with capture_output() as captured:
+        shell.run_cell("%%torchprofile -q\ninner()")
+    out = captured.stdout
+    assert "ZeroDivisionError" in out and "inner()" in out and "return 1 / 0" in out
+    assert "torchmagic/engines" not in out and "timed_call" not in out and "run_profile" not in out
+
+
+def test_keyboard_interrupt_stops_the_profiler_and_the_kernel_goes_on(shell):
+    result, _ = run(shell, "%%torchprofile -q -o interrupted --steps 3\ntorch.ones(2) + 1\nraise KeyboardInterrupt")
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert shell.user_ns["interrupted"].error == "KeyboardInterrupt"
+    assert not torch.autograd.profiler._is_profiler_enabled
+    again, _ = run(shell, "%%torchprofile -q\n1 + 1")
+    assert again.success and again.result == 2
+
+
+def test_sigint_from_a_timer_thread_interrupts_a_long_cell(shell):
+    source = (
+        "%%torchprofile -q -o sig\n"
+        "import threading, os, signal, time\n"
+        "threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
+        "deadline = time.time() + 30\n"
+        "while time.time() < deadline:\n"
+        "    torch.ones(16).sum()\n"
+    )
+    result, _ = run(shell, source)
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    r = shell.user_ns["sig"]
+    assert r.error == "KeyboardInterrupt" and any(op.name == "aten::sum" for op in r.ops)
+    assert not torch.autograd.profiler._is_profiler_enabled
+
+
+def test_syntax_error_in_cell_is_reported_and_nothing_runs(shell):
+    result, captured = run(shell, "%%torchprofile\nx = (")
+    assert isinstance(result.error_in_exec, SyntaxError)
+    assert not torch.autograd.profiler._is_profiler_enabled
+
+
+def test_global_torch_state_is_unchanged(shell):
+    before = (torch.is_grad_enabled(), torch.get_default_dtype(), torch.get_float32_matmul_precision(),
+              torch.is_inference_mode_enabled(), torch.is_autocast_enabled("cpu"))
+    run(shell, "%%torchprofile -q --memory --stack --flops --record-shapes\n"
+               "with torch.autocast('cpu', dtype=torch.bfloat16):\n    (torch.randn(8, 8) @ torch.randn(8, 8)).sum()")
+    after = (torch.is_grad_enabled(), torch.get_default_dtype(), torch.get_float32_matmul_precision(),
+             torch.is_inference_mode_enabled(), torch.is_autocast_enabled("cpu"))
+    assert before == after
+    assert not torch.autograd.profiler._is_profiler_enabled
+
+
+def test_trace_is_written_as_chrome_json(shell, tmp_path):
+    path = tmp_path / "cell.trace.json"
+    run(shell, f"%%torchprofile -q -o r --trace {path}\ntorch.randn(32, 32).relu()")
+    trace = json.loads(path.read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert "ProfilerStep#0" in names and "aten::relu" in names
+    assert shell.user_ns["r"].trace_path == str(path)
+
+
+def test_stack_ranks_the_users_source_lines(shell):
+    shell.run_cell("def heavy():\n    a = torch.randn(256, 256)\n    return a @ a @ a")
+    run(shell, "%%torchprofile -q -o r --stack\nfor _ in range(3):\n    heavy()")
+    lines = [frame for frame, _ in shell.user_ns["r"].hot_lines]
+    assert lines and "heavy" in lines[0]
+
+
+def test_flops_and_memory_columns(shell):
+    run(shell, "%%torchprofile -q -o r --flops --memory\nout = torch.randn(128, 64) @ torch.randn(64, 32)")
+    r = shell.user_ns["r"]
+    mm = next(op for op in r.ops if op.name == "aten::mm")
+    assert mm.flops == 2 * 128 * 64 * 32
+    assert mm.allocated_bytes == 128 * 32 * 4
+    assert r.memory_allocated_bytes["cpu"] >= (128 * 64 + 64 * 32 + 128 * 32) * 4
+    text = r.to_text()
+    assert "FLOP/s" in text and "allocated" in text

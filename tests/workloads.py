@@ -1,0 +1,128 @@
+"""Small real CPU workloads, each built to trigger (or to avoid) one diagnosis rule."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+
+class SlowTransformDataset(Dataset):
+    """Per-item Python work (a toy tokeniser): the input pipeline dominates the step."""
+
+    def __init__(self, n: int = 64, dim: int = 32):
+        self.n, self.dim = n, dim
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        text = " ".join(f"w{(i * 7 + j) % 101}" for j in range(400))
+        counts = [0.0] * self.dim
+        for word in text.split():
+            counts[hash(word) % self.dim] += 1.0
+        return torch.tensor(counts), torch.tensor([math.sin(i)])
+
+
+def mlp(dim: int = 32, hidden: int = 64) -> nn.Module:
+    return nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+
+def train_step_fn(model, batches, opt=None, read_loss_every_batch=False):
+    opt = opt or torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step():
+        total = torch.zeros(())
+        for x, y in batches:
+            loss = nn.functional.mse_loss(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if read_loss_every_batch:
+                total += loss.item()
+            else:
+                total += loss.detach()
+        return total
+
+    return step
+
+
+def slow_loader_step():
+    loader = DataLoader(SlowTransformDataset(), batch_size=16)
+    return train_step_fn(mlp(), loader)
+
+
+def fast_data_step():
+    batches = [(torch.randn(256, 256), torch.randn(256, 1)) for _ in range(4)]
+    return train_step_fn(mlp(256, 1024), batches)
+
+
+def item_per_batch_step():
+    batches = [(torch.randn(8, 32), torch.randn(8, 1)) for _ in range(20)]
+    return train_step_fn(mlp(), batches, read_loss_every_batch=True)
+
+
+def tiny_ops_step():
+    xs = [torch.randn(4) for _ in range(8)]
+
+    def step():
+        acc = torch.zeros(4)
+        for _ in range(60):
+            for x in xs:
+                acc = acc * 0.5 + x.sin()
+        return acc
+
+    return step
+
+
+def big_matmul_inference_step(autocast: bool = False):
+    model = nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 512)).eval()
+    x = torch.randn(256, 512)
+
+    def step():
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            return model(x)
+
+    return step
+
+
+def copy_heavy_step():
+    x = torch.randn(512, 512)
+
+    def step():
+        out = []
+        for _ in range(20):
+            y = x.t().contiguous().to(torch.float64).to(torch.float32)
+            out.append(y.sum())
+        return out
+
+    return step
+
+
+def grad_inference_step(inference_mode: bool = False):
+    model = mlp(64, 128)
+    x = torch.randn(32, 64)
+
+    def step():
+        if inference_mode:
+            with torch.inference_mode():
+                return model(x)
+        return model(x)  # builds an autograd graph nobody uses
+
+    return step
+
+
+def many_params_step(foreach: bool):
+    params = nn.ParameterList([nn.Parameter(torch.randn(16)) for _ in range(150)])
+    opt = torch.optim.Adam(params, lr=1e-3, foreach=foreach)
+
+    def step():
+        loss = sum((p * p).sum() for p in params)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
