@@ -82,8 +82,7 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
         )
         with prof:
             for i in range(options.steps):
-                with torch.profiler.record_function(f"{STEP_PREFIX}{i}"):
-                    value, seconds = timed_call(step, device)
+                value, seconds = timed_call(step, device, marker=f"{STEP_PREFIX}{i}")
                 step_s.append(seconds)
     except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt too: summarise, then re-raise)
         error = exc

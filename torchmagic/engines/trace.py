@@ -17,6 +17,8 @@ inherited context that decides where its self time belongs:
 
 from __future__ import annotations
 
+import bisect
+import math
 import statistics
 import sys
 from collections import Counter, defaultdict
@@ -24,19 +26,23 @@ from dataclasses import dataclass, field
 
 from torch.autograd import DeviceType
 
-DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, OTHER = (
+from ..measure.timing import DEVICE_WAIT_MARKER
+
+DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, OTHER = (
     "data loading",
     "forward",
     "backward",
     "optimizer",
     "copies",
     "syncs",
-    "other",
+    "device wait",  # the CPU waiting at step end for queued GPU work (GPU-bound: good)
+    "other",        # Python between ops, user annotations' own time
 )
-CATEGORIES = (DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, OTHER)
+CATEGORIES = (DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, OTHER)
 
 STEP_PREFIX = "ProfilerStep#"
 _PHASE_PREFIXES = (
+    (DEVICE_WAIT_MARKER, DEVICE_WAIT),
     ("enumerate(DataLoader)", DATA),
     ("autograd::engine::evaluate_function", BACKWARD),
     ("Optimizer.step#", OPTIMIZER),
@@ -60,6 +66,7 @@ MATMUL_OPS = frozenset({
     "aten::mkldnn_rnn_layer", "aten::_thnn_fused_lstm_cell", "aten::linear_backward", "aten::_mm",
 })
 LOW_PRECISION_DTYPES = frozenset({"c10::BFloat16", "c10::Half", "c10::Float8_e4m3fn", "c10::Float8_e5m2"})
+_RUNTIME_PREFIXES = ("cuda", "cu", "hip")
 _SKIPPED_NAMES = frozenset({"[memory]", "[OutOfMemory]", "profiler::_record_function_enter",
                             "profiler::_record_function_enter_new", "profiler::_record_function_exit"})
 _NOT_USER_CODE = ("torch/", "torchmagic/", "IPython/", "ipykernel/", "<built-in", "site-packages/",
@@ -130,8 +137,9 @@ class TraceSummary:
     optimizer_ops: int = 0
     optimizer_vectorised: bool = False
     optimizer_names: set = field(default_factory=set)
-    # data loading
+    # data loading: CPU time in DataLoader __next__, and the part of it the device sat idle
     data_us: float = 0.0
+    data_exposed_us: float | None = None
     # device (CUDA traces)
     has_device_events: bool = False
     device_busy_us: float = 0.0
@@ -175,15 +183,25 @@ def summarize_trace(events, trace_start_ns: int, *, shapes: bool = False) -> Tra
     """Build the summary from kineto's raw events (``prof.profiler.kineto_results.events()``)."""
     out = TraceSummary()
     cpu, device, corr_tid = _split(events, trace_start_ns, out)
+    # CUPTI reports runtime calls with OS thread ids: move each to its op's thread, and unlinked
+    # calls (a bare torch.cuda.synchronize()) to the thread their OS thread was seen to be.
+    runtime = [ev for ev in cpu if ev.kind == _RUNTIME]
+    os_thread = {ev.tid: corr_tid[ev.corr] for ev in runtime if ev.corr in corr_tid}
+    for ev in runtime:
+        ev.tid = corr_tid.get(ev.corr) or os_thread.get(ev.tid, ev.tid)
     by_thread: dict[int, list[_Ev]] = defaultdict(list)
     for ev in cpu:
-        if ev.kind == _RUNTIME:
-            ev.tid = corr_tid.get(ev.corr, ev.tid)  # CUPTI reports OS thread ids; join the op's thread
         by_thread[ev.tid].append(ev)
-    sweep = _Sweep(out, shapes)
-    for evs in by_thread.values():
-        sweep.run(evs)
-    _attribute_device(device, out, sweep.op_of_corr, sweep.step_windows)
+    markers = sorted((ev for ev in cpu if ev.kind == _ANNOTATION and ev.name.startswith(STEP_PREFIX)),
+                     key=lambda ev: ev.start)
+    out.step_us = [ev.end - ev.start for ev in markers]
+    windows = [(ev.start, ev.end) for ev in markers]
+    main_tid = markers[0].tid if markers else None
+    sweep = _Sweep(out, shapes, windows, {id(ev): i for i, ev in enumerate(markers)})
+    for tid, evs in by_thread.items():
+        sweep.run(evs, "CPU main thread" if tid == main_tid else f"CPU thread {tid}")
+    _discount_waiting(out, sweep, windows)
+    _attribute_device(device, out, sweep, windows)
     _bound_timeline(out)
     return out
 
@@ -209,15 +227,13 @@ def _split(events, trace_start_ns, out):
             continue
         end = start + e.duration_ns() / 1000.0
         linked = e.linked_correlation_id()
-        if linked > 0:
-            kind = _RUNTIME
+        kind = _PYTHON if e.is_python_function() else _ANNOTATION if e.is_user_annotation() else _OP
+        corr = e.correlation_id()
+        if kind == _OP and (linked > 0 or name.startswith(_RUNTIME_PREFIXES)):
+            kind = _RUNTIME  # a CUDA/HIP runtime or driver call, linked to the op that made it
             corr = linked
-        else:
-            corr = e.correlation_id()
-            kind = (_PYTHON if e.is_python_function() else
-                    _ANNOTATION if e.is_user_annotation() else _OP)
-            if kind == _OP:
-                corr_tid[corr] = e.start_thread_id()
+        elif kind == _OP:
+            corr_tid[corr] = e.start_thread_id()
         cpu.append(_Ev(name, start, end, e.start_thread_id(), corr, e.sequence_nr(), kind, e))
     return cpu, device, corr_tid
 
@@ -257,24 +273,33 @@ def _matmul_precision(raw) -> str | None:
     return "fp32" if dtypes[0] == "float" else None
 
 
+def _window_of(windows: list[tuple[float, float]], t: float) -> int | None:
+    i = bisect.bisect_right(windows, (t, math.inf)) - 1
+    return i if i >= 0 and windows[i][0] <= t < windows[i][1] else None
+
+
 class _Sweep:
     """The per-thread pass: a stack of open events, each with the context its children inherit."""
 
-    def __init__(self, out: TraceSummary, shapes: bool):
+    def __init__(self, out: TraceSummary, shapes: bool, windows, marker_index: dict[int, int]):
         self.out = out
         self.shapes = shapes
+        self.windows = windows
+        self.marker_index = marker_index
         self.op_of_corr: dict[int, tuple[str, str, str | None]] = {}  # corr -> (op, category, precision)
-        self.step_windows: list[tuple[float, float]] = []
         self.memory_level: dict[str, int] = defaultdict(int)
+        self.bars: dict[str, list[tuple[float, float]]] = defaultdict(list)  # lane -> top-level intervals
+        self.data_intervals: list[tuple[float, float]] = []
+        self.main_lane = "CPU main thread"
 
-    def run(self, evs: list[_Ev]) -> None:
+    def run(self, evs: list[_Ev], lane: str) -> None:
         out = self.out
         evs.sort(key=lambda ev: (ev.start, -ev.end))
         # An open event: [ev, child_us, phase, in_sync, in_copy, step, top, frame, under_op]
         stack: list[list] = []
         for ev in evs:
             while stack and stack[-1][0].end <= ev.start:
-                self._close(stack.pop())
+                self._close(stack.pop(), lane)
             parent = stack[-1] if stack else None
             if ev.kind == _MEMORY:
                 self._memory(ev, parent)
@@ -285,13 +310,15 @@ class _Sweep:
             else:
                 parent[1] += ev.end - ev.start
                 _, _, phase, in_sync, in_copy, step, top, frame, under_op = parent
-            if kind == _ANNOTATION and name.startswith(STEP_PREFIX):
-                step = len(out.step_us)
-                out.step_us.append(ev.end - ev.start)
-                self.step_windows.append((ev.start, ev.end))
-                top = None
-            elif step is not None and top is None:
-                top = ev  # a direct child of the step marker: one timeline bar
+            marker = self.marker_index.get(id(ev))
+            if marker is not None:
+                step, top = marker, None
+            elif parent is None:
+                step = _window_of(self.windows, ev.start)  # work on other threads, placed by time
+                top = ev if step is not None else None
+            elif top is None and step is not None:
+                top = ev  # a direct child of the step marker
+            if top is ev:
                 ev.cats = {}
             own_phase = _phase_of(name)
             if own_phase is not None and phase is None:
@@ -300,6 +327,8 @@ class _Sweep:
                     out.backward_events += 1
                 elif own_phase == OPTIMIZER and kind == _ANNOTATION:
                     out.optimizer_names.add(name.split("#", 1)[1].split(".", 1)[0])
+                elif own_phase == DATA and step is not None:
+                    self.data_intervals.append((ev.start, ev.end))
             if kind == _PYTHON and _is_user_frame(name):
                 frame = name
             if kind == _OP:
@@ -308,12 +337,13 @@ class _Sweep:
                 in_copy = in_copy or (name in COPY_OPS and not under_op)
                 if step is not None:
                     self._op_opened(ev, phase, frame, under_op)
-            elif kind == _RUNTIME and name in SYNC_RUNTIME and step is not None:
-                out.sync_runtime_calls += 1
+            elif (kind == _RUNTIME and name in SYNC_RUNTIME and step is not None
+                  and phase is None and not in_sync):
+                out.sync_runtime_calls += 1  # explicit torch.cuda.synchronize() and friends
                 out.sync_runtime_us += ev.end - ev.start
             stack.append([ev, 0.0, phase, in_sync, in_copy, step, top, frame, under_op or kind == _OP])
         while stack:
-            self._close(stack.pop())
+            self._close(stack.pop(), lane)
 
     def _op_opened(self, ev: _Ev, phase, frame, under_op) -> None:
         out, name, dur = self.out, ev.name, ev.end - ev.start
@@ -334,21 +364,22 @@ class _Sweep:
         if name == "aten::contiguous":
             out.layout_copies += 1
 
-    def _close(self, entry) -> None:
+    def _close(self, entry, lane: str) -> None:
         ev, child_us, phase, in_sync, in_copy, step, top, _, _ = entry
         if step is None:
             return  # outside the profiled steps (profiler start and stop)
         out, name, kind = self.out, ev.name, ev.kind
         dur = ev.end - ev.start
         self_us = max(dur - child_us, 0.0)
-        is_step = kind == _ANNOTATION and name.startswith(STEP_PREFIX)
+        is_step = top is None  # only a step marker has a step but no bar above it
         category = OTHER if is_step else _category(kind, name, phase, in_sync, in_copy)
         out.category_us[category] += self_us
         if top is not None:
             top.cats[category] = top.cats.get(category, 0.0) + self_us
             if top is ev:
                 dominant = max(ev.cats, key=ev.cats.get)
-                out.timeline.append(Span("CPU", ev.start, dur, dominant, name))
+                out.timeline.append(Span(lane, ev.start, dur, dominant, name))
+                self.bars[lane].append((ev.start, ev.end))
         if kind == _PYTHON or is_step:
             return
         if category == OPTIMIZER:
@@ -392,11 +423,21 @@ class _Sweep:
                 stats.allocated_bytes += nbytes
 
 
+def _discount_waiting(out: TraceSummary, sweep: _Sweep, windows) -> None:
+    """The main thread's gaps count as Python ("other") unless another thread worked meanwhile:
+    on CUDA, backward runs on an autograd thread while the main thread waits for it."""
+    others = [iv for lane, ivs in sweep.bars.items() if lane != sweep.main_lane for iv in ivs]
+    if not others:
+        return
+    gaps = _subtract(_union(windows), _union(sweep.bars.get(sweep.main_lane, [])))
+    out.category_us[OTHER] = max(out.category_us[OTHER] - _overlap(gaps, _union(others)), 0.0)
+
+
 def _shape_text(shapes) -> str:
     return ", ".join(f"[{', '.join(map(str, s))}]" if isinstance(s, list) else str(s) for s in shapes if s != [])
 
 
-def _attribute_device(device: list[_Ev], out: TraceSummary, op_of_corr, step_windows) -> None:
+def _attribute_device(device: list[_Ev], out: TraceSummary, sweep: _Sweep, windows) -> None:
     """Give each kernel/memcpy to the op that launched it; measure device busy time in steps."""
     if not device:
         return
@@ -404,7 +445,7 @@ def _attribute_device(device: list[_Ev], out: TraceSummary, op_of_corr, step_win
     intervals = []
     for ev in device:
         dur = ev.end - ev.start
-        op, category, precision = op_of_corr.get(ev.corr, (None, OTHER, None))
+        op, category, precision = sweep.op_of_corr.get(ev.corr, (None, OTHER, None))
         if op is not None:
             out.ops[op].self_device_us += dur
         if precision == "low":
@@ -417,24 +458,54 @@ def _attribute_device(device: list[_Ev], out: TraceSummary, op_of_corr, step_win
             out.pageable_h2d += 1
         intervals.append((ev.start, ev.end))
         out.timeline.append(Span(f"GPU stream {ev.tid}", ev.start, dur, category, ev.name))
-    out.device_busy_us = _busy_within(intervals, step_windows)
+    busy = _union(intervals)
+    out.device_busy_us = _overlap(busy, _union(windows))
+    data = _union(sweep.data_intervals)
+    out.data_exposed_us = sum(end - start for start, end in data) - _overlap(data, busy)
 
 
-def _busy_within(intervals, windows) -> float:
-    """Length of the union of ``intervals`` that falls inside the step ``windows``."""
-    busy = 0.0
+def _union(intervals) -> list[tuple[float, float]]:
     merged: list[list[float]] = []
     for start, end in sorted(intervals):
         if merged and start <= merged[-1][1]:
             merged[-1][1] = max(merged[-1][1], end)
         else:
             merged.append([start, end])
-    for ws, we in windows:
-        for start, end in merged:
-            lo, hi = max(start, ws), min(end, we)
-            if hi > lo:
-                busy += hi - lo
-    return busy
+    return [(a, b) for a, b in merged]
+
+
+def _overlap(a, b) -> float:
+    """Total length where two sorted, disjoint interval lists overlap."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def _subtract(a, b) -> list[tuple[float, float]]:
+    """Parts of sorted disjoint intervals ``a`` not covered by sorted disjoint ``b``."""
+    out = []
+    j = 0
+    for start, end in a:
+        cur = start
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < end:
+            if b[k][0] > cur:
+                out.append((cur, b[k][0]))
+            cur = max(cur, b[k][1])
+            k += 1
+        if cur < end:
+            out.append((cur, end))
+    return out
 
 
 def _bound_timeline(out: TraceSummary) -> None:

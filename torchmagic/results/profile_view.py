@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
+import textwrap
 
 from .base import CSS
 from .format import bar, fmt_bytes, fmt_count, fmt_flops, fmt_pct, fmt_s, fmt_us
@@ -34,6 +35,15 @@ def headline(r: ProfileResult) -> str:
     if r.overhead is not None:
         parts.append(f"profiler overhead {r.overhead:.2f}×")
     return " · ".join(parts)
+
+
+SORT_LABELS = {"self_cpu_us": "self CPU time", "total_cpu_us": "total CPU time",
+               "self_device_us": "self GPU time", "calls": "calls", "flops": "FLOPs",
+               "allocated_bytes": "bytes allocated"}
+
+
+def sort_label(r: ProfileResult) -> str:
+    return SORT_LABELS[r.sort_field]
 
 
 def _categories_table(values_s: dict[str, float]) -> Table | None:
@@ -115,7 +125,7 @@ def profile_text(r: ProfileResult) -> str:
         out.append("Findings, most costly first:")
         for i, f in enumerate(r.findings, 1):
             out.append(f" {i}. [{f.severity}] {f.rule}: {f.title}")
-            out.append(f"    fix: {f.fix}")
+            out += textwrap.wrap(f"fix: {f.fix}", 100, initial_indent="    ", subsequent_indent="         ")
             out += [f"      {line}" for line in f.snippet.splitlines()]
             if f.verify:
                 out.append(f"    verify: {f.verify}")
@@ -128,7 +138,7 @@ def profile_text(r: ProfileResult) -> str:
     if device_categories:
         out += ["", "GPU kernel time by the category of the op that launched it:", device_categories.to_text()]
     if r.ops:
-        out += ["", f"Top operators by {r.sort_field.removesuffix('_us').replace('_', ' ')}:", _ops_table(r).to_text()]
+        out += ["", f"Top operators by {sort_label(r)}:", _ops_table(r).to_text()]
     if r.hot_lines:
         out += ["", "Source lines by the op time they call:", _hot_lines_table(r).to_text()]
     memory = _memory_lines(r)
@@ -189,7 +199,7 @@ def _summary_html(r: ProfileResult) -> str:
 def _ops_html(r: ProfileResult) -> str:
     if not r.ops:
         return ""
-    title = f"Top operators by {r.sort_field.removesuffix('_us').replace('_', ' ')}"
+    title = f"Top operators by {sort_label(r)}"
     return f"<h4>{html.escape(title)}</h4>" + _ops_table(r).to_html()
 
 
