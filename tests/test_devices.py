@@ -120,6 +120,7 @@ def test_profile_on_fake_cuda_device_shows_nvml_and_syncs_each_step():
     assert dev.syncs == 2 * 4  # before and after each of 1 warm-up and 3 steps
     assert r.device["kind"] == "cuda" and r.nvml["name"] == "Fake H100"
     assert not any("CPU-only" in note for note in r.notes)
+    assert "NVML after the profile: Fake H100: 600.0 MiB of 80.0 GiB used (all processes), 37% busy" in r.to_text()
 
 
 def test_profile_notes_why_nvml_is_missing():

@@ -139,8 +139,12 @@ def test_sigint_from_a_timer_thread_interrupts_a_long_cell(shell):
 
 
 def test_syntax_error_in_cell_is_reported_and_nothing_runs(shell):
-    result, captured = run(shell, "%%torchprofile\nx = (")
-    assert isinstance(result.error_in_exec, SyntaxError)
+    shell.user_ns["ran"] = False
+    result, captured = run(shell, "%%torchprofile\nran = True\nx = (")
+    assert result.error_in_exec is not None and not shell.user_ns["ran"]
+    shown = captured.stdout + captured.stderr
+    assert "SyntaxError" in shown and "was never closed" in shown and "line 2" in shown
+    assert "torchmagic" not in shown.replace("%%torchprofile", "")
     assert not torch.autograd.profiler._is_profiler_enabled
 
 

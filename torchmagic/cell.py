@@ -26,9 +26,9 @@ class Cell:
         register_source: Callable[[str], str] | None = None,
     ):
         code = transform(source) if transform else source
-        tree = ast.parse(code)  # SyntaxError surfaces to the caller, as in a normal cell
         filename = (register_source or _register_in_linecache)(code)
         self.filename = filename
+        tree = ast.parse(code, filename)  # a SyntaxError names the cell and line, as IPython's do
         last = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         if last is not None and _ends_with_semicolon(code, last):
             last = None  # "x;" displays nothing in IPython: run it as a plain statement

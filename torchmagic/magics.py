@@ -27,9 +27,15 @@ class TorchMagics(Magics):
         if not source.strip():
             raise UsageError(f"%%{magic}: the cell is empty; put the code to measure below the magic line")
         shell = self.shell
-        return Cell(source, transform=shell.transform_cell,
-                    register_source=lambda code: shell.compile.cache(code, shell.execution_count,
-                                                                     raw_code=source))
+        try:
+            return Cell(source, transform=shell.transform_cell,
+                        register_source=lambda code: shell.compile.cache(code, shell.execution_count,
+                                                                         raw_code=source))
+        except SyntaxError:
+            # Show it as IPython shows a cell's syntax error (the line and a caret, none of our
+            # frames), then stop here with one line, so "Run all" stops too.
+            shell.showsyntaxerror()
+            raise UsageError(f"%%{magic}: the cell has a syntax error (above); nothing ran") from None
 
     @magic_arguments()
     @argument("--steps", type=int, default=1, metavar="N",

@@ -108,6 +108,20 @@ def _memory_lines(r: ProfileResult) -> list[str]:
             for device, peak in sorted(r.memory_peak_bytes.items())]
 
 
+def _nvml_line(r: ProfileResult) -> str | None:
+    n = r.nvml
+    if not n:
+        return None
+    parts = [f"{n['name']}: {fmt_bytes(n['used_bytes'])} of {fmt_bytes(n['total_bytes'])} used (all processes)"]
+    if n.get("utilization_pct") is not None:
+        parts.append(f"{n['utilization_pct']:.0f}% busy over NVML's last sample period")
+    if n.get("temperature_c") is not None:
+        parts.append(f"{n['temperature_c']:.0f} °C")
+    if n.get("power_w") is not None:
+        parts.append(f"{n['power_w']:.0f} W")
+    return "NVML after the profile: " + ", ".join(parts)
+
+
 def _trace_line(r: ProfileResult) -> str | None:
     if not r.trace_path:
         return None
@@ -120,6 +134,9 @@ def profile_text(r: ProfileResult) -> str:
     if r.error:
         out.append(f"The cell raised {r.error}; what ran before it is summarised below.")
     out += r.notes
+    nvml = _nvml_line(r)
+    if nvml:
+        out.append(nvml)
     if r.findings:
         out.append("")
         out.append("Findings, most costly first:")
@@ -186,7 +203,8 @@ def _summary_html(r: ProfileResult) -> str:
     if r.error:
         parts.append(f'<p class="tm-note">The cell raised <code>{html.escape(r.error)}</code>; '
                      "what ran before it is summarised below.</p>")
-    parts += [f'<div class="tm-note">{html.escape(note)}</div>' for note in r.notes]
+    nvml = _nvml_line(r)
+    parts += [f'<div class="tm-note">{html.escape(note)}</div>' for note in r.notes + ([nvml] if nvml else [])]
     parts.append(_findings_html(r))
     parts.append(_categories_html(r.categories_s, "CPU time by category"))
     parts.append(_categories_html(r.device_categories_s, "GPU kernel time by category"))
