@@ -28,10 +28,9 @@ def timeline_figure_png(spans, colors: dict[str, str], width_in: float = 10.0) -
     ax.set_xlabel("time since the first profiled step (ms); gaps are Python or idle time")
     ax.spines[["top", "right"]].set_visible(False)
     used = [c for c in colors if any(cat == c for _, cat in bars)]
-    ax.legend(handles=[Patch(color=colors[c], label=c) for c in used], loc="upper center",
-              bbox_to_anchor=(0.5, 1.0 + 0.9 / (0.55 * len(lanes) + 1.1)), ncol=len(used), frameon=False,
-              fontsize=8)
-    fig.tight_layout()
+    ax.legend(handles=[Patch(color=colors[c], label=c) for c in used], loc="lower left",
+              bbox_to_anchor=(0.0, 1.02), ncol=len(used), frameon=False, fontsize=8,
+              handlelength=1.2, borderaxespad=0.0)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    fig.savefig(buf, format="png", bbox_inches="tight")
     return buf.getvalue()

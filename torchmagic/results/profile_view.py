@@ -83,9 +83,16 @@ def _ops_table(r: ProfileResult) -> Table:
     if show_mem:
         columns.append(Column("allocated", lambda op: fmt_bytes(op.allocated_bytes) if op.allocated_bytes else ""))
     if show_shapes:
-        columns.append(Column("input shapes", lambda op: " | ".join(op.shapes), "left"))
+        columns.append(Column("input shapes (most time)", _shapes_cell, "left"))
     return Table(columns, r.sorted_ops(), limit=r.options.get("top", 15), noun="operators",
                  hint=" (--top N shows more)")
+
+
+def _shapes_cell(op) -> str:
+    if not op.shapes:
+        return ""
+    first = op.shapes[0] if len(op.shapes[0]) <= 48 else op.shapes[0][:47] + "…"
+    return first + (f"  (+{len(op.shapes) - 1} more)" if len(op.shapes) > 1 else "")
 
 
 def _rate(op, on_device: bool) -> str:
