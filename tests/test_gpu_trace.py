@@ -19,6 +19,13 @@ class Ev:
         self._tid, self._corr, self._linked, self._seq = tid, corr, linked, seq
         self._kind, self._device, self._stream, self._dtypes = kind, device, stream, list(dtypes)
 
+    def activity_type(self):
+        if self._device != DeviceType.CPU:
+            return "gpu_memcpy" if self._name.startswith("Memcpy") else "kernel"
+        if self._name.startswith("cuda"):
+            return "cuda_runtime"
+        return {"op": "cpu_op", "annotation": "user_annotation", "python": "python_function"}[self._kind]
+
     def name(self): return self._name
     def start_ns(self): return T0 + int(self._start * 1000)
     def duration_ns(self): return int((self._end - self._start) * 1000)

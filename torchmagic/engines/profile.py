@@ -113,7 +113,8 @@ def _build_result(prof, options, label, device, warmup_s, step_s, error) -> Prof
             result.notes.append("The profiler returned no events.")
         return result
     started = time.perf_counter()
-    summary = summarize_trace(results.events(), results.trace_start_ns(), shapes=options.record_shapes)
+    summary = summarize_trace(results.events(), results.trace_start_ns(), shapes=options.record_shapes,
+                              flops=options.flops)
     _fill_from_summary(result, summary, device)
     result.analysis_s = time.perf_counter() - started
     if options.trace:

@@ -18,6 +18,8 @@ inherited context that decides where its self time belongs:
 from __future__ import annotations
 
 import bisect
+import functools
+import gc
 import math
 import statistics
 import sys
@@ -167,28 +169,40 @@ class TraceSummary:
 
 
 class _Ev:
-    __slots__ = ("name", "start", "end", "tid", "corr", "seq", "kind", "raw", "cats")
+    """A raw event reduced to what every event needs; the rest is read from ``raw`` on demand
+    (each read of a kineto event attribute costs ~0.4 µs, the main cost of the analysis)."""
 
-    def __init__(self, name, start, end, tid, corr, seq, kind, raw):
+    # cats: self µs by category under a timeline bar (set on bars only)
+    __slots__ = ("name", "start", "end", "tid", "corr", "kind", "raw", "cats")
+
+    def __init__(self, name, start, end, tid, kind, raw, corr=0):
         self.name, self.start, self.end, self.tid = name, start, end, tid
-        self.corr, self.seq, self.kind, self.raw = corr, seq, kind, raw
-        self.cats: dict[str, float] | None = None  # self µs by category of a timeline bar's subtree
+        self.kind, self.raw, self.corr = kind, raw, corr
 
 
 # event kinds
 _OP, _ANNOTATION, _PYTHON, _RUNTIME, _MEMORY = range(5)
+_CPU_KINDS = {"cpu_op": _OP, "user_annotation": _ANNOTATION, "python_function": _PYTHON}
+_DEVICE_ACTIVITIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 
 
-def summarize_trace(events, trace_start_ns: int, *, shapes: bool = False) -> TraceSummary:
+def summarize_trace(events, trace_start_ns: int, *, shapes: bool = False, flops: bool = False) -> TraceSummary:
     """Build the summary from kineto's raw events (``prof.profiler.kineto_results.events()``)."""
+    # ~100k short-lived records, none in a cycle: the cyclic GC's passes would only cost time
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _summarize(events, trace_start_ns, shapes, flops)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _summarize(events, trace_start_ns: int, shapes: bool, flops: bool) -> TraceSummary:
     out = TraceSummary()
-    cpu, device, corr_tid = _split(events, trace_start_ns, out)
-    # CUPTI reports runtime calls with OS thread ids: move each to its op's thread, and unlinked
-    # calls (a bare torch.cuda.synchronize()) to the thread their OS thread was seen to be.
-    runtime = [ev for ev in cpu if ev.kind == _RUNTIME]
-    os_thread = {ev.tid: corr_tid[ev.corr] for ev in runtime if ev.corr in corr_tid}
-    for ev in runtime:
-        ev.tid = corr_tid.get(ev.corr) or os_thread.get(ev.tid, ev.tid)
+    cpu, device = _split(events, trace_start_ns, out)
+    if device:
+        _link_runtime_threads(cpu)
     by_thread: dict[int, list[_Ev]] = defaultdict(list)
     for ev in cpu:
         by_thread[ev.tid].append(ev)
@@ -197,7 +211,7 @@ def summarize_trace(events, trace_start_ns: int, *, shapes: bool = False) -> Tra
     out.step_us = [ev.end - ev.start for ev in markers]
     windows = [(ev.start, ev.end) for ev in markers]
     main_tid = markers[0].tid if markers else None
-    sweep = _Sweep(out, shapes, windows, {id(ev): i for i, ev in enumerate(markers)})
+    sweep = _Sweep(out, windows, {id(ev): i for i, ev in enumerate(markers)}, shapes=shapes, flops=flops)
     for tid, evs in by_thread.items():
         sweep.run(evs, "CPU main thread" if tid == main_tid else f"CPU thread {tid}")
     _discount_waiting(out, sweep, windows)
@@ -209,36 +223,53 @@ def summarize_trace(events, trace_start_ns: int, *, shapes: bool = False) -> Tra
 def _split(events, trace_start_ns, out):
     """Convert raw events to light records (µs since trace start), CPU and device apart."""
     cpu, device = [], []
-    corr_tid: dict[int, int] = {}
     t0 = trace_start_ns
-    cpu_type = DeviceType.CPU
     for e in events:
         out.event_count += 1
+        activity = e.activity_type()
         name = e.name()
-        start = (e.start_ns() - t0) / 1000.0
-        if name == "[memory]":
-            cpu.append(_Ev(name, start, start, e.start_thread_id(), 0, e.device_type(), _MEMORY, e))
-            continue
-        if e.device_type() != cpu_type:
-            device.append(_Ev(name, start, start + e.duration_ns() / 1000.0, e.device_resource_id(),
-                              e.linked_correlation_id(), e.device_index(), _OP, e))
-            continue
+        kind = _CPU_KINDS.get(activity)
+        if kind is None:
+            if activity in _DEVICE_ACTIVITIES:
+                start = (e.start_ns() - t0) / 1000.0
+                device.append(_Ev(name, start, start + e.duration_ns() / 1000.0, e.device_resource_id(),
+                                  _OP, e, e.linked_correlation_id()))
+                continue
+            if name == "[memory]":
+                start = (e.start_ns() - t0) / 1000.0
+                cpu.append(_Ev(name, start, start, e.start_thread_id(), _MEMORY, e))
+                continue
+            if not activity.endswith(("_runtime", "_driver")):
+                continue  # profiler overhead markers, GPU-side annotations, sync records
+            kind = _RUNTIME  # a CUDA/HIP runtime or driver call, linked to the op that made it
         if name in _SKIPPED_NAMES or e.is_async() or e.is_hidden_event():
             continue
-        end = start + e.duration_ns() / 1000.0
-        linked = e.linked_correlation_id()
-        kind = _PYTHON if e.is_python_function() else _ANNOTATION if e.is_user_annotation() else _OP
-        corr = e.correlation_id()
-        if kind == _OP and (linked > 0 or name.startswith(_RUNTIME_PREFIXES)):
-            kind = _RUNTIME  # a CUDA/HIP runtime or driver call, linked to the op that made it
-            corr = linked
-        elif kind == _OP:
-            corr_tid[corr] = e.start_thread_id()
-        cpu.append(_Ev(name, start, end, e.start_thread_id(), corr, e.sequence_nr(), kind, e))
-    return cpu, device, corr_tid
+        start = (e.start_ns() - t0) / 1000.0
+        ev = _Ev(name, start, start + e.duration_ns() / 1000.0, e.start_thread_id(), kind, e)
+        if kind == _RUNTIME:
+            ev.corr = e.linked_correlation_id()
+        cpu.append(ev)
+    return cpu, device
 
 
+def _link_runtime_threads(cpu: list[_Ev]) -> None:
+    """Join runtime calls to their op's thread (CUPTI reports OS thread ids), and give ops
+    their correlation ids, which only matter when there are kernels to attribute.  Unlinked
+    calls (a bare torch.cuda.synchronize()) go to the thread their OS thread was seen to be."""
+    corr_tid = {}
+    for ev in cpu:
+        if ev.kind == _OP:
+            ev.corr = ev.raw.correlation_id()
+            corr_tid[ev.corr] = ev.tid
+    runtime = [ev for ev in cpu if ev.kind == _RUNTIME]
+    os_thread = {ev.tid: corr_tid[ev.corr] for ev in runtime if ev.corr in corr_tid}
+    for ev in runtime:
+        ev.tid = corr_tid.get(ev.corr) or os_thread.get(ev.tid, ev.tid)
+
+
+@functools.lru_cache(maxsize=4096)
 def _phase_of(name: str) -> str | None:
+    """The phase an event opens (cached: a trace repeats a few hundred names)."""
     for prefix, phase in _PHASE_PREFIXES:
         if name.startswith(prefix):
             return phase
@@ -281,9 +312,10 @@ def _window_of(windows: list[tuple[float, float]], t: float) -> int | None:
 class _Sweep:
     """The per-thread pass: a stack of open events, each with the context its children inherit."""
 
-    def __init__(self, out: TraceSummary, shapes: bool, windows, marker_index: dict[int, int]):
+    def __init__(self, out: TraceSummary, windows, marker_index: dict[int, int], *, shapes: bool, flops: bool):
         self.out = out
         self.shapes = shapes
+        self.flops = flops
         self.windows = windows
         self.marker_index = marker_index
         self.op_of_corr: dict[int, tuple[str, str, str | None]] = {}  # corr -> (op, category, precision)
@@ -355,8 +387,10 @@ class _Sweep:
             if name in SYNC_OPS:
                 out.sync_calls += 1
                 out.sync_us += dur
-        if phase is None and ev.seq >= 0:
-            out.graph_nodes.add(ev.seq)
+        if phase is None:
+            seq = ev.raw.sequence_nr()
+            if seq >= 0:
+                out.graph_nodes.add(seq)
         if phase == OPTIMIZER:
             out.optimizer_ops += 1
             if "_foreach_" in name or "_fused_" in name:
@@ -401,15 +435,18 @@ class _Sweep:
             out.matmul_low_us += self_us
         elif precision == "fp32":
             out.matmul_fp32_us += self_us
-        self.op_of_corr[ev.corr] = (name, category, precision)
-        stats.flops += ev.raw.flops()
+        if ev.corr:
+            self.op_of_corr[ev.corr] = (name, category, precision)
+        if self.flops:
+            stats.flops += ev.raw.flops()
         if self.shapes:
             stats.shapes[_shape_text(ev.raw.shapes())] += self_us
 
     def _memory(self, ev: _Ev, parent) -> None:
         out = self.out
         out.memory_recorded = True
-        device = "cpu" if ev.seq == DeviceType.CPU else str(ev.seq).rsplit(".", 1)[-1].lower()
+        device_type = ev.raw.device_type()
+        device = "cpu" if device_type == DeviceType.CPU else str(device_type).rsplit(".", 1)[-1].lower()
         nbytes = ev.raw.nbytes()
         level = self.memory_level
         level[device] += nbytes
