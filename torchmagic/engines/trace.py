@@ -55,7 +55,7 @@ SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero"
                       "aten::equal", "aten::unique", "aten::_unique2", "aten::masked_select"})
 # Runtime calls that block the host until the device catches up (CUDA traces only).
 SYNC_RUNTIME = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
-                          "cudaMemcpy", "cudaStreamWaitEvent"})
+                          "cudaMemcpy", "hipStreamSynchronize", "hipDeviceSynchronize"})
 COPY_OPS = frozenset({"aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone",
                       "aten::_copy_from", "aten::_copy_from_and_resize", "aten::pin_memory",
                       "aten::_pin_memory"})
@@ -68,9 +68,9 @@ MATMUL_OPS = frozenset({
     "aten::mkldnn_rnn_layer", "aten::_thnn_fused_lstm_cell", "aten::linear_backward", "aten::_mm",
 })
 LOW_PRECISION_DTYPES = frozenset({"c10::BFloat16", "c10::Half", "c10::Float8_e4m3fn", "c10::Float8_e5m2"})
-_RUNTIME_PREFIXES = ("cuda", "cu", "hip")
-_SKIPPED_NAMES = frozenset({"[memory]", "[OutOfMemory]", "profiler::_record_function_enter",
-                            "profiler::_record_function_enter_new", "profiler::_record_function_exit"})
+# the profiler's own bookkeeping around record_function ranges
+_SKIPPED_NAMES = frozenset({"profiler::_record_function_enter", "profiler::_record_function_enter_new",
+                            "profiler::_record_function_exit"})
 _NOT_USER_CODE = ("torch/", "torchmagic/", "IPython/", "ipykernel/", "<built-in", "site-packages/",
                   "dist-packages/", "<frozen", "contextlib.py", "typing.py", "functools.py")
 
