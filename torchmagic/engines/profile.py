@@ -142,6 +142,7 @@ def _fill_from_summary(result: ProfileResult, s: TraceSummary, device: Device) -
     result.categories_s = {k: v / 1e6 for k, v in s.category_us.items() if v > 0}
     result.device_categories_s = {k: v / 1e6 for k, v in s.device_category_us.items() if v > 0}
     result.timeline = [TimelineSpan(t.lane, t.start_us, t.dur_us, t.category, t.name) for t in s.timeline]
+    result.step_starts_us = list(s.step_start_us)
     result.memory_peak_bytes = dict(s.peak_allocated)
     result.memory_allocated_bytes = dict(s.allocated_total)
     result.hot_lines = s.hot_lines.most_common(HOT_LINES_KEPT)

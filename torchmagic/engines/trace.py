@@ -111,6 +111,7 @@ class TraceSummary:
 
     event_count: int = 0
     step_us: list[float] = field(default_factory=list)
+    step_start_us: list[float] = field(default_factory=list)
     ops: dict[str, OpStats] = field(default_factory=dict)
     category_us: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
     device_category_us: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
@@ -209,6 +210,7 @@ def _summarize(events, trace_start_ns: int, shapes: bool, flops: bool) -> TraceS
     markers = sorted((ev for ev in cpu if ev.kind == _ANNOTATION and ev.name.startswith(STEP_PREFIX)),
                      key=lambda ev: ev.start)
     out.step_us = [ev.end - ev.start for ev in markers]
+    out.step_start_us = [ev.start for ev in markers]
     windows = [(ev.start, ev.end) for ev in markers]
     main_tid = markers[0].tid if markers else None
     sweep = _Sweep(out, windows, {id(ev): i for i, ev in enumerate(markers)}, shapes=shapes, flops=flops)

@@ -73,6 +73,7 @@ class ProfileResult(Result):
     overhead: float | None = None             # profiled / un-profiled step time
     notes: list[str] = field(default_factory=list)
     timeline: list[TimelineSpan] = field(default_factory=list)
+    step_starts_us: list[float] = field(default_factory=list)  # on the timeline's clock
     memory_peak_bytes: dict[str, int] = field(default_factory=dict)
     memory_allocated_bytes: dict[str, int] = field(default_factory=dict)
     hot_lines: list[tuple[str, float]] = field(default_factory=list)     # (source frame, op µs)

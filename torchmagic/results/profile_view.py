@@ -258,7 +258,7 @@ def timeline_png(r: ProfileResult) -> bytes | None:
         return None
     from .plot import timeline_figure_png
 
-    return timeline_figure_png(r.timeline, CATEGORY_COLORS)
+    return timeline_figure_png(r.timeline, CATEGORY_COLORS, r.step_starts_us)
 
 
 # -- widget ----------------------------------------------------------------------------
