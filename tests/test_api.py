@@ -65,3 +65,16 @@ def test_rendering_does_not_import_matplotlib_until_drawn():
             "r.to_html(); print('matplotlib' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "True"]
+
+
+def test_profiler_banner_is_not_printed_but_other_stderr_is(capfd):
+    import sys
+
+    def step():
+        torch.ones(2).add(1)
+        print("user stderr line", file=sys.stderr)
+
+    torchmagic.profile(step)
+    err = capfd.readouterr().err
+    assert "profiler_start" not in err and "profiler_stop" not in err
+    assert "user stderr line" in err

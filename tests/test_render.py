@@ -87,6 +87,11 @@ def test_result_without_steps_renders():
     assert "no complete step" in repr(r)
 
 
+def test_repr_uses_readable_units():
+    assert "1.50 s/step" in repr(make_result(step_s=[1.5]))
+    assert "11.00 ms/step" in repr(make_result())
+
+
 def test_formatting_units():
     assert fmt_us(0.5) == "500 ns"
     assert fmt_us(12.5) == "12.50 µs"

@@ -28,6 +28,7 @@ def test_dataloader_fires_on_slow_per_item_transform():
     assert f is not None
     assert f.evidence["share_of_step"] > rules.THRESHOLDS["dataloader_share"]
     assert "num_workers" in f.snippet
+    assert "torch.set_num_threads" in f.fix  # on CPU, workers compete with torch's threads
     assert r.categories_s["data loading"] == max(r.categories_s.values())
 
 
@@ -65,6 +66,13 @@ def test_amp_fires_on_fp32_matmuls_when_bf16_is_fast():
     assert f is not None
     assert f.evidence["fp32_matmul_share"] >= rules.THRESHOLDS["amp_fp32_matmul_share"]
     assert "torch.autocast('cpu', dtype=torch.bfloat16)" in f.snippet
+
+
+def test_amp_snippet_fits_inference_or_training():
+    inference = profile(w.big_matmul_inference_step(), device=FastBf16Cpu(fast=True)).finding("amp")
+    assert "inference_mode" in inference.snippet and "loss" not in inference.snippet
+    training = profile(w.fast_data_step(), device=FastBf16Cpu(fast=True)).finding("amp")
+    assert training is not None and "loss = loss_fn(model(x), y)" in training.snippet
 
 
 def test_amp_silent_under_autocast():

@@ -19,6 +19,7 @@ import torch
 from ..devices import Device, current_device
 from ..measure import timed_call
 from ..results.profile import SORT_KEYS, OpRow, ProfileResult, TimelineSpan
+from .quiet import without_profiler_banner
 from .rules import RuleContext, diagnose
 from .trace import STEP_PREFIX, TraceSummary, summarize_trace
 
@@ -80,10 +81,15 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
             with_stack=options.stack,
             with_flops=options.flops,
         )
-        with prof:
+        with without_profiler_banner():
+            prof.start()
+        try:
             for i in range(options.steps):
                 value, seconds = timed_call(step, device, marker=f"{STEP_PREFIX}{i}")
                 step_s.append(seconds)
+        finally:
+            with without_profiler_banner():
+                prof.stop()
     except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt too: summarise, then re-raise)
         error = exc
     result = _build_result(prof, options, label, device, warmup_s, step_s, error)

@@ -88,6 +88,10 @@ def _share(part_us: float, s: TraceSummary) -> float:
     return part_us / s.total_step_us if s.total_step_us > 0 else 0.0
 
 
+_CPU_THREADS_NOTE = (" On a CPU-only machine the workers compete with torch's own threads for the cores: "
+                     "leave them cores with torch.set_num_threads(cores - workers), and measure.")
+
+
 def dataloader(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     # On a GPU only the loading time the device sits idle through is exposed; on CPU all of it is.
     exposed = s.data_exposed_us if s.data_exposed_us is not None else s.data_us
@@ -100,7 +104,8 @@ def dataloader(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         {"exposed_ms_per_step": round(exposed / s.steps / 1e3, 3),
          "loading_ms_per_step": round(s.data_us / s.steps / 1e3, 3), "share_of_step": round(share, 4)},
         "Load batches in background worker processes so the next batch is ready when the step "
-        "needs it; keep workers alive between epochs; pin memory for fast, asynchronous copies to a GPU.",
+        "needs it; keep workers alive between epochs; pin memory for fast, asynchronous copies to a GPU."
+        + (_CPU_THREADS_NOTE if ctx.device_kind == "cpu" else ""),
         "loader = DataLoader(dataset, batch_size=..., num_workers=4,\n"
         "                    persistent_workers=True, prefetch_factor=2,\n"
         "                    pin_memory=torch.cuda.is_available())",
@@ -169,9 +174,14 @@ def amp(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     if share < THRESHOLDS["amp_fp32_matmul_share"]:
         return None
     dtype = ctx.low_precision_dtype or "bfloat16"
-    device = "cuda" if ctx.device_kind == "cuda" else ctx.device_kind
-    scaler = ("\nscaler = torch.amp.GradScaler()  # fp16 only: scale the loss to keep small gradients"
-              if dtype == "float16" else "")
+    device = ctx.device_kind
+    training = s.backward_events > 0
+    if training:
+        scaler = ("\nscaler = torch.amp.GradScaler()  # fp16 only: scale the loss to keep small gradients"
+                  if dtype == "float16" else "")
+        snippet = f"with torch.autocast('{device}', dtype=torch.{dtype}):\n    loss = loss_fn(model(x), y){scaler}"
+    else:
+        snippet = f"with torch.inference_mode(), torch.autocast('{device}', dtype=torch.{dtype}):\n    out = model(x)"
     return _finding(
         "amp", ctx, share,
         f"{share:.0%} of the {'device' if on_device else 'step'} time is fp32 matmul/conv; "
@@ -181,7 +191,7 @@ def amp(s: TraceSummary, ctx: RuleContext) -> Finding | None:
          "why": ctx.low_precision_reason},
         f"Run the forward pass under autocast: matmuls and convolutions in {dtype}, "
         "reductions and norms stay fp32. Check the accuracy of the result against fp32.",
-        f"with torch.autocast('{device}', dtype=torch.{dtype}):\n    loss = loss_fn(model(x), y){scaler}",
+        snippet,
     )
 
 

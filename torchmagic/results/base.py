@@ -24,7 +24,7 @@ CSS = """<style>
 .tm-sev.high{background:#d1242f}.tm-sev.medium{background:#9a6700}.tm-sev.low{background:#0969da}
 .tm-finding pre,.tm-report pre{background:var(--jp-layout-color2,#f6f8fa);padding:6px 8px;margin:4px 0;
   font-size:12px;overflow-x:auto}
-.tm-bar{display:inline-block;height:10px;vertical-align:middle}
+.tm-bar{font-family:var(--jp-code-font-family,monospace);line-height:1}
 </style>"""
 
 

@@ -131,7 +131,9 @@ class ProfileResult(Result):
         return profile_widget(self)
 
     def __repr__(self) -> str:
+        from .format import fmt_s
+
         median = self.median_step_s
-        step = f"{median * 1e3:.3g} ms/step" if median is not None else "no complete step"
+        step = f"{fmt_s(median)}/step" if median is not None else "no complete step"
         return (f"<ProfileResult {self.label}: {self.steps} step(s), {step}, "
                 f"{len(self.findings)} finding(s){', error' if self.error else ''}>")

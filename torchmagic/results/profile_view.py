@@ -197,8 +197,8 @@ def _categories_html(values_s: dict[str, float], title: str) -> str:
     body = "".join(
         f'<tr><td style="text-align:left">{html.escape(n)}</td><td style="text-align:right">{fmt_s(s)}</td>'
         f'<td style="text-align:right">{fmt_pct(s / total)}</td><td style="text-align:left">'
-        f'<span class="tm-bar" style="width:{max(1, round(200 * s / total))}px;'
-        f'background:{CATEGORY_COLORS.get(n, "#888")}"></span></td></tr>'
+        # a bar of block characters: it survives sanitisers that strip inline styles (untrusted notebooks)
+        f'<span class="tm-bar" style="color:{CATEGORY_COLORS.get(n, "#888")}">{bar(s / total)}</span></td></tr>'
         for n, s in rows
     )
     return (f"<h4>{html.escape(title)}</h4><table class=\"tm-table\"><thead><tr><th style=\"text-align:left\">"
