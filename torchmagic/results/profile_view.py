@@ -148,7 +148,8 @@ def profile_text(r: ProfileResult) -> str:
         out.append("")
         out.append("Findings, most costly first:")
         for i, f in enumerate(r.findings, 1):
-            out.append(f" {i}. [{f.severity}] {f.rule}: {f.title}")
+            out += textwrap.wrap(f"{i}. [{f.severity}] {f.rule}: {f.title}", 100, initial_indent=" ",
+                                 subsequent_indent="    ")
             out += textwrap.wrap(f"fix: {f.fix}", 100, initial_indent="    ", subsequent_indent="         ")
             out += [f"      {line}" for line in f.snippet.splitlines()]
             if f.verify:
