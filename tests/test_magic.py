@@ -184,3 +184,11 @@ def test_flops_and_memory_columns(shell):
     assert r.memory_allocated_bytes["cpu"] >= (128 * 64 + 64 * 32 + 128 * 32) * 4
     text = r.to_text()
     assert "FLOP/s" in text and "allocated" in text
+
+
+def test_refuses_to_nest_inside_a_running_profiler(shell):
+    with torch.profiler.profile():
+        result, captured = run(shell, "%%torchprofile\nran = 1")
+        assert torch.autograd._profiler_enabled()  # the user's profiler is left running
+    assert "already running" in captured.stderr + captured.stdout
+    assert "ran" not in shell.user_ns

@@ -8,7 +8,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from .cell import Cell
-from .engines.profile import ProfileOptions, run_profile
+from .engines.profile import ProfileOptions, ProfilerBusyError, run_profile
 from .results.profile import SORT_KEYS
 
 
@@ -80,7 +80,10 @@ class TorchMagics(Magics):
             __tracebackhide__ = True  # noqa: F841
             return code.run(namespace)
 
-        run = run_profile(step, options, label="%%torchprofile")
+        try:
+            run = run_profile(step, options, label="%%torchprofile")
+        except ProfilerBusyError as exc:
+            raise UsageError(f"%%torchprofile: {exc}") from None
         self._store(args.output, run.result)
         if not args.quiet:
             display(run.result)

@@ -56,6 +56,10 @@ class ProfileOptions:
         return asdict(self)
 
 
+class ProfilerBusyError(RuntimeError):
+    """Another torch.profiler session is running; torch cannot nest them."""
+
+
 @dataclass
 class ProfileRun:
     result: ProfileResult
@@ -66,6 +70,9 @@ class ProfileRun:
 def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOptions(), *,
                 label: str = "profile", device: Device | None = None) -> ProfileRun:
     __tracebackhide__ = True  # noqa: F841
+    if torch.autograd._profiler_enabled():
+        raise ProfilerBusyError("a torch.profiler session is already running (an enclosing "
+                                "`with torch.profiler.profile()`?); stop it first")
     device = device or current_device()
     warmup_s: list[float] = []
     step_s: list[float] = []
@@ -81,15 +88,17 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
             with_stack=options.stack,
             with_flops=options.flops,
         )
-        with without_profiler_banner():
-            prof.start()
         try:
+            with without_profiler_banner():
+                prof.start()
             for i in range(options.steps):
                 value, seconds = timed_call(step, device, marker=f"{STEP_PREFIX}{i}")
                 step_s.append(seconds)
         finally:
-            with without_profiler_banner():
-                prof.stop()
+            # checked, not assumed: an interrupt may land before start() finished
+            if torch.autograd._profiler_enabled():
+                with without_profiler_banner():
+                    prof.stop()
     except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt too: summarise, then re-raise)
         error = exc
     result = _build_result(prof, options, label, device, warmup_s, step_s, error)
