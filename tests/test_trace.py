@@ -67,8 +67,12 @@ def test_shapes_are_recorded_per_op():
     assert "[3, 5], [5, 3]" in s.ops["aten::mm"].top_shapes()
 
 
-def test_timeline_is_bounded(monkeypatch):
-    monkeypatch.setattr(trace, "MAX_TIMELINE_SPANS", 50)
+def test_timeline_is_bounded_and_keeps_every_step(monkeypatch):
+    monkeypatch.setattr(trace, "MAX_BARS_PER_LANE", 50)
     x = torch.randn(4)
-    s = summarize(lambda: [x + 1 for _ in range(500)], steps=1)
+    s = summarize(lambda: [x + 1 for _ in range(500)], steps=3)
     assert len(s.timeline) <= 50
+    last_step_start = s.step_start_us[-1]
+    assert any(span.start_us >= last_step_start for span in s.timeline)
+    covered = sum(span.dur_us for span in s.timeline)
+    assert covered <= s.total_step_us * 1.01

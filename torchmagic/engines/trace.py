@@ -74,7 +74,7 @@ _SKIPPED_NAMES = frozenset({"profiler::_record_function_enter", "profiler::_reco
 _NOT_USER_CODE = ("torch/", "torchmagic/", "IPython/", "ipykernel/", "<built-in", "site-packages/",
                   "dist-packages/", "<frozen", "contextlib.py", "typing.py", "functools.py")
 
-MAX_TIMELINE_SPANS = 4000
+MAX_BARS_PER_LANE = 1000  # the drawing is ~1000 pixels wide
 
 
 @dataclass
@@ -154,7 +154,6 @@ class TraceSummary:
     # source lines (python tracer): frame -> inclusive µs of the ops it called
     hot_lines: Counter = field(default_factory=Counter)
     timeline: list[Span] = field(default_factory=list)
-    timeline_truncated: int = 0
 
     @property
     def steps(self) -> int:
@@ -548,21 +547,29 @@ def _subtract(a, b) -> list[tuple[float, float]]:
 
 
 def _bound_timeline(out: TraceSummary) -> None:
-    """Merge neighbouring bars of one category until the timeline has a bounded size."""
-    spans = sorted(out.timeline, key=lambda s: (s.lane, s.start_us))
-    if len(spans) <= MAX_TIMELINE_SPANS:
-        out.timeline = spans
-        return
-    total = sum(s.dur_us for s in spans)
-    min_gap = total / MAX_TIMELINE_SPANS
-    merged: list[Span] = []
-    for s in spans:
-        last = merged[-1] if merged else None
-        if (last is not None and last.lane == s.lane and last.category == s.category
-                and s.start_us - (last.start_us + last.dur_us) <= min_gap):
-            last.dur_us = s.start_us + s.dur_us - last.start_us
-            last.name = "(merged)"
-        else:
-            merged.append(Span(s.lane, s.start_us, s.dur_us, s.category, s.name))
-    out.timeline_truncated = max(len(merged) - MAX_TIMELINE_SPANS, 0)
-    out.timeline = merged[:MAX_TIMELINE_SPANS]
+    """At most MAX_BARS_PER_LANE bars per lane, whatever the trace length: past that, bars are
+    binned by time (about one bin per pixel of the drawing), each bin drawn as one bar in the
+    category that took most of its time.  Every step stays on the timeline."""
+    lanes: dict[str, list[Span]] = defaultdict(list)
+    for span in out.timeline:
+        lanes[span.lane].append(span)
+    bounded: list[Span] = []
+    for lane, spans in lanes.items():
+        spans.sort(key=lambda s: s.start_us)
+        if len(spans) <= MAX_BARS_PER_LANE:
+            bounded += spans
+            continue
+        t0 = spans[0].start_us
+        width = (max(s.start_us + s.dur_us for s in spans) - t0) / MAX_BARS_PER_LANE
+        bins: dict[int, list[Span]] = defaultdict(list)
+        for s in spans:
+            bins[min(int((s.start_us - t0) / width), MAX_BARS_PER_LANE - 1)].append(s)
+        for members in bins.values():
+            time_in: dict[str, float] = defaultdict(float)
+            for s in members:
+                time_in[s.category] += s.dur_us
+            start = members[0].start_us
+            end = max(s.start_us + s.dur_us for s in members)
+            bounded.append(Span(lane, start, end - start, max(time_in, key=time_in.get),
+                                f"{len(members)} events"))
+    out.timeline = bounded
