@@ -14,14 +14,11 @@ from .results.profile import SORT_KEYS
 
 @magics_class
 class TorchMagics(Magics):
-    def _parse(self, magic, line: str):
-        return parse_argstring(magic, line)
-
-    def _store(self, name: str | None, result) -> None:
-        if name is not None:
-            if not name.isidentifier():
-                raise UsageError(f"-o needs a Python variable name, got {name!r}")
-            self.shell.user_ns[name] = result
+    @staticmethod
+    def _check_output_name(name: str | None) -> None:
+        """Checked before anything runs, so a typo in -o costs nothing."""
+        if name is not None and not name.isidentifier():
+            raise UsageError(f"-o needs a Python variable name, got {name!r}")
 
     def _cell(self, source: str, magic: str) -> Cell:
         if not source.strip():
@@ -64,15 +61,14 @@ class TorchMagics(Magics):
         what ran is shown and the exception re-raised.
         """
         __tracebackhide__ = True  # noqa: F841
-        args = self._parse(self.torchprofile, line)
+        args = parse_argstring(self.torchprofile, line)
         try:
             options = ProfileOptions(steps=args.steps, warmup=args.warmup, record_shapes=args.record_shapes,
                                      memory=args.memory, stack=args.stack, flops=args.flops,
                                      trace=args.trace, sort=args.sort, top=args.top)
         except ValueError as exc:
             raise UsageError(f"%%torchprofile: {exc}") from None
-        if args.output is not None and not args.output.isidentifier():
-            raise UsageError(f"-o needs a Python variable name, got {args.output!r}")
+        self._check_output_name(args.output)
         code = self._cell(cell, "torchprofile")
         namespace = self.shell.user_ns
 
@@ -84,7 +80,8 @@ class TorchMagics(Magics):
             run = run_profile(step, options, label="%%torchprofile")
         except ProfilerBusyError as exc:
             raise UsageError(f"%%torchprofile: {exc}") from None
-        self._store(args.output, run.result)
+        if args.output is not None:
+            self.shell.user_ns[args.output] = run.result
         if not args.quiet:
             display(run.result)
         if run.error is not None:

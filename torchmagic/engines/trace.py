@@ -564,12 +564,19 @@ def _bound_timeline(out: TraceSummary) -> None:
         bins: dict[int, list[Span]] = defaultdict(list)
         for s in spans:
             bins[min(int((s.start_us - t0) / width), MAX_BARS_PER_LANE - 1)].append(s)
-        for members in bins.values():
+        previous = None
+        for index in sorted(bins):
+            members = bins[index]
             time_in: dict[str, float] = defaultdict(float)
             for s in members:
                 time_in[s.category] += s.dur_us
+            category = max(time_in, key=time_in.get)
             start = members[0].start_us
             end = max(s.start_us + s.dur_us for s in members)
-            bounded.append(Span(lane, start, end - start, max(time_in, key=time_in.get),
-                                f"{len(members)} events"))
+            if previous is not None and previous.category == category and start - previous_end <= width:
+                previous.dur_us = max(previous_end, end) - previous.start_us  # extend the bar
+            else:
+                previous = Span(lane, start, end - start, category, "(binned)")
+                bounded.append(previous)
+            previous_end = previous.start_us + previous.dur_us
     out.timeline = bounded
