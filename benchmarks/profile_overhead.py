@@ -57,13 +57,15 @@ import gc
 import json
 import os
 import platform
-import random
 import statistics
 import subprocess
 import sys
 import textwrap
 import time
 import types
+
+from torchmagic.devices import CpuDevice
+from torchmagic.measure import bootstrap_ratio_ci
 
 TARGET_RATIO = 1.3        # magic / bare profiler, for a ~1 s cell
 TARGET_ANALYSIS_S = 3.0   # analysis of a >= 100k-event profile
@@ -137,7 +139,7 @@ def machine_info() -> dict:
     except (AttributeError, OSError):
         usable = os.cpu_count()
     return {
-        "cpu": _cpu_model(),
+        "cpu": CpuDevice().name,
         "logical_cores": os.cpu_count(),
         "usable_cores": usable,
         "torch_default_threads": torch.get_num_threads(),
@@ -151,17 +153,6 @@ def machine_info() -> dict:
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "loadavg_start": _loadavg(),
     }
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def _git_commit() -> str | None:
@@ -181,19 +172,6 @@ def _loadavg() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except (AttributeError, OSError):
         return None
-
-
-# -- statistics ------------------------------------------------------------------------------
-def bootstrap_ratio_ci(num: list[float], den: list[float], reps: int = 4000, seed: int = 0) -> tuple[float, float]:
-    """95% CI of median(num)/median(den), resampling rounds (pairs) with replacement."""
-    rng = random.Random(seed)
-    k = len(num)
-    ratios = []
-    for _ in range(reps):
-        idx = [rng.randrange(k) for _ in range(k)]
-        ratios.append(statistics.median(num[i] for i in idx) / statistics.median(den[i] for i in idx))
-    ratios.sort()
-    return ratios[int(0.025 * reps)], ratios[min(int(0.975 * reps), reps - 1)]
 
 
 def _timed(fn):
@@ -348,7 +326,6 @@ def bench_analysis(min_events: int = 100_000, reps: int = 3, torch_parse: bool =
     """Figure 2: torchmagic's analysis of one >= min_events profile, and torch's own parse of it."""
     import torch
 
-    from torchmagic.devices import CpuDevice
     from torchmagic.engines.profile import ProfileOptions, _build_result
     from torchmagic.engines.trace import STEP_PREFIX, summarize_trace
 

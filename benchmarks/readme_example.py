@@ -9,8 +9,7 @@ the speedup with a bootstrap 95% confidence interval over the rounds.
 
 from __future__ import annotations
 
-import platform
-import random
+import os
 import statistics
 import time
 
@@ -18,6 +17,8 @@ import torch
 from torch import nn
 
 import torchmagic
+from torchmagic.devices import CpuDevice
+from torchmagic.measure import bootstrap_ratio_ci
 
 
 def build():
@@ -38,18 +39,6 @@ def build():
     return epoch
 
 
-def bootstrap_ci(num: list[float], den: list[float], reps: int = 4000, seed: int = 0) -> tuple[float, float]:
-    """95% CI of median(num)/median(den), resampling the interleaved rounds as pairs."""
-    rng = random.Random(seed)
-    n = len(num)
-    ratios = []
-    for _ in range(reps):
-        idx = [rng.randrange(n) for _ in range(n)]
-        ratios.append(statistics.median(num[i] for i in idx) / statistics.median(den[i] for i in idx))
-    ratios.sort()
-    return ratios[int(0.025 * reps)], ratios[int(0.975 * reps)]
-
-
 def main(rounds: int = 15) -> dict:
     epoch = build()
     result = torchmagic.profile(epoch, warmup=1, steps=3, label="README example")
@@ -64,10 +53,10 @@ def main(rounds: int = 15) -> dict:
             epoch(amp)
             times[amp].append(time.perf_counter() - start)
     fp32, bf16 = statistics.median(times[False]), statistics.median(times[True])
-    low, high = bootstrap_ci(times[False], times[True])
+    low, high = bootstrap_ratio_ci(times[False], times[True])
     print(f"fp32 epoch {fp32 * 1e3:.1f} ms, bf16 autocast epoch {bf16 * 1e3:.1f} ms: "
           f"{fp32 / bf16:.2f}x faster (95% CI {low:.2f}-{high:.2f}, {rounds} interleaved rounds)")
-    print(f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+    print(f"machine: {CpuDevice().name}, {os.cpu_count()} cores, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, {time.strftime('%Y-%m-%d')}")
     return {"findings": [f.rule for f in result.findings], "fp32_s": fp32, "bf16_s": bf16,
             "speedup": fp32 / bf16, "ci": (low, high)}

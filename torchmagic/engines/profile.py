@@ -18,7 +18,7 @@ import torch
 
 from ..devices import Device, current_device
 from ..measure import timed_call
-from ..results.profile import SORT_KEYS, OpRow, ProfileResult, TimelineSpan
+from ..results.profile import SORT_KEYS, OpRow, ProfileResult
 from .quiet import without_profiler_banner
 from .rules import RuleContext, diagnose
 from .trace import STEP_PREFIX, TraceSummary, summarize_trace
@@ -160,7 +160,7 @@ def _fill_from_summary(result: ProfileResult, s: TraceSummary, device: Device) -
     # Python between ops shows as the step markers' own time: count it under "other"
     result.categories_s = {k: v / 1e6 for k, v in s.category_us.items() if v > 0}
     result.device_categories_s = {k: v / 1e6 for k, v in s.device_category_us.items() if v > 0}
-    result.timeline = [TimelineSpan(t.lane, t.start_us, t.dur_us, t.category, t.name) for t in s.timeline]
+    result.timeline = s.timeline
     result.step_starts_us = list(s.step_start_us)
     result.memory_peak_bytes = dict(s.peak_allocated)
     result.memory_allocated_bytes = dict(s.allocated_total)

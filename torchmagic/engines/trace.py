@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from torch.autograd import DeviceType
 
 from ..measure.timing import DEVICE_WAIT_MARKER
+from ..results.profile import TimelineSpan as Span  # a bar: a step's top-level event, or a kernel
 
 DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, OTHER = (
     "data loading",
@@ -92,17 +93,6 @@ class OpStats:
 
     def top_shapes(self, n: int = 2) -> list[str]:
         return [s for s, _ in self.shapes.most_common(n)]
-
-
-@dataclass
-class Span:
-    """One bar of the timeline: a top-level event of a step, or a device kernel."""
-
-    lane: str
-    start_us: float
-    dur_us: float
-    category: str
-    name: str
 
 
 @dataclass
@@ -564,7 +554,7 @@ def _bound_timeline(out: TraceSummary) -> None:
         bins: dict[int, list[Span]] = defaultdict(list)
         for s in spans:
             bins[min(int((s.start_us - t0) / width), MAX_BARS_PER_LANE - 1)].append(s)
-        previous = None
+        bars: list[list] = []  # [start, end, category]
         for index in sorted(bins):
             members = bins[index]
             time_in: dict[str, float] = defaultdict(float)
@@ -573,10 +563,9 @@ def _bound_timeline(out: TraceSummary) -> None:
             category = max(time_in, key=time_in.get)
             start = members[0].start_us
             end = max(s.start_us + s.dur_us for s in members)
-            if previous is not None and previous.category == category and start - previous_end <= width:
-                previous.dur_us = max(previous_end, end) - previous.start_us  # extend the bar
+            if bars and bars[-1][2] == category and start - bars[-1][1] <= width:
+                bars[-1][1] = max(bars[-1][1], end)  # one bar across neighbouring bins
             else:
-                previous = Span(lane, start, end - start, category, "(binned)")
-                bounded.append(previous)
-            previous_end = previous.start_us + previous.dur_us
+                bars.append([start, end, category])
+        bounded += [Span(lane, start, end - start, category, "(binned)") for start, end, category in bars]
     out.timeline = bounded
