@@ -192,3 +192,18 @@ def test_refuses_to_nest_inside_a_running_profiler(shell):
         assert torch.autograd._profiler_enabled()  # the user's profiler is left running
     assert "already running" in captured.stderr + captured.stdout
     assert "ran" not in shell.user_ns
+
+
+def test_every_offered_verify_command_is_a_registered_magic_that_parses(shell):
+    from IPython.core.magic_arguments import parse_argstring
+
+    from torchmagic.engines.rules import AVAILABLE_MAGICS, VERIFY
+
+    magics = shell.magics_manager.magics
+    for name in AVAILABLE_MAGICS:
+        assert name in magics["cell"] or name in magics["line"], name
+    for rule, command in VERIFY.items():
+        name, _, line = command.lstrip("%").partition(" ")
+        if name in AVAILABLE_MAGICS:
+            fn = magics["cell"].get(name) or magics["line"][name]
+            parse_argstring(fn, line)  # raises UsageError when the command is malformed
