@@ -207,3 +207,21 @@ def test_every_offered_verify_command_is_a_registered_magic_that_parses(shell):
         if name in AVAILABLE_MAGICS:
             fn = magics["cell"].get(name) or magics["line"][name]
             parse_argstring(fn, line)  # raises UsageError when the command is malformed
+
+
+@pytest.mark.parametrize("key, field", [("calls", "calls"), ("total_cpu", "total_cpu_us"),
+                                        ("self_cpu_time_total", "self_cpu_us")])
+def test_sort_orders_the_operator_table(shell, key, field):
+    run(shell, f"%%torchprofile -q -o r --sort {key}\n"
+               "a = torch.randn(128, 128)\nfor _ in range(30): a = (a @ a).tanh()")
+    r = shell.user_ns["r"]
+    values = [getattr(op, field) for op in r.sorted_ops()]
+    assert values == sorted(values, reverse=True)
+
+
+def test_record_shapes_adds_the_shapes_column(shell):
+    run(shell, "%%torchprofile -q -o r --record-shapes\ntorch.randn(7, 5) @ torch.randn(5, 3)")
+    text = shell.user_ns["r"].to_text()
+    assert "input shapes" in text and "[7, 5], [5, 3]" in text
+    run(shell, "%%torchprofile -q -o r\ntorch.randn(7, 5) @ torch.randn(5, 3)")
+    assert "input shapes" not in shell.user_ns["r"].to_text()
