@@ -1,0 +1,232 @@
+"""The batch-size search behind ``%autobatch``: predict from a fitted memory law, then verify.
+
+Pure logic over a ``probe``: a callable that runs (or estimates) one step at a batch size
+and reports its peak memory.  It never touches a device itself, so it is tested with
+probes that follow known memory laws, and the real probes (CPU, CUDA, fake tensors)
+plug in unchanged.
+
+The search:
+
+1. *Fit.*  Peak memory at two or three small sizes (estimates where the probe can make them,
+   real runs otherwise) gives ``peak(bs) = fixed + per_sample * bs``.
+2. *Predict* the largest multiple of ``multiple_of`` whose fitted peak stays under
+   ``limit = budget * (1 - margin)``.
+3. *Verify* with real runs.  While runs succeed, refit on the real points and move up to the
+   new prediction (at least one step, so a law that bends down is followed); after the first
+   failure, home in between the largest success and the smallest failure, using the refit
+   where it lands strictly between them, else the midpoint.
+
+The answer is always the largest size that ran successfully under the limit; a size that
+never ran is never returned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What one run (or estimate) of the step at ``batch_size`` measured."""
+
+    batch_size: int
+    peak_bytes: int | None      # None when the run failed before a peak could be read
+    ok: bool                    # ran to the end without running out of memory
+    estimated: bool = False     # from fake tensors, not a real run
+    seconds: float = 0.0
+    error: str | None = None    # the out-of-memory message, for failed runs
+
+
+@dataclass(frozen=True)
+class MemoryLaw:
+    """peak(bs) = fixed_bytes + per_sample_bytes * bs, fitted by least squares."""
+
+    fixed_bytes: float
+    per_sample_bytes: float
+    points: int
+    max_rel_residual: float     # worst |measured - fitted| / measured over the points
+
+    def peak(self, batch_size: int) -> float:
+        return self.fixed_bytes + self.per_sample_bytes * batch_size
+
+    def largest_under(self, limit_bytes: float) -> float:
+        """The (fractional) batch size whose fitted peak equals the limit; inf if it never grows."""
+        if self.per_sample_bytes <= 0:
+            return math.inf
+        return (limit_bytes - self.fixed_bytes) / self.per_sample_bytes
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def fit_law(points: list[tuple[int, int]]) -> MemoryLaw | None:
+    """Least-squares line through (batch size, peak bytes); None with fewer than 2 sizes."""
+    sizes = {bs for bs, _ in points}
+    if len(sizes) < 2:
+        return None
+    n = len(points)
+    mean_x = sum(bs for bs, _ in points) / n
+    mean_y = sum(peak for _, peak in points) / n
+    sxx = sum((bs - mean_x) ** 2 for bs, _ in points)
+    sxy = sum((bs - mean_x) * (peak - mean_y) for bs, peak in points)
+    slope = sxy / sxx
+    intercept = mean_y - slope * mean_x
+    residual = max(abs(peak - (intercept + slope * bs)) / max(peak, 1) for bs, peak in points)
+    return MemoryLaw(intercept, slope, n, residual)
+
+
+@dataclass
+class SearchOutcome:
+    batch_size: int | None            # the largest size that ran under the limit; None if none did
+    limit_bytes: int
+    law: MemoryLaw | None
+    probes: list[Probe] = field(default_factory=list)
+    reason: str = ""                  # why the search stopped where it did
+
+    @property
+    def real_trials(self) -> int:
+        return sum(not p.estimated for p in self.probes)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    min_size: int = 1
+    max_size: int = 65536
+    multiple_of: int = 1
+
+    def __post_init__(self):
+        if self.min_size < 1 or self.multiple_of < 1:
+            raise ValueError("min and multiple-of must be at least 1")
+        if self.max_size < self.min_size:
+            raise ValueError(f"max ({self.max_size}) is below min ({self.min_size})")
+        if self.round_down(self.max_size) < self.min_size:
+            raise ValueError(f"no multiple of {self.multiple_of} lies between min {self.min_size} "
+                             f"and max {self.max_size}")
+
+    def round_down(self, size: float) -> int:
+        """The largest allowed size at or below ``size`` (may fall below min_size)."""
+        size = min(size, self.max_size)
+        return int(size // self.multiple_of) * self.multiple_of
+
+    @property
+    def smallest(self) -> int:
+        return -(-self.min_size // self.multiple_of) * self.multiple_of
+
+
+MAX_REAL_TRIALS = 16
+MAX_FIT_DOUBLINGS = 8
+
+
+def search(run: Callable[[int], Probe], limit_bytes: int, space: SearchSpace,
+           estimate: Callable[[int], Probe | None] | None = None) -> SearchOutcome:
+    """Find the largest allowed batch size whose real run peaks under ``limit_bytes``."""
+    out = SearchOutcome(None, limit_bytes, None)
+    state = _Bounds()
+    real_points: list[tuple[int, int]] = []
+
+    def trial(size: int) -> Probe:
+        probe = run(size)
+        out.probes.append(probe)
+        if probe.peak_bytes is not None:
+            real_points.append((size, probe.peak_bytes))
+        state.record(size, probe.ok and probe.peak_bytes is not None and probe.peak_bytes <= limit_bytes)
+        return probe
+
+    # 1. fit points: estimates where the probe can make them, else real runs.  Sizes double
+    #    until the peak grows (allocator rounding can hide small sizes' per-sample cost).
+    fit_points: list[tuple[int, int]] = []
+    size = space.smallest
+    for _ in range(MAX_FIT_DOUBLINGS):
+        probe = estimate(size) if estimate else None
+        if probe is not None and probe.peak_bytes is not None:
+            out.probes.append(probe)
+        else:
+            probe = trial(size)
+            if state.bad is not None:
+                break  # a fit size already fails: nothing larger will
+        fit_points.append((size, probe.peak_bytes))
+        law = fit_law(fit_points)
+        enough = 3 if probe.estimated else 2  # a real run costs a trial; an estimate does not
+        if law is not None and law.per_sample_bytes > 0 and len(fit_points) >= enough:
+            break
+        nxt = space.round_down(size * 2)
+        if nxt <= size:
+            break
+        size = nxt
+    if state.good is None and state.bad is not None:
+        out.reason = f"the smallest size tried ({state.bad}) does not fit"
+        return out
+
+    # 2. predict, 3. verify: climb while runs succeed, then home in between good and bad
+    out.law = fit_law(fit_points)
+    while out.real_trials < MAX_REAL_TRIALS:
+        nxt = state.next_size(_local_law(real_points, state) or out.law, limit_bytes, space)
+        if nxt is None:
+            break
+        trial(nxt)
+    if len({bs for bs, _ in real_points}) >= 2:
+        out.law = fit_law(real_points)  # real runs outrank estimates in the reported law
+    out.batch_size = state.good
+    out.reason = _reason(state.good, state.bad, space)
+    return out
+
+
+def _local_law(points: list[tuple[int, int]], state: _Bounds) -> MemoryLaw | None:
+    """A line through the real points nearest the boundary: on a curved law, a secant there
+    predicts far better than a fit dominated by the small sizes."""
+    ceiling = state.bad if state.bad is not None else math.inf
+    near = sorted((p for p in points if p[0] <= ceiling), key=lambda p: -p[0])
+    if len({bs for bs, _ in near[:2]}) < 2:
+        return None
+    law = fit_law(near[:2])
+    return law if law.per_sample_bytes > 0 else None  # flat (allocator blocks): no information
+
+
+@dataclass
+class _Bounds:
+    good: int | None = None    # largest size that ran under the limit
+    bad: int | None = None     # smallest size that failed or went over the limit
+    slow_steps: int = 0        # predictions in a row that barely narrowed the interval
+
+    def record(self, size: int, fits: bool) -> None:
+        if fits:
+            self.good = size if self.good is None else max(self.good, size)
+        else:
+            self.bad = size if self.bad is None else min(self.bad, size)
+
+    def next_size(self, law: MemoryLaw | None, limit: int, space: SearchSpace) -> int | None:
+        """The next size to run, strictly between the largest success and the smallest
+        failure; None once they are neighbours.  Every run narrows that interval."""
+        step = space.multiple_of
+        top = space.round_down(space.max_size)
+        low = self.good if self.good is not None else space.smallest - step  # below all tried
+        high = self.bad if self.bad is not None else top + step               # above all allowed
+        if high - low <= step:
+            return None
+        predicted = space.round_down(law.largest_under(limit)) if law is not None else None
+        inside = predicted is not None and low < predicted < high
+        if inside and self.bad is not None:
+            # safeguard the secant: two predictions that each cut less than half, then bisect
+            narrow = min(predicted - low, high - predicted) < (high - low) / 4
+            self.slow_steps = self.slow_steps + 1 if narrow else 0
+            if self.slow_steps >= 2:
+                self.slow_steps = 0
+                inside = False
+        if inside:
+            return predicted
+        if self.bad is None:
+            return low + step  # the law puts the limit at or below a success: check one step up
+        middle = space.round_down((low + high) / 2)
+        return middle if low < middle < high else low + step
+
+
+def _reason(good: int | None, bad: int | None, space: SearchSpace) -> str:
+    if good is None:
+        return "no size ran under the limit"
+    if good >= space.round_down(space.max_size):
+        return f"the largest allowed size ({good}) fits"
+    if bad is not None:
+        return f"{good} fits and {bad} does not"
+    return f"{good} fits; the search stopped after {MAX_REAL_TRIALS} real trials"
