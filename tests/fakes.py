@@ -6,9 +6,12 @@ raises torch.OutOfMemoryError past its capacity, like the CUDA caching allocator
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from torchmagic.devices import Device, LowPrecision, NvmlReading
+from torchmagic.devices.profiler import PeakReading
 
 
 class FakeCudaDevice(Device):
@@ -21,7 +24,9 @@ class FakeCudaDevice(Device):
         self.capacity_bytes = capacity_bytes
         self.allocated = 0
         self.reserved = 0
+        self.high_water = 0  # like the allocator's peak counter, for peak_scope
         self.syncs = 0
+        self.cache_empties = 0
         self._nvml = nvml if nvml is not None else NvmlReading(
             name=name, total_bytes=capacity_bytes, used_bytes=600 * 2**20,
             utilization_pct=37.0, temperature_c=41.0, power_w=120.5)
@@ -48,6 +53,7 @@ class FakeCudaDevice(Device):
                 f"{self.capacity_bytes - self.allocated} bytes free)")
         self.allocated += nbytes
         self.reserved = max(self.reserved, self.allocated)
+        self.high_water = max(self.high_water, self.allocated)
 
     def free(self, nbytes: int) -> None:
         self.allocated = max(self.allocated - nbytes, 0)
@@ -57,6 +63,23 @@ class FakeCudaDevice(Device):
 
     def memory_reserved(self) -> int:
         return self.reserved
+
+    def memory_capacity(self) -> tuple[int, int]:
+        return self.capacity_bytes - self.reserved, self.capacity_bytes
+
+    @contextlib.contextmanager
+    def peak_scope(self):
+        reading = PeakReading()
+        start, self.high_water = self.allocated, self.allocated
+        try:
+            yield reading
+        finally:
+            reading.peak_bytes = self.high_water - start
+            reading.net_bytes = self.allocated - start
+
+    def empty_cache(self) -> None:
+        self.cache_empties += 1
+        self.reserved = self.allocated
 
     def low_precision(self) -> LowPrecision:
         return LowPrecision(True, torch.bfloat16, "fake: bf16 tensor cores")

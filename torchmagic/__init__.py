@@ -9,7 +9,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-_API = {"profile": "api", "profile_code": "api", "ProfileResult": "results.profile",
+_API = {"profile": "api", "profile_code": "api", "autobatch": "api", "ProfileResult": "results.profile",
+        "AutobatchResult": "results.autobatch",
         "Finding": "results.profile", "use_device": "devices", "current_device": "devices"}
 __all__ = ["__version__", "load_ipython_extension", *_API]
 

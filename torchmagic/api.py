@@ -7,7 +7,10 @@ from typing import Any
 
 from .cell import Cell
 from .devices import Device
+from .engines.autobatch import AutobatchOptions, run_autobatch
 from .engines.profile import ProfileOptions, run_profile
+from .engines.state import objects_used_by
+from .results.autobatch import AutobatchResult
 from .results.profile import ProfileResult
 
 
@@ -47,6 +50,26 @@ def profile_code(code: str, namespace: dict[str, Any] | None = None, **options) 
 
     options.setdefault("label", "code")
     return profile(step, **options)
+
+
+def autobatch(step: Callable[[int], Any], *, budget: float | None = None, min: int = 1,  # noqa: A002
+              max: int = 65536, multiple_of: int = 1, margin: float = 0.1,  # noqa: A002
+              target_batch: int | None = None, restore: list[Any] | None = None,
+              device: Device | None = None) -> AutobatchResult:
+    """The largest batch size ``step(batch_size)`` runs with, predicted from a fitted memory law
+    and verified by real runs; the answer always ran.
+
+    ``budget``: bytes, or a fraction of memory (default 0.9 of the GPU's, 0.5 of available RAM on
+    CPU), counted on top of what is in use now; ``margin`` is kept free below it.  The modules and
+    optimizers the step uses (found in its closure and globals, or given as ``restore``) are put
+    back afterwards, as is the random state: probing does not train the model.
+    """
+    __tracebackhide__ = True  # noqa: F841
+    options = AutobatchOptions(budget=budget, min_size=min, max_size=max, multiple_of=multiple_of,
+                               margin=margin, target_batch=target_batch)
+    state = objects_used_by(step) if restore is None else restore
+    return run_autobatch(step, options, state=state, device=device,
+                         label=getattr(step, "__name__", "autobatch"))
 
 
 def _attach(error: BaseException, result: ProfileResult) -> None:

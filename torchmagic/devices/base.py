@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import platform
 from dataclasses import dataclass
 
 import torch
+
+from .profiler import PeakReading, allocation_peak
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,30 @@ class Device:
     def memory_reserved(self) -> int | None:
         return None
 
+    def memory_capacity(self) -> tuple[int, int]:
+        """(free, total) bytes this process could still use, and the device's size."""
+        raise NotImplementedError
+
+    def memory_in_use(self) -> int | None:
+        """What this process holds on the device: torch's allocations where torch counts them,
+        else the process's resident memory (CPU)."""
+        allocated = self.memory_allocated()
+        return allocated if allocated is not None else _resident_bytes()
+
+    def peak_scope(self) -> contextlib.AbstractContextManager[PeakReading]:
+        """Peak of torch's allocations on this device within a ``with`` block, above its start."""
+        return allocation_peak(torch.autograd.DeviceType.CPU)
+
+    def empty_cache(self) -> None:
+        """Return cached, unused blocks to the device (no cache on CPU)."""
+
+    def rng_state(self):
+        """The random generators a step may draw from, to put back after probing."""
+        return torch.get_rng_state()
+
+    def set_rng_state(self, state) -> None:
+        torch.set_rng_state(state)
+
     def low_precision(self) -> LowPrecision:
         raise NotImplementedError
 
@@ -80,6 +108,9 @@ class CpuDevice(Device):
     def profile_note(self) -> str | None:
         return "CPU-only profile: no CUDA device found."
 
+    def memory_capacity(self) -> tuple[int, int]:
+        return _host_memory()
+
     @property
     def name(self) -> str:
         return _cpu_model_name()
@@ -100,6 +131,25 @@ class CpuDevice(Device):
         if "avx512f" in flags or "asimd" in flags or platform.machine() == "arm64":
             return LowPrecision(False, torch.bfloat16, "bf16 runs, but this CPU has no native bf16 matmul")
         return LowPrecision(False, None, "this CPU has no fast 16-bit float instructions")
+
+
+def _resident_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm", encoding="utf-8") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _host_memory() -> tuple[int, int]:
+    """(available, total) RAM: the kernel's MemAvailable estimate, which counts reclaimable cache."""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.split()[1:]}
+        return info["MemAvailable"], info["MemTotal"]
+    except (OSError, KeyError, ValueError):
+        page = os.sysconf("SC_PAGE_SIZE")
+        return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
 
 
 @functools.lru_cache(maxsize=1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from .base import Device, LowPrecision
+from .profiler import allocation_peak
 from .nvml import nvml_reading
 
 
@@ -35,6 +36,23 @@ class CudaDevice(Device):
 
     def memory_reserved(self) -> int | None:
         return torch.cuda.memory_reserved(self.index)
+
+    def memory_capacity(self) -> tuple[int, int]:
+        free, total = torch.cuda.mem_get_info(self.index)  # free counts other processes' use
+        return int(free), int(total)
+
+    def peak_scope(self):
+        return allocation_peak(torch.autograd.DeviceType.CUDA)
+
+    def empty_cache(self) -> None:
+        torch.cuda.empty_cache()
+
+    def rng_state(self):
+        return torch.get_rng_state(), torch.cuda.get_rng_state(self.index)
+
+    def set_rng_state(self, state) -> None:
+        torch.set_rng_state(state[0])
+        torch.cuda.set_rng_state(state[1], self.index)
 
     def uuid(self) -> str | None:
         """The device UUID, which NVML also knows: the one safe key under CUDA_VISIBLE_DEVICES."""
@@ -79,6 +97,16 @@ class MpsDevice(Device):
 
     def memory_reserved(self) -> int | None:
         return torch.mps.driver_allocated_memory()
+
+    def memory_capacity(self) -> tuple[int, int]:
+        total = int(torch.mps.recommended_max_memory())
+        return max(total - torch.mps.driver_allocated_memory(), 0), total
+
+    def peak_scope(self):
+        return allocation_peak(torch.autograd.DeviceType.MPS)
+
+    def empty_cache(self) -> None:
+        torch.mps.empty_cache()
 
     def low_precision(self) -> LowPrecision:
         return LowPrecision(True, torch.float16, "Apple GPUs run fp16 natively")

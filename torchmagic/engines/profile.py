@@ -17,9 +17,9 @@ from typing import Any
 import torch
 
 from ..devices import Device, current_device
+from ..devices.profiler import without_profiler_banner
 from ..measure import timed_call
 from ..results.profile import SORT_KEYS, OpRow, ProfileResult
-from .quiet import without_profiler_banner
 from .rules import RuleContext, diagnose
 from .trace import STEP_PREFIX, TraceSummary, summarize_trace
 

@@ -1,0 +1,78 @@
+"""torch.profiler helpers at the device level: a quiet start/stop, and the peak of torch's
+own allocations on any device, read from the profiler's memory events.
+
+torch 2.13 prints ``USDT:... profiler_start`` / ``profiler_stop`` from C++ to file
+descriptor 2 each time a profiler starts or stops; in JupyterLab that is two red lines
+under every profiled cell.  Only those two lines are dropped: anything else written to
+stderr meanwhile (a real kineto warning) is passed on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+_BANNER = re.compile(r"^USDT:.*\] profiler_(start|stop)\s*$")
+
+
+@contextlib.contextmanager
+def without_profiler_banner() -> Iterator[None]:
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no real fd 2 (embedded interpreters)
+        yield
+        return
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            lines = captured.read().decode(errors="replace").splitlines(keepends=True)
+            kept = "".join(line for line in lines if not _BANNER.match(line))
+            if kept:
+                sys.stderr.write(kept)
+                sys.stderr.flush()
+
+
+@dataclass
+class PeakReading:
+    """Bytes torch allocated on one device within a scope, relative to its start."""
+
+    peak_bytes: int = 0   # the most in use at once above the start
+    net_bytes: int = 0    # still in use at the end, above the start
+
+
+@contextlib.contextmanager
+def allocation_peak(device_type: torch.autograd.DeviceType) -> Iterator[PeakReading]:
+    """Measure the scope's allocations on ``device_type`` from the profiler's memory events.
+
+    Unlike the CUDA allocator's peak counters this resets nothing the user may be watching,
+    and it works on CPU, where torch keeps no allocator statistics at all.
+    """
+    reading = PeakReading()
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
+    with without_profiler_banner():
+        prof.start()
+    try:
+        yield reading
+    finally:
+        with without_profiler_banner():
+            prof.stop()
+        level = 0
+        for event in prof.profiler.kineto_results.events():
+            if event.name() == "[memory]" and event.device_type() == device_type:
+                level += event.nbytes()
+                reading.peak_bytes = max(reading.peak_bytes, level)
+        reading.net_bytes = level
+        prof.profiler.kineto_results = None  # free the events now (see engines/profile.py)

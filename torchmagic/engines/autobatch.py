@@ -1,0 +1,151 @@
+"""The ``%autobatch`` engine: run the user's step at chosen batch sizes, measure each run's
+peak, and let :mod:`.batchsearch` decide the sizes.  The user's model, optimizer and random
+state are put back afterwards, and memory returns to where it was.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..devices import Device, current_device, is_out_of_memory
+from ..results.autobatch import AutobatchResult, Trial
+from .batchsearch import Probe, SearchSpace, search
+from .state import Snapshot
+
+CPU_DEFAULT_BUDGET = 0.5   # of available RAM: the rest of the notebook (and the OS) needs some
+DEVICE_DEFAULT_BUDGET = 0.9  # of the accelerator's memory
+
+
+@dataclass(frozen=True)
+class AutobatchOptions:
+    budget: float | None = None   # bytes (> 1) or a fraction of memory (<= 1); None: the default
+    min_size: int = 1
+    max_size: int = 65536
+    multiple_of: int = 1
+    margin: float = 0.1           # headroom kept below the budget
+    target_batch: int | None = None
+
+    def __post_init__(self):
+        if self.budget is not None and self.budget <= 0:
+            raise ValueError(f"budget must be positive, got {self.budget}")
+        if not 0 <= self.margin < 1:
+            raise ValueError(f"margin must be in [0, 1), got {self.margin}")
+        if self.target_batch is not None and self.target_batch < 1:
+            raise ValueError(f"target batch must be at least 1, got {self.target_batch}")
+        SearchSpace(self.min_size, self.max_size, self.multiple_of)  # validates the range
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def resolve_budget(budget: float | None, device: Device) -> tuple[int, str]:
+    """Bytes the step may add on top of what is in use now, and how that number was chosen.
+
+    A fraction is of the device's total memory (CPU: of the RAM available now); whatever this
+    and other processes already use comes off it.
+    """
+    free, total = device.memory_capacity()
+    if device.kind == "cpu":
+        fraction = CPU_DEFAULT_BUDGET if budget is None else budget
+        if fraction <= 1:
+            return int(free * fraction), f"{fraction:.0%} of the {_gib(free)} of RAM available"
+        return int(budget), "as given"
+    fraction = DEVICE_DEFAULT_BUDGET if budget is None else budget
+    used = total - free
+    if fraction <= 1:
+        return max(int(total * fraction) - used, 0), (f"{fraction:.0%} of {_gib(total)}, less the "
+                                                        f"{_gib(used)} already in use")
+    return max(int(budget) - used, 0), f"{_gib(int(budget))} as given, less the {_gib(used)} already in use"
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def run_autobatch(step: Callable[[int], Any], options: AutobatchOptions = AutobatchOptions(), *,
+                  state: list[Any] = (), device: Device | None = None, label: str = "autobatch") -> AutobatchResult:
+    """Search the largest batch size ``step(batch_size)`` runs with under the budget.
+
+    ``state`` lists the modules and optimizers the step changes; they are restored after the
+    search (and if it fails).  The step's exceptions other than running out of memory propagate.
+    """
+    __tracebackhide__ = True  # noqa: F841
+    device = device or current_device()
+    space = SearchSpace(options.min_size, options.max_size, options.multiple_of)
+    snapshot = Snapshot(state, device)
+    _release(device)
+    before = device.memory_in_use()
+    started = time.perf_counter()
+    try:
+        result = _search(step, options, space, device, label, before, started)
+    finally:
+        snapshot.restore()
+        _release(device)
+    result.memory_after_bytes = device.memory_in_use()
+    return result
+
+
+def _search(step, options, space, device, label, before, started) -> AutobatchResult:
+    __tracebackhide__ = True  # noqa: F841
+    # One un-measured step at the smallest size creates what a step creates once (optimizer
+    # state, cuDNN plans, lazy modules), so every measured trial sees the steady state.
+    warm = _probe(step, space.smallest, device)
+    budget, how = resolve_budget(options.budget, device)  # after the warm-up: its state is in use
+    if not warm.ok:
+        return _result(label, device, options, budget, how, None, [warm], before, started,
+                       reason=f"the smallest size ({space.smallest}) runs out of memory")
+    limit = int(budget * (1 - options.margin))
+    outcome = search(lambda size: _probe(step, size, device), limit, space)
+    return _result(label, device, options, budget, how, outcome, outcome.probes, before, started,
+                   reason=outcome.reason)
+
+
+def _probe(step: Callable[[int], Any], size: int, device: Device) -> Probe:
+    __tracebackhide__ = True  # noqa: F841
+    error = None
+    start = time.perf_counter()
+    with device.peak_scope() as reading:
+        try:
+            step(size)
+            device.synchronize()
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    seconds = time.perf_counter() - start
+    # Out here, past the except block, the failed step's frames and the tensors they hold are
+    # unreachable; a collection frees what sits in reference cycles.  A step that succeeded
+    # freed its tensors by reference counting (a full collection costs ~0.15 s with torch loaded).
+    _release(device, collect=error is not None)
+    if error is not None:
+        return Probe(size, None, False, seconds=seconds, error=error)
+    return Probe(size, reading.peak_bytes, True, seconds=seconds)
+
+
+def _release(device: Device, collect: bool = True) -> None:
+    if collect:
+        gc.collect()
+    device.empty_cache()  # each trial starts from an empty cache: no fragmentation carried over
+
+
+def _result(label, device, options, budget, how, outcome, probes, before, started, reason) -> AutobatchResult:
+    law = outcome.law if outcome is not None else None
+    size = outcome.batch_size if outcome is not None else None
+    accumulation = math.ceil(options.target_batch / size) if options.target_batch and size else None
+    # spread the target evenly: 2 steps of 512 for 1024, rather than 2 of 704
+    micro = math.ceil(options.target_batch / accumulation) if accumulation else None
+    return AutobatchResult(
+        label=label, device=device.describe(), batch_size=size,
+        budget_bytes=budget, limit_bytes=int(budget * (1 - options.margin)), budget_source=how,
+        fixed_bytes=law.fixed_bytes if law else None,
+        per_sample_bytes=law.per_sample_bytes if law else None,
+        trials=[Trial(p.batch_size, p.peak_bytes, p.ok, p.seconds, p.estimated, p.error) for p in probes],
+        accumulation_steps=accumulation, micro_batch=micro, reason=reason, options=options.to_dict(),
+        seconds=time.perf_counter() - started,
+        memory_before_bytes=before,
+    )

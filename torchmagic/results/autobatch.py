@@ -1,0 +1,103 @@
+"""The result of ``torchmagic.autobatch``: the verified batch size, the memory law, the trials."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .base import CSS, Result
+from .format import fmt_bytes, fmt_s
+from .table import Column, Table
+
+
+@dataclass(frozen=True)
+class Trial:
+    batch_size: int
+    peak_bytes: int | None      # peak above the start of the run; None when it ran out of memory
+    ok: bool
+    seconds: float
+    estimated: bool = False     # a fake-tensor estimate, not a run
+    error: str | None = None
+    samples_per_s: float | None = None
+
+
+@dataclass
+class AutobatchResult(Result):
+    """Bytes are what a step adds on top of the memory in use when the search started."""
+
+    label: str
+    device: dict[str, Any]
+    batch_size: int | None            # the largest size that ran under the limit (never untested)
+    budget_bytes: int
+    limit_bytes: int                  # budget less the margin: what a trial's peak must stay under
+    budget_source: str
+    fixed_bytes: float | None         # the fitted law: peak(bs) = fixed + per_sample * bs
+    per_sample_bytes: float | None
+    trials: list[Trial] = field(default_factory=list)
+    accumulation_steps: int | None = None
+    micro_batch: int | None = None    # with accumulation: the even split of the target batch
+    reason: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    memory_before_bytes: int | None = None
+    memory_after_bytes: int | None = None
+
+    @property
+    def answer_trial(self) -> Trial | None:
+        return next((t for t in reversed(self.trials)
+                     if t.batch_size == self.batch_size and t.ok and not t.estimated), None)
+
+    def headline(self) -> str:
+        if self.batch_size is None:
+            return f"No batch size fits: {self.reason}."
+        trial = self.answer_trial
+        peak = f", peaked at {fmt_bytes(trial.peak_bytes)}" if trial and trial.peak_bytes is not None else ""
+        return (f"Largest batch size that fits: {self.batch_size} (ran{peak}; limit "
+                f"{fmt_bytes(self.limit_bytes)} = budget {fmt_bytes(self.budget_bytes)} less "
+                f"{self.options.get('margin', 0):.0%} margin)")
+
+    def details(self) -> list[str]:
+        lines = [f"Why: {self.reason}. Budget: {self.budget_source}."]
+        if self.per_sample_bytes is not None:
+            lines.append(f"Memory law: {fmt_bytes(max(self.fixed_bytes, 0))} fixed + "
+                         f"{fmt_bytes(self.per_sample_bytes)} per sample, fitted on the runs")
+        real = sum(not t.estimated for t in self.trials)
+        lines.append(f"{real} real trial{'s' if real != 1 else ''} in {fmt_s(self.seconds)} on "
+                     f"{self.device.get('name', self.device.get('kind'))}, after one warm-up step")
+        if self.accumulation_steps:
+            target = self.options.get("target_batch")
+            lines.append(f"Batch {target}: {self.accumulation_steps} accumulation steps of {self.micro_batch}"
+                         + (f" (effective {self.accumulation_steps * self.micro_batch})"
+                            if self.accumulation_steps * self.micro_batch != target else ""))
+        if self.memory_before_bytes is not None and self.memory_after_bytes is not None:
+            lines.append(f"Memory in use before the search {fmt_bytes(self.memory_before_bytes)}, "
+                         f"after {fmt_bytes(self.memory_after_bytes)}")
+        return lines
+
+    def _trials_table(self) -> Table:
+        return Table([
+            Column("batch", lambda t: str(t.batch_size)),
+            Column("peak", lambda t: fmt_bytes(t.peak_bytes) if t.peak_bytes is not None else "–"),
+            Column("result", lambda t: ("estimate" if t.estimated else "fits" if t.ok and t.peak_bytes is not None
+                                        and t.peak_bytes <= self.limit_bytes else
+                                        "over the limit" if t.ok else "out of memory"), "left"),
+            Column("time", lambda t: fmt_s(t.seconds)),
+        ], self.trials, noun="trials")
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["answer_trial"] = asdict(self.answer_trial) if self.answer_trial else None
+        return data
+
+    def to_text(self) -> str:
+        return "\n".join([self.headline(), *self.details(), "", "Trials, in the order run:",
+                          self._trials_table().to_text()])
+
+    def to_html(self) -> str:
+        details = "".join(f'<div class="tm-note">{html.escape(line)}</div>' for line in self.details())
+        return (f'{CSS}<div class="tm-report"><div class="tm-headline">{html.escape(self.headline())}</div>'
+                f"{details}<h4>Trials, in the order run</h4>{self._trials_table().to_html()}</div>")
+
+    def __repr__(self) -> str:
+        return f"<AutobatchResult {self.label}: batch_size={self.batch_size}, {len(self.trials)} trials>"
