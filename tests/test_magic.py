@@ -79,7 +79,7 @@ def test_bad_arguments_give_a_one_line_usage_error(shell, line, message):
 
 def test_empty_cell_is_a_usage_error(shell):
     _, captured = run(shell, "%%torchprofile\n\n")
-    assert "the cell is empty" in captured.stderr + captured.stdout
+    assert "there is no code to measure" in captured.stderr + captured.stdout
 
 
 def test_help_lists_the_options(shell):

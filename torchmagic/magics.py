@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
+import re
+
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
 from .cell import Cell
+from .engines.autobatch import AutobatchOptions, run_autobatch
 from .engines.profile import ProfileOptions, ProfilerBusyError, run_profile
+from .engines.state import objects_used_by
 from .results.profile import SORT_KEYS
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, "mib": 2**20,
+          "g": 1e9, "gb": 1e9, "gib": 2**30, "t": 1e12, "tb": 1e12, "tib": 2**40}
+
+
+def parse_budget(text: str) -> float:
+    """'8GiB', '512MB', '2e9' (bytes) or '0.9' (a fraction of memory)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise UsageError(f"--budget takes bytes such as 8GiB or 512MiB, or a fraction such as 0.9; got {text!r}")
+    value = float(match.group(1)) * _UNITS[(match.group(2) or "").lower()]
+    if value <= 0:
+        raise UsageError(f"--budget must be positive, got {text!r}")
+    return value
 
 
 @magics_class
@@ -22,7 +41,7 @@ class TorchMagics(Magics):
 
     def _cell(self, source: str, magic: str) -> Cell:
         if not source.strip():
-            raise UsageError(f"%%{magic}: the cell is empty; put the code to measure below the magic line")
+            raise UsageError(f"{magic}: there is no code to measure")
         shell = self.shell
         try:
             return Cell(source, transform=shell.transform_cell,
@@ -32,7 +51,7 @@ class TorchMagics(Magics):
             # Show it as IPython shows a cell's syntax error (the line and a caret, none of our
             # frames), then stop here with one line, so "Run all" stops too.
             shell.showsyntaxerror()
-            raise UsageError(f"%%{magic}: the cell has a syntax error (above); nothing ran") from None
+            raise UsageError(f"{magic}: the code has a syntax error (above); nothing ran") from None
 
     @magic_arguments()
     @argument("--steps", type=int, default=1, metavar="N",
@@ -69,7 +88,7 @@ class TorchMagics(Magics):
         except ValueError as exc:
             raise UsageError(f"%%torchprofile: {exc}") from None
         self._check_output_name(args.output)
-        code = self._cell(cell, "torchprofile")
+        code = self._cell(cell, "%%torchprofile")
         namespace = self.shell.user_ns
 
         def step():
@@ -87,6 +106,97 @@ class TorchMagics(Magics):
         if run.error is not None:
             raise run.error
         return run.value
+
+
+    @magic_arguments()
+    @argument("--budget", metavar="SIZE", help="memory the step may use: bytes (8GiB, 512MiB) or a fraction "
+              "(0.9) of the GPU's memory or of available RAM on CPU; default 0.9 on a GPU, 0.5 on CPU")
+    @argument("--min", type=int, default=1, metavar="N", help="smallest batch size to consider (default 1)")
+    @argument("--max", type=int, default=65536, metavar="N", help="largest batch size to consider (default 65536)")
+    @argument("--multiple-of", type=int, default=1, metavar="K", help="only sizes that are multiples of K")
+    @argument("--margin", type=float, default=0.1, metavar="F",
+              help="headroom kept free below the budget (default 0.1)")
+    @argument("--target-batch", type=int, metavar="N",
+              help="report the gradient-accumulation steps that reach batch N")
+    @argument("-o", dest="output", metavar="NAME", help="store the AutobatchResult in variable NAME")
+    @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
+    @argument("step", nargs="?", help="a callable taking the batch size; or write `-- EXPR` with BS in it")
+    @line_magic
+    def autobatch(self, line):
+        """Find the largest batch size that runs without running out of memory.
+
+        %autobatch [options] step          step(batch_size) builds a batch and runs one step
+        %autobatch [options] -- EXPR       EXPR uses BS, e.g. model(torch.randn(BS, 3, 64, 64)).sum().backward()
+
+        Peak memory is fitted against batch size from small runs, the largest size under the
+        budget is predicted, and real runs verify it: the answer always ran.  The modules and
+        optimizers the step uses are restored afterwards, so probing does not train the model.
+        Returns the AutobatchResult (`r = %autobatch step` keeps it); with -q returns nothing.
+        """
+        __tracebackhide__ = True  # noqa: F841
+        options_text, expression = _split_expression(line)
+        args = parse_argstring(self.autobatch, options_text)
+        self._check_output_name(args.output)
+        try:
+            options = AutobatchOptions(
+                budget=parse_budget(args.budget) if args.budget is not None else None,
+                min_size=args.min, max_size=args.max, multiple_of=args.multiple_of, margin=args.margin,
+                target_batch=args.target_batch)
+        except ValueError as exc:
+            raise UsageError(f"%autobatch: {exc}") from None
+        step, label = self._autobatch_step(args.step, expression)
+        state = objects_used_by(step, self.shell.user_ns)
+        try:
+            result = run_autobatch(step, options, state=state, label=label)
+        except ProfilerBusyError as exc:
+            raise UsageError(f"%autobatch: {exc}") from None
+        if args.output is not None:
+            self.shell.user_ns[args.output] = result
+        # Shown by being returned (Out[n]), as a line magic's value is; `r = %autobatch step`
+        # shows nothing, like any assignment.  -q returns nothing, as %timeit -q does: use -o.
+        return None if args.quiet else result
+
+    def _autobatch_step(self, name: str | None, expression: str | None):
+        if expression is not None:
+            if name is not None:
+                raise UsageError("%autobatch: give a step callable or `-- EXPR`, not both")
+            if not re.search(r"\bBS\b", expression):
+                raise UsageError("%autobatch: the expression after -- must use BS for the batch size")
+            code = self._cell(expression, "%autobatch")
+            namespace = self.shell.user_ns
+
+            def step(batch_size):
+                __tracebackhide__ = True  # noqa: F841
+                saved = namespace.get("BS", _MISSING)
+                namespace["BS"] = batch_size
+                try:
+                    code.run(namespace)
+                finally:
+                    if saved is _MISSING:
+                        namespace.pop("BS", None)
+                    else:
+                        namespace["BS"] = saved
+
+            return step, expression.strip()
+        if name is None:
+            raise UsageError("%autobatch: name a step callable (%autobatch step) or give `-- EXPR` using BS")
+        if name not in self.shell.user_ns:
+            raise UsageError(f"%autobatch: {name!r} is not defined")
+        step = self.shell.user_ns[name]
+        if not callable(step):
+            raise UsageError(f"%autobatch: {name!r} is not callable; it should take the batch size")
+        return step, name
+
+
+_MISSING = object()
+
+
+def _split_expression(line: str) -> tuple[str, str | None]:
+    """Options before a lone ``--``, the step's code after it (kept verbatim, quotes and all)."""
+    match = re.search(r"(?:^|\s)--(?:\s|$)", line)
+    if match is None:
+        return line, None
+    return line[: match.start()], line[match.end():]
 
 
 def load_ipython_extension(ipython) -> None:

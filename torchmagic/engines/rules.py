@@ -43,7 +43,7 @@ THRESHOLDS = {
 }
 
 # The magics torchmagic has today; a verify command is offered only when its magic is here.
-AVAILABLE_MAGICS = frozenset({"torchprofile"})
+AVAILABLE_MAGICS = frozenset({"torchprofile", "autobatch"})
 
 # The torchmagic command that measures each rule's fix.
 VERIFY = {
