@@ -168,3 +168,34 @@ def test_cpu_budget_defaults_to_half_the_available_ram():
     free, _ = CpuDevice().memory_capacity()
     assert budget == pytest.approx(free * 0.5, rel=0.05) and "of RAM available" in how
     assert AutobatchOptions().margin == 0.1
+
+
+def test_throughput_ladder_and_knee():
+    model = small_cnn()
+
+    def step(bs):
+        with torch.no_grad():
+            model(torch.randn(bs, 3, 16, 16))
+
+    r = torchmagic.autobatch(step, budget=8 * MiB, multiple_of=4, throughput=True, device=CpuDevice())
+    sizes = [p.batch_size for p in r.throughput]
+    assert sizes[-1] == r.batch_size and all(s <= r.batch_size for s in sizes)
+    assert all(p.samples_per_s > 0 for p in r.throughput)
+    best = max(p.samples_per_s for p in r.throughput)
+    knee = next(p for p in r.throughput if p.batch_size == r.knee_batch_size)
+    assert knee.samples_per_s >= 0.95 * best
+    assert all(p.samples_per_s < 0.95 * best for p in r.throughput if p.batch_size < r.knee_batch_size)
+    assert "the knee" in r.to_text() and r.to_dict()["knee_batch_size"] == r.knee_batch_size
+
+
+def test_widget_and_plot():
+    import ipywidgets
+
+    device = FakeCudaDevice(capacity_bytes=2**30)
+    r = torchmagic.autobatch(lambda bs: (device.allocate(MiB * bs), device.free(MiB * bs)),
+                             device=device, restore=[])
+    tab = r.widget()
+    assert isinstance(tab, ipywidgets.Tab)
+    assert [tab.get_title(i) for i in range(len(tab.children))] == ["Answer", "Memory law", "Trials"]
+    assert tab.children[1].value[:4] == b"\x89PNG"
+    assert 'src="data:image/png;base64,' in r.to_html()

@@ -111,6 +111,11 @@ class CpuDevice(Device):
     def memory_capacity(self) -> tuple[int, int]:
         return _host_memory()
 
+    def empty_cache(self) -> None:
+        """Hand freed heap back to the OS (glibc keeps it otherwise), so the process's resident
+        memory shows what is really held."""
+        _malloc_trim()
+
     @property
     def name(self) -> str:
         return _cpu_model_name()
@@ -131,6 +136,24 @@ class CpuDevice(Device):
         if "avx512f" in flags or "asimd" in flags or platform.machine() == "arm64":
             return LowPrecision(False, torch.bfloat16, "bf16 runs, but this CPU has no native bf16 matmul")
         return LowPrecision(False, None, "this CPU has no fast 16-bit float instructions")
+
+
+@functools.lru_cache(maxsize=1)
+def _libc():
+    if platform.system() != "Linux":
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6")
+    except OSError:  # musl and other libcs have no malloc_trim
+        return None
+
+
+def _malloc_trim() -> None:
+    libc = _libc()
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
 
 
 def _resident_bytes() -> int | None:

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import gc
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..devices import Device, current_device, is_out_of_memory
-from ..results.autobatch import AutobatchResult, Trial
+from ..measure import timed_call
+from ..results.autobatch import AutobatchResult, ThroughputPoint, Trial
 from .batchsearch import Probe, SearchSpace, search
 from .state import Snapshot
 
@@ -29,6 +31,7 @@ class AutobatchOptions:
     multiple_of: int = 1
     margin: float = 0.1           # headroom kept below the budget
     target_batch: int | None = None
+    throughput: bool = False      # also time samples/s at the answer and smaller verified sizes
 
     def __post_init__(self):
         if self.budget is not None and self.budget <= 0:
@@ -101,8 +104,34 @@ def _search(step, options, space, device, label, before, started) -> AutobatchRe
                        reason=f"the smallest size ({space.smallest}) runs out of memory")
     limit = int(budget * (1 - options.margin))
     outcome = search(lambda size: _probe(step, size, device), limit, space)
-    return _result(label, device, options, budget, how, outcome, outcome.probes, before, started,
-                   reason=outcome.reason)
+    result = _result(label, device, options, budget, how, outcome, outcome.probes, before, started,
+                     reason=outcome.reason)
+    if options.throughput and result.batch_size:
+        result.throughput = _throughput(step, result.batch_size, space, device)
+        result.seconds = time.perf_counter() - started
+    return result
+
+
+THROUGHPUT_REPEATS = 3
+KNEE_TOLERANCE = 0.05  # the knee: the smallest size within 5% of the best samples/s
+
+
+def _throughput(step, answer: int, space: SearchSpace, device: Device) -> list[ThroughputPoint]:
+    """Samples/s at the answer and at halvings of it, un-profiled: the median of a few timed
+    steps after one untimed one.  Only sizes at or below the verified answer are run."""
+    sizes = []
+    size = answer
+    while size >= space.smallest and len(sizes) < 6:
+        sizes.append(size)
+        size = space.round_down(size / 2)
+    points = []
+    for size in sorted(set(sizes)):
+        step(size)
+        times = [timed_call(lambda: step(size), device)[1] for _ in range(THROUGHPUT_REPEATS)]
+        median = statistics.median(times)
+        points.append(ThroughputPoint(size, size / median, median))
+    _release(device)
+    return points
 
 
 def _probe(step: Callable[[int], Any], size: int, device: Device) -> Probe:

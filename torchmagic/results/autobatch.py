@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import html
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -20,6 +21,13 @@ class Trial:
     estimated: bool = False     # a fake-tensor estimate, not a run
     error: str | None = None
     samples_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ThroughputPoint:
+    batch_size: int
+    samples_per_s: float
+    seconds_per_step: float
 
 
 @dataclass
@@ -42,6 +50,16 @@ class AutobatchResult(Result):
     seconds: float = 0.0
     memory_before_bytes: int | None = None
     memory_after_bytes: int | None = None
+    throughput: list[ThroughputPoint] = field(default_factory=list)
+
+    @property
+    def knee_batch_size(self) -> int | None:
+        """The smallest measured size within 5% of the best samples/s: past it, a bigger batch
+        buys memory pressure, not speed."""
+        if not self.throughput:
+            return None
+        best = max(p.samples_per_s for p in self.throughput)
+        return min(p.batch_size for p in self.throughput if p.samples_per_s >= 0.95 * best)
 
     @property
     def answer_trial(self) -> Trial | None:
@@ -70,6 +88,10 @@ class AutobatchResult(Result):
             lines.append(f"Batch {target}: {self.accumulation_steps} accumulation steps of {self.micro_batch}"
                          + (f" (effective {self.accumulation_steps * self.micro_batch})"
                             if self.accumulation_steps * self.micro_batch != target else ""))
+        if self.throughput:
+            best = max(self.throughput, key=lambda p: p.samples_per_s)
+            lines.append(f"Throughput: best {best.samples_per_s:,.0f} samples/s at batch {best.batch_size}; "
+                         f"batch {self.knee_batch_size} is within 5% of it (the knee)")
         if self.memory_before_bytes is not None and self.memory_after_bytes is not None:
             lines.append(f"Memory in use before the search {fmt_bytes(self.memory_before_bytes)}, "
                          f"after {fmt_bytes(self.memory_after_bytes)}")
@@ -85,19 +107,63 @@ class AutobatchResult(Result):
             Column("time", lambda t: fmt_s(t.seconds)),
         ], self.trials, noun="trials")
 
+    def _throughput_table(self) -> Table:
+        return Table([
+            Column("batch", lambda p: str(p.batch_size)),
+            Column("samples/s", lambda p: f"{p.samples_per_s:,.0f}"),
+            Column("step", lambda p: fmt_s(p.seconds_per_step)),
+        ], self.throughput, noun="sizes")
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data["answer_trial"] = asdict(self.answer_trial) if self.answer_trial else None
+        data["knee_batch_size"] = self.knee_batch_size
         return data
 
     def to_text(self) -> str:
-        return "\n".join([self.headline(), *self.details(), "", "Trials, in the order run:",
-                          self._trials_table().to_text()])
+        lines = [self.headline(), *self.details(), "", "Trials, in the order run:", self._trials_table().to_text()]
+        if self.throughput:
+            lines += ["", "Throughput (un-profiled, median of 3 steps):", self._throughput_table().to_text()]
+        return "\n".join(lines)
+
+    def _summary_html(self) -> str:
+        details = "".join(f'<div class="tm-note">{html.escape(line)}</div>' for line in self.details())
+        return f'<div class="tm-headline">{html.escape(self.headline())}</div>{details}'
+
+    def _tables_html(self) -> str:
+        out = f"<h4>Trials, in the order run</h4>{self._trials_table().to_html()}"
+        if self.throughput:
+            out += f"<h4>Throughput (un-profiled, median of 3 steps)</h4>{self._throughput_table().to_html()}"
+        return out
+
+    def plot_png(self) -> bytes | None:
+        if not any(t.peak_bytes is not None for t in self.trials):
+            return None
+        from .plot import memory_law_png
+
+        return memory_law_png(self)
 
     def to_html(self) -> str:
-        details = "".join(f'<div class="tm-note">{html.escape(line)}</div>' for line in self.details())
-        return (f'{CSS}<div class="tm-report"><div class="tm-headline">{html.escape(self.headline())}</div>'
-                f"{details}<h4>Trials, in the order run</h4>{self._trials_table().to_html()}</div>")
+        png = self.plot_png()
+        image = (f'<img alt="peak memory against batch size" style="max-width:100%" '
+                 f'src="data:image/png;base64,{base64.b64encode(png).decode()}"/>' if png else "")
+        return f'{CSS}<div class="tm-report">{self._summary_html()}{image}{self._tables_html()}</div>'
+
+    def widget(self):
+        import ipywidgets as w
+
+        def page(body: str):
+            return w.HTML(f'{CSS}<div class="tm-report">{body}</div>')
+
+        tabs = [("Answer", page(self._summary_html()))]
+        png = self.plot_png()
+        if png:
+            tabs.append(("Memory law", w.Image(value=png, format="png", layout=w.Layout(max_width="100%"))))
+        tabs.append(("Trials", page(self._tables_html())))
+        tab = w.Tab(children=[child for _, child in tabs])
+        for i, (title, _) in enumerate(tabs):
+            tab.set_title(i, title)
+        return tab
 
     def __repr__(self) -> str:
         return f"<AutobatchResult {self.label}: batch_size={self.batch_size}, {len(self.trials)} trials>"

@@ -41,3 +41,45 @@ def timeline_figure_png(spans, colors: dict[str, str], step_starts_us=(), width_
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
     return buf.getvalue()
+
+
+def memory_law_png(result, width_in: float = 7.0) -> bytes:
+    """Measured peaks against batch size, the fitted law, and the limit and budget lines."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    mib = 2**20
+    fig = Figure(figsize=(width_in, 3.6), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    fits = [t for t in result.trials if t.peak_bytes is not None and t.ok and t.peak_bytes <= result.limit_bytes]
+    over = [t for t in result.trials if t.peak_bytes is not None and t not in fits]
+    failed = [t for t in result.trials if t.peak_bytes is None]
+    sizes = [t.batch_size for t in result.trials] or [1]
+    x_max = max(sizes) * 1.05
+    if result.per_sample_bytes is not None:
+        ax.plot([0, x_max], [result.fixed_bytes / mib, (result.fixed_bytes + result.per_sample_bytes * x_max) / mib],
+                color="#59636e", linewidth=1, label="fitted law")
+    ax.axhline(result.limit_bytes / mib, color="#bf8700", linestyle="--", linewidth=1, label="limit (budget - margin)")
+    ax.axhline(result.budget_bytes / mib, color="#d1242f", linestyle=":", linewidth=1, label="budget")
+    ax.scatter([t.batch_size for t in fits], [t.peak_bytes / mib for t in fits], color="#1a7f37", zorder=3,
+               label="ran, fits")
+    if over:
+        ax.scatter([t.batch_size for t in over], [t.peak_bytes / mib for t in over], color="#d1242f", marker="o",
+                   zorder=3, label="ran, over the limit")
+    if failed:
+        ax.scatter([t.batch_size for t in failed], [result.budget_bytes / mib] * len(failed), color="#d1242f",
+                   marker="x", zorder=3, label="out of memory")
+    if result.batch_size is not None:
+        ax.axvline(result.batch_size, color="#1a7f37", linewidth=0.8)
+        ax.annotate(f"answer: {result.batch_size}", (result.batch_size, 0), xytext=(4, 4),
+                    textcoords="offset points", fontsize=8, color="#1a7f37")
+    ax.set_xlim(0, x_max)
+    ax.set_ylim(0, result.budget_bytes / mib * 1.12)
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("peak above start (MiB)")
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.legend(fontsize=8, frameon=False, loc="lower right")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return buf.getvalue()
