@@ -89,3 +89,15 @@ def test_user_error_in_step_shows_the_users_traceback(shell):
                                          ("0.9", 0.9), ("1.5 GB", 1.5e9), ("100kb", 1e5)])
 def test_parse_budget(text, value):
     assert parse_budget(text) == pytest.approx(value)
+
+
+def test_progress_line_in_notebooks(shell, monkeypatch):
+    import torchmagic.magics
+
+    monkeypatch.setattr(torchmagic.magics, "widget_frontend", lambda: True)
+    shell.run_cell(SETUP)
+    result, captured = run(shell, "r = %autobatch --budget 4MiB step")
+    texts = [o.data.get("text/plain", "") for o in captured.outputs]
+    assert texts[0] == "%autobatch: starting…"
+    assert any(t.startswith("%autobatch: run 1: batch 1 → peak") for t in texts)
+    assert texts[-1] == ""  # cleared at the end

@@ -13,6 +13,7 @@ from .cell import Cell
 from .engines.autobatch import AutobatchOptions, run_autobatch
 from .engines.profile import ProfileOptions, ProfilerBusyError, run_profile
 from .engines.state import objects_used_by
+from .results.base import widget_frontend
 from .results.profile import SORT_KEYS
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
@@ -148,10 +149,15 @@ class TorchMagics(Magics):
             raise UsageError(f"%autobatch: {exc}") from None
         step, label = self._autobatch_step(args.step, expression)
         state = objects_used_by(step, self.shell.user_ns)
+        progress = _Progress("%autobatch") if not args.quiet and widget_frontend() else None
         try:
-            result = run_autobatch(step, options, state=state, label=label)
+            result = run_autobatch(step, options, state=state, label=label,
+                                   on_probe=progress.probe if progress else None)
         except ProfilerBusyError as exc:
             raise UsageError(f"%autobatch: {exc}") from None
+        finally:
+            if progress:
+                progress.close()
         if args.output is not None:
             self.shell.user_ns[args.output] = result
         # Shown by being returned (Out[n]), as a line magic's value is; `r = %autobatch step`
@@ -191,6 +197,27 @@ class TorchMagics(Magics):
 
 
 _MISSING = object()
+
+
+class _Progress:
+    """One status line, updated in place while a search runs (notebooks only)."""
+
+    def __init__(self, magic: str):
+        self.magic = magic
+        self.runs = 0
+        self.handle = display(self._bundle("starting…"), raw=True, display_id=True)
+
+    def _bundle(self, text: str) -> dict:
+        return {"text/plain": f"{self.magic}: {text}"}
+
+    def probe(self, probe) -> None:
+        self.runs += 1
+        outcome = (f"peak {probe.peak_bytes / 2**20:.1f} MiB" if probe.ok and probe.peak_bytes is not None
+                   else "out of memory")
+        self.handle.update(self._bundle(f"run {self.runs}: batch {probe.batch_size} → {outcome}"), raw=True)
+
+    def close(self) -> None:
+        self.handle.update({"text/plain": ""}, raw=True)
 
 
 def _split_expression(line: str) -> tuple[str, str | None]:

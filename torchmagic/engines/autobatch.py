@@ -71,11 +71,13 @@ def _gib(n: int) -> str:
 
 
 def run_autobatch(step: Callable[[int], Any], options: AutobatchOptions = AutobatchOptions(), *,
-                  state: list[Any] = (), device: Device | None = None, label: str = "autobatch") -> AutobatchResult:
+                  state: list[Any] = (), device: Device | None = None, label: str = "autobatch",
+                  on_probe: Callable[[Probe], None] | None = None) -> AutobatchResult:
     """Search the largest batch size ``step(batch_size)`` runs with under the budget.
 
     ``state`` lists the modules and optimizers the step changes; they are restored after the
     search (and if it fails).  The step's exceptions other than running out of memory propagate.
+    ``on_probe`` hears of every run as it ends (a progress display).
     """
     __tracebackhide__ = True  # noqa: F841
     device = device or current_device()
@@ -85,7 +87,7 @@ def run_autobatch(step: Callable[[int], Any], options: AutobatchOptions = Autoba
     before = device.memory_in_use()
     started = time.perf_counter()
     try:
-        result = _search(step, options, space, device, label, before, started)
+        result = _search(step, options, space, device, label, before, started, on_probe or (lambda probe: None))
     finally:
         snapshot.restore()
         _release(device)
@@ -93,17 +95,24 @@ def run_autobatch(step: Callable[[int], Any], options: AutobatchOptions = Autoba
     return result
 
 
-def _search(step, options, space, device, label, before, started) -> AutobatchResult:
+def _search(step, options, space, device, label, before, started, on_probe) -> AutobatchResult:
     __tracebackhide__ = True  # noqa: F841
+
+    def probe(size: int) -> Probe:
+        __tracebackhide__ = True  # noqa: F841
+        result = _probe(step, size, device)
+        on_probe(result)
+        return result
+
     # One un-measured step at the smallest size creates what a step creates once (optimizer
     # state, cuDNN plans, lazy modules), so every measured trial sees the steady state.
-    warm = _probe(step, space.smallest, device)
+    warm = probe(space.smallest)
     budget, how = resolve_budget(options.budget, device)  # after the warm-up: its state is in use
     if not warm.ok:
         return _result(label, device, options, budget, how, None, [warm], before, started,
                        reason=f"the smallest size ({space.smallest}) runs out of memory")
     limit = int(budget * (1 - options.margin))
-    outcome = search(lambda size: _probe(step, size, device), limit, space)
+    outcome = search(probe, limit, space)
     result = _result(label, device, options, budget, how, outcome, outcome.probes, before, started,
                      reason=outcome.reason)
     if options.throughput and result.batch_size:
