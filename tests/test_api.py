@@ -78,3 +78,9 @@ def test_profiler_banner_is_not_printed_but_other_stderr_is(capfd):
     err = capfd.readouterr().err
     assert "profiler_start" not in err and "profiler_stop" not in err
     assert "user stderr line" in err
+
+
+def test_free_of_a_block_from_before_the_profile_is_not_warned_about(capfd):
+    holder = [torch.randn(1000)]
+    torchmagic.profile(lambda: holder.clear(), memory=True)
+    assert "Memory block of unknown size" not in capfd.readouterr().err

@@ -130,3 +130,14 @@ def test_fit_law_needs_two_sizes():
     law = fit_law([(1, 110), (2, 120), (4, 140)])
     assert law.fixed_bytes == pytest.approx(100) and law.per_sample_bytes == pytest.approx(10)
     assert law.largest_under(200) == pytest.approx(10)
+
+
+def test_cpu_style_law_with_a_floor_finds_the_exact_boundary_quickly():
+    # small sizes all peak at the allocator's 1 MiB floor; nothing raises, peaks are measured
+    def run(bs):
+        return Probe(bs, max(1 * MiB, 6 * 1024 * bs), True)
+
+    limit = int(57.6 * MiB)
+    out = search(run, limit, SearchSpace(max_size=65536, multiple_of=8))
+    assert out.batch_size == (limit // (6 * 1024)) // 8 * 8
+    assert out.real_trials <= 7

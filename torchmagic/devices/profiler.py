@@ -2,9 +2,10 @@
 own allocations on any device, read from the profiler's memory events.
 
 torch 2.13 prints ``USDT:... profiler_start`` / ``profiler_stop`` from C++ to file
-descriptor 2 each time a profiler starts or stops; in JupyterLab that is two red lines
-under every profiled cell.  Only those two lines are dropped: anything else written to
-stderr meanwhile (a real kineto warning) is passed on.
+descriptor 2 each time a profiler starts or stops, and warns about every freed block it
+saw no allocation for; in JupyterLab those are red lines under every profiled cell.  Only
+those lines are dropped: anything else written to file descriptor 2 meanwhile is passed
+on (after the scope: C-level stderr output of the code inside comes out at its end).
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
-_BANNER = re.compile(r"^USDT:.*\] profiler_(start|stop)\s*$")
+# kineto's start/stop banner, and the warning that a block allocated before profiling was freed
+# (harmless: the profiler just cannot pair that free with an allocation)
+_BANNER = re.compile(r"^USDT:.*\] profiler_(start|stop)\s*$"
+                     r"|^\[W.*\] Memory block of unknown size was allocated before the profiling started")
 
 
 @contextlib.contextmanager
@@ -62,12 +66,11 @@ def allocation_peak(device_type: torch.autograd.DeviceType) -> Iterator[PeakRead
     """
     reading = PeakReading()
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
-    with without_profiler_banner():
+    with without_profiler_banner():  # the whole scope: the free-before-start warning comes mid-run
         prof.start()
-    try:
-        yield reading
-    finally:
-        with without_profiler_banner():
+        try:
+            yield reading
+        finally:
             prof.stop()
         level = 0
         for event in prof.profiler.kineto_results.events():

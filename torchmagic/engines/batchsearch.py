@@ -116,7 +116,7 @@ class SearchSpace:
 
 
 MAX_REAL_TRIALS = 16
-MAX_FIT_DOUBLINGS = 8
+MAX_FIT_POINTS = 8
 
 
 def search(run: Callable[[int], Probe], limit_bytes: int, space: SearchSpace,
@@ -134,11 +134,11 @@ def search(run: Callable[[int], Probe], limit_bytes: int, space: SearchSpace,
         state.record(size, probe.ok and probe.peak_bytes is not None and probe.peak_bytes <= limit_bytes)
         return probe
 
-    # 1. fit points: estimates where the probe can make them, else real runs.  Sizes double
-    #    until the peak grows (allocator rounding can hide small sizes' per-sample cost).
+    # 1. fit points: estimates where the probe can make them, else real runs.  Sizes grow, ever
+    #    faster, until the peak does (allocator rounding can hide small sizes' per-sample cost).
     fit_points: list[tuple[int, int]] = []
-    size = space.smallest
-    for _ in range(MAX_FIT_DOUBLINGS):
+    size, growth = space.smallest, 2
+    for _ in range(MAX_FIT_POINTS):
         probe = estimate(size) if estimate else None
         if probe is not None and probe.peak_bytes is not None:
             out.probes.append(probe)
@@ -151,7 +151,9 @@ def search(run: Callable[[int], Probe], limit_bytes: int, space: SearchSpace,
         enough = 3 if probe.estimated else 2  # a real run costs a trial; an estimate does not
         if law is not None and law.per_sample_bytes > 0 and len(fit_points) >= enough:
             break
-        nxt = space.round_down(size * 2)
+        if law is not None:
+            growth *= 2  # flat so far: the per-sample cost hides below a floor; grow faster
+        nxt = space.round_down(size * growth)
         if nxt <= size:
             break
         size = nxt
@@ -206,10 +208,16 @@ class _Bounds:
         if high - low <= step:
             return None
         predicted = space.round_down(law.largest_under(limit)) if law is not None else None
+        if predicted is not None and self.bad is not None and predicted <= low:
+            # the law puts the limit at the largest success: check its neighbour up.  (A law
+            # that predicts at or past a failure has just been proven wrong: bisect instead.)
+            predicted = low + step
         inside = predicted is not None and low < predicted < high
         if inside and self.bad is not None:
-            # safeguard the secant: two predictions that each cut less than half, then bisect
-            narrow = min(predicted - low, high - predicted) < (high - low) / 4
+            # safeguard the secant: two predictions in a row that cut off less than a quarter,
+            # then bisect; a prediction one or two steps from an end is simply checked
+            gap = min(predicted - low, high - predicted)
+            narrow = 2 * step < gap < (high - low) / 4
             self.slow_steps = self.slow_steps + 1 if narrow else 0
             if self.slow_steps >= 2:
                 self.slow_steps = 0

@@ -88,16 +88,15 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
             with_stack=options.stack,
             with_flops=options.flops,
         )
-        try:
-            with without_profiler_banner():
+        with without_profiler_banner():
+            try:
                 prof.start()
-            for i in range(options.steps):
-                value, seconds = timed_call(step, device, marker=f"{STEP_PREFIX}{i}")
-                step_s.append(seconds)
-        finally:
-            # checked, not assumed: an interrupt may land before start() finished
-            if torch.autograd._profiler_enabled():
-                with without_profiler_banner():
+                for i in range(options.steps):
+                    value, seconds = timed_call(step, device, marker=f"{STEP_PREFIX}{i}")
+                    step_s.append(seconds)
+            finally:
+                # checked, not assumed: an interrupt may land before start() finished
+                if torch.autograd._profiler_enabled():
                     prof.stop()
     except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt too: summarise, then re-raise)
         error = exc

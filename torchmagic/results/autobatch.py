@@ -83,8 +83,10 @@ class AutobatchResult(Result):
         real = sum(not t.estimated for t in self.trials)
         lines.append(f"{real} real trial{'s' if real != 1 else ''} in {fmt_s(self.seconds)} on "
                      f"{self.device.get('name', self.device.get('kind'))}, after one warm-up step")
-        if self.accumulation_steps:
-            target = self.options.get("target_batch")
+        target = self.options.get("target_batch")
+        if self.accumulation_steps == 1:
+            lines.append(f"Batch {target} fits in one step: no gradient accumulation needed")
+        elif self.accumulation_steps:
             lines.append(f"Batch {target}: {self.accumulation_steps} accumulation steps of {self.micro_batch}"
                          + (f" (effective {self.accumulation_steps * self.micro_batch})"
                             if self.accumulation_steps * self.micro_batch != target else ""))
