@@ -122,7 +122,6 @@ def _search(step, options, space, device, label, before, started, on_probe) -> A
 
 
 THROUGHPUT_REPEATS = 3
-KNEE_TOLERANCE = 0.05  # the knee: the smallest size within 5% of the best samples/s
 
 
 def _throughput(step, answer: int, space: SearchSpace, device: Device) -> list[ThroughputPoint]:

@@ -23,6 +23,9 @@ class Trial:
     samples_per_s: float | None = None
 
 
+KNEE_TOLERANCE = 0.05  # the knee: the smallest size within 5% of the best samples/s
+
+
 @dataclass(frozen=True)
 class ThroughputPoint:
     batch_size: int
@@ -59,7 +62,7 @@ class AutobatchResult(Result):
         if not self.throughput:
             return None
         best = max(p.samples_per_s for p in self.throughput)
-        return min(p.batch_size for p in self.throughput if p.samples_per_s >= 0.95 * best)
+        return min(p.batch_size for p in self.throughput if p.samples_per_s >= (1 - KNEE_TOLERANCE) * best)
 
     @property
     def answer_trial(self) -> Trial | None:
