@@ -199,3 +199,42 @@ def test_widget_and_plot():
     assert [tab.get_title(i) for i in range(len(tab.children))] == ["Answer", "Memory law", "Trials"]
     assert tab.children[1].value[:4] == b"\x89PNG"
     assert 'src="data:image/png;base64,' in r.to_html()
+
+
+def _train_step(optimizer_cls):
+    model = small_cnn()
+    opt = optimizer_cls(model.parameters(), lr=1e-3)
+
+    def step(bs):
+        loss = nn.functional.cross_entropy(model(torch.randn(bs, 3, 16, 16)), torch.zeros(bs, dtype=torch.long))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    return step, model, opt
+
+
+def test_fake_tensor_estimates_calibrated_and_harmless():
+    step, model, opt = _train_step(torch.optim.SGD)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    r = torchmagic.autobatch(step, budget=32 * MiB, multiple_of=8, device=CpuDevice())
+    estimates = [t for t in r.trials if t.estimated]
+    assert [t.batch_size for t in estimates] == [8, 64, 512]
+    assert r.calibration is not None and 1.0 <= r.calibration < 2.0  # fake tensors see less
+    assert r.answer_trial is not None and not r.answer_trial.estimated  # the answer still ran
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
+    assert "fake-tensor estimates" in r.to_text()
+
+
+def test_steps_that_cannot_run_on_fake_tensors_fall_back_to_real_runs():
+    step, _, _ = _train_step(torch.optim.Adam)  # Adam reads its step count with .item()
+    r = torchmagic.autobatch(step, budget=32 * MiB, multiple_of=8, device=CpuDevice())
+    assert r.calibration is None and not any(t.estimated for t in r.trials)
+    assert r.batch_size is not None
+
+
+def test_no_estimate_option():
+    step, _, _ = _train_step(torch.optim.SGD)
+    r = torchmagic.autobatch(step, budget=32 * MiB, estimate=False, device=CpuDevice())
+    assert not any(t.estimated for t in r.trials)

@@ -101,3 +101,9 @@ def test_progress_line_in_notebooks(shell, monkeypatch):
     assert texts[0] == "%autobatch: starting…"
     assert any(t.startswith("%autobatch: run 1: batch 1 → peak") for t in texts)
     assert texts[-1] == ""  # cleared at the end
+
+
+def test_no_estimate_flag(shell):
+    shell.run_cell(SETUP)
+    result, _ = run(shell, "r = %autobatch --no-estimate --budget 4MiB step")
+    assert result.success and not any(t.estimated for t in shell.user_ns["r"].trials)

@@ -90,7 +90,9 @@ def test_estimates_replace_real_fit_runs():
 
     out = search(runner(device, linear), int(0.9 * 16 * GiB), SearchSpace(max_size=100_000), estimate)
     assert [p.estimated for p in out.probes][:3] == [True, True, True]
-    assert out.real_trials <= 2
+    assert [p.batch_size for p in out.probes][:3] == [1, 8, 64]  # spread: estimates are free
+    assert out.real_trials <= 3  # calibration, the prediction, its neighbour
+    assert out.calibration == pytest.approx(1.0)
     assert out.batch_size == true_limit(linear, int(0.9 * 16 * GiB), SearchSpace(max_size=100_000))
 
 
@@ -141,3 +143,24 @@ def test_cpu_style_law_with_a_floor_finds_the_exact_boundary_quickly():
     out = search(run, limit, SearchSpace(max_size=65536, multiple_of=8))
     assert out.batch_size == (limit // (6 * 1024)) // 8 * 8
     assert out.real_trials <= 7
+
+
+def test_estimates_that_miss_scratch_memory_are_calibrated_by_one_real_run():
+    device = FakeCudaDevice(capacity_bytes=16 * GiB)
+    limit = int(0.9 * 16 * GiB)
+    space = SearchSpace(max_size=100_000, multiple_of=8)
+
+    def estimate(bs):  # fake tensors see 80% of what a real run uses
+        return Probe(bs, int(0.8 * linear(bs)), True, estimated=True)
+
+    out = search(runner(device, linear), limit, space, estimate)
+    assert out.calibration == pytest.approx(1.25, rel=1e-3)
+    assert out.batch_size == true_limit(linear, limit, space)
+    assert out.real_trials <= 3
+
+
+def test_no_estimate_falls_back_to_real_runs():
+    device = FakeCudaDevice(capacity_bytes=16 * GiB)
+    out = search(runner(device, linear), int(0.9 * 16 * GiB), SearchSpace(max_size=100_000), lambda bs: None)
+    assert not any(p.estimated for p in out.probes) and out.calibration is None
+    assert out.real_trials <= 4

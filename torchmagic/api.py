@@ -54,7 +54,8 @@ def profile_code(code: str, namespace: dict[str, Any] | None = None, **options) 
 
 def autobatch(step: Callable[[int], Any], *, budget: float | None = None, min: int = 1,  # noqa: A002
               max: int = 65536, multiple_of: int = 1, margin: float = 0.1,  # noqa: A002
-              target_batch: int | None = None, throughput: bool = False, restore: list[Any] | None = None,
+              target_batch: int | None = None, throughput: bool = False, estimate: bool = True,
+              restore: list[Any] | None = None,
               device: Device | None = None) -> AutobatchResult:
     """The largest batch size ``step(batch_size)`` runs with, predicted from a fitted memory law
     and verified by real runs; the answer always ran.
@@ -66,7 +67,8 @@ def autobatch(step: Callable[[int], Any], *, budget: float | None = None, min: i
     """
     __tracebackhide__ = True  # noqa: F841
     options = AutobatchOptions(budget=budget, min_size=min, max_size=max, multiple_of=multiple_of,
-                               margin=margin, target_batch=target_batch, throughput=throughput)
+                               margin=margin, target_batch=target_batch, throughput=throughput,
+                               estimate=estimate)
     state = objects_used_by(step) if restore is None else restore
     return run_autobatch(step, options, state=state, device=device,
                          label=getattr(step, "__name__", "autobatch"))

@@ -121,6 +121,8 @@ class TorchMagics(Magics):
               help="report the gradient-accumulation steps that reach batch N")
     @argument("--throughput", action="store_true",
               help="also time samples/s at the answer and smaller sizes, and name the knee")
+    @argument("--no-estimate", action="store_true",
+              help="fit on real runs only, not on fake-tensor estimates")
     @argument("-o", dest="output", metavar="NAME", help="store the AutobatchResult in variable NAME")
     @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
     @argument("step", nargs="?", help="a callable taking the batch size; or write `-- EXPR` with BS in it")
@@ -144,7 +146,7 @@ class TorchMagics(Magics):
             options = AutobatchOptions(
                 budget=parse_budget(args.budget) if args.budget is not None else None,
                 min_size=args.min, max_size=args.max, multiple_of=args.multiple_of, margin=args.margin,
-                target_batch=args.target_batch, throughput=args.throughput)
+                target_batch=args.target_batch, throughput=args.throughput, estimate=not args.no_estimate)
         except ValueError as exc:
             raise UsageError(f"%autobatch: {exc}") from None
         step, label = self._autobatch_step(args.step, expression)

@@ -17,6 +17,7 @@ from ..devices import Device, current_device, is_out_of_memory
 from ..measure import timed_call
 from ..results.autobatch import AutobatchResult, ThroughputPoint, Trial
 from .batchsearch import Probe, SearchSpace, search
+from .estimate import fake_estimator
 from .state import Snapshot
 
 CPU_DEFAULT_BUDGET = 0.5   # of available RAM: the rest of the notebook (and the OS) needs some
@@ -32,6 +33,7 @@ class AutobatchOptions:
     margin: float = 0.1           # headroom kept below the budget
     target_batch: int | None = None
     throughput: bool = False      # also time samples/s at the answer and smaller verified sizes
+    estimate: bool = True         # fit on fake-tensor estimates where the step allows it
 
     def __post_init__(self):
         if self.budget is not None and self.budget <= 0:
@@ -87,7 +89,8 @@ def run_autobatch(step: Callable[[int], Any], options: AutobatchOptions = Autoba
     before = device.memory_in_use()
     started = time.perf_counter()
     try:
-        result = _search(step, options, space, device, label, before, started, on_probe or (lambda probe: None))
+        result = _search(step, options, space, device, label, before, started, on_probe or (lambda probe: None),
+                         state)
     finally:
         snapshot.restore()
         _release(device)
@@ -95,7 +98,7 @@ def run_autobatch(step: Callable[[int], Any], options: AutobatchOptions = Autoba
     return result
 
 
-def _search(step, options, space, device, label, before, started, on_probe) -> AutobatchResult:
+def _search(step, options, space, device, label, before, started, on_probe, state) -> AutobatchResult:
     __tracebackhide__ = True  # noqa: F841
 
     def probe(size: int) -> Probe:
@@ -112,7 +115,8 @@ def _search(step, options, space, device, label, before, started, on_probe) -> A
         return _result(label, device, options, budget, how, None, [warm], before, started,
                        reason=f"the smallest size ({space.smallest}) runs out of memory")
     limit = int(budget * (1 - options.margin))
-    outcome = search(probe, limit, space)
+    estimate = fake_estimator(step, list(state), lambda: Snapshot(state, device)) if options.estimate else None
+    outcome = search(probe, limit, space, estimate)
     result = _result(label, device, options, budget, how, outcome, outcome.probes, before, started,
                      reason=outcome.reason)
     if options.throughput and result.batch_size:
@@ -177,6 +181,7 @@ def _result(label, device, options, budget, how, outcome, probes, before, starte
     # spread the target evenly: 2 steps of 512 for 1024, rather than 2 of 704
     micro = math.ceil(options.target_batch / accumulation) if accumulation else None
     return AutobatchResult(
+        calibration=outcome.calibration if outcome is not None else None,
         label=label, device=device.describe(), batch_size=size,
         budget_bytes=budget, limit_bytes=int(budget * (1 - options.margin)), budget_source=how,
         fixed_bytes=law.fixed_bytes if law else None,

@@ -84,6 +84,7 @@ class SearchOutcome:
     law: MemoryLaw | None
     probes: list[Probe] = field(default_factory=list)
     reason: str = ""                  # why the search stopped where it did
+    calibration: float | None = None  # real / estimated peak at the smallest size, when estimated
 
     @property
     def real_trials(self) -> int:
@@ -134,22 +135,18 @@ def search(run: Callable[[int], Probe], limit_bytes: int, space: SearchSpace,
         state.record(size, probe.ok and probe.peak_bytes is not None and probe.peak_bytes <= limit_bytes)
         return probe
 
-    # 1. fit points: estimates where the probe can make them, else real runs.  Sizes grow, ever
-    #    faster, until the peak does (allocator rounding can hide small sizes' per-sample cost).
-    fit_points: list[tuple[int, int]] = []
+    # 1. fit points: from estimates, calibrated by one real run, where the probe can estimate;
+    #    else from real runs at sizes that grow, ever faster, until the peak does (allocator
+    #    rounding can hide small sizes' per-sample cost)
+    fit_points = _estimated_points(estimate, space, trial, out) if estimate else []
     size, growth = space.smallest, 2
-    for _ in range(MAX_FIT_POINTS):
-        probe = estimate(size) if estimate else None
-        if probe is not None and probe.peak_bytes is not None:
-            out.probes.append(probe)
-        else:
-            probe = trial(size)
-            if state.bad is not None:
-                break  # a fit size already fails: nothing larger will
+    for _ in range(0 if fit_points or state.bad is not None else MAX_FIT_POINTS):
+        probe = trial(size)
+        if state.bad is not None:
+            break  # a fit size already fails: nothing larger will
         fit_points.append((size, probe.peak_bytes))
         law = fit_law(fit_points)
-        enough = 3 if probe.estimated else 2  # a real run costs a trial; an estimate does not
-        if law is not None and law.per_sample_bytes > 0 and len(fit_points) >= enough:
+        if law is not None and law.per_sample_bytes > 0:
             break
         if law is not None:
             growth *= 2  # flat so far: the per-sample cost hides below a floor; grow faster
@@ -173,6 +170,27 @@ def search(run: Callable[[int], Probe], limit_bytes: int, space: SearchSpace,
     out.batch_size = state.good
     out.reason = _reason(state.good, state.bad, space)
     return out
+
+
+ESTIMATE_SPREAD = (1, 8, 64)  # estimates are free: spread them for a well-determined slope
+
+
+def _estimated_points(estimate, space: SearchSpace, trial, out: SearchOutcome) -> list[tuple[int, int]]:
+    """Estimates at sizes far apart, scaled to agree with one real run at the smallest: fake
+    tensors miss the allocator's and kernels' scratch memory, which grows with the batch too."""
+    sizes = sorted({space.round_down(space.smallest * k) for k in ESTIMATE_SPREAD} - {0})
+    estimates = []
+    for size in sizes:
+        probe = estimate(size)
+        if probe is None or probe.peak_bytes is None:
+            return []  # the step does not run on fake tensors: fit on real runs
+        estimates.append(probe)
+    out.probes.extend(estimates)
+    real = trial(sizes[0])
+    if not real.ok or real.peak_bytes is None or not estimates[0].peak_bytes:
+        return [(real.batch_size, real.peak_bytes)] if real.ok and real.peak_bytes is not None else []
+    out.calibration = real.peak_bytes / estimates[0].peak_bytes
+    return [(p.batch_size, round(p.peak_bytes * out.calibration)) for p in estimates]
 
 
 def _local_law(points: list[tuple[int, int]], state: _Bounds) -> MemoryLaw | None:

@@ -54,6 +54,7 @@ class AutobatchResult(Result):
     memory_before_bytes: int | None = None
     memory_after_bytes: int | None = None
     throughput: list[ThroughputPoint] = field(default_factory=list)
+    calibration: float | None = None  # real / fake-tensor peak at the smallest size, when estimated
 
     @property
     def knee_batch_size(self) -> int | None:
@@ -84,7 +85,10 @@ class AutobatchResult(Result):
             lines.append(f"Memory law: {fmt_bytes(max(self.fixed_bytes, 0))} fixed + "
                          f"{fmt_bytes(self.per_sample_bytes)} per sample, fitted on the runs")
         real = sum(not t.estimated for t in self.trials)
-        lines.append(f"{real} real trial{'s' if real != 1 else ''} in {fmt_s(self.seconds)} on "
+        estimated = len(self.trials) - real
+        how = (f"{estimated} fake-tensor estimates (scaled by {self.calibration:.2f} to match a real run) and "
+               if self.calibration else "")
+        lines.append(f"{how}{real} real trial{'s' if real != 1 else ''} in {fmt_s(self.seconds)} on "
                      f"{self.device.get('name', self.device.get('kind'))}, after one warm-up step")
         target = self.options.get("target_batch")
         if self.accumulation_steps == 1:
