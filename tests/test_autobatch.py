@@ -238,3 +238,38 @@ def test_no_estimate_option():
     step, _, _ = _train_step(torch.optim.SGD)
     r = torchmagic.autobatch(step, budget=32 * MiB, estimate=False, device=CpuDevice())
     assert not any(t.estimated for t in r.trials)
+
+
+def test_fragmentation_at_oom_suggests_expandable_segments():
+    device = FakeCudaDevice(capacity_bytes=4 * 2**30)
+
+    def step(bs):
+        device.allocate(2**30)  # a temporary the caching allocator keeps reserved after the free
+        device.free(2**30)
+        device.allocate(100 * MiB * bs)
+        device.free(100 * MiB * bs)
+
+    r = torchmagic.autobatch(step, device=device, restore=[], estimate=False)
+    oom = [t for t in r.trials if not t.ok]
+    assert oom and any("expandable_segments" in note for note in r.notes)
+    assert "expandable_segments" in r.to_text()
+
+
+def test_compiled_module_is_noted():
+    model = torch.compile(nn.Linear(4, 4))
+    device = FakeCudaDevice(capacity_bytes=2**30)
+    r = torchmagic.autobatch(lambda bs: (device.allocate(MiB * bs), device.free(MiB * bs)),
+                             device=device, restore=[model], estimate=False, max=64)
+    assert any("torch.compile" in note for note in r.notes)
+
+
+def test_twenty_cpu_searches_leave_resident_memory_at_baseline():
+    step, _, _ = _train_step(torch.optim.SGD)
+    device = CpuDevice()
+    torchmagic.autobatch(step, budget=16 * MiB, device=device)  # first one warms caches
+    device.empty_cache()
+    before = device.memory_in_use()
+    for _ in range(20):
+        torchmagic.autobatch(step, budget=16 * MiB, device=device)
+    device.empty_cache()
+    assert device.memory_in_use() - before < 16 * MiB

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import torch
+
 from ..devices import Device, current_device, is_out_of_memory
 from ..measure import timed_call
 from ..results.autobatch import AutobatchResult, ThroughputPoint, Trial
@@ -119,6 +121,7 @@ def _search(step, options, space, device, label, before, started, on_probe, stat
     outcome = search(probe, limit, space, estimate)
     result = _result(label, device, options, budget, how, outcome, outcome.probes, before, started,
                      reason=outcome.reason)
+    result.notes = _notes(outcome, budget, state, device)
     if options.throughput and result.batch_size:
         result.throughput = _throughput(step, result.batch_size, space, device)
         result.seconds = time.perf_counter() - started
@@ -148,7 +151,7 @@ def _throughput(step, answer: int, space: SearchSpace, device: Device) -> list[T
 
 def _probe(step: Callable[[int], Any], size: int, device: Device) -> Probe:
     __tracebackhide__ = True  # noqa: F841
-    error = None
+    error = unallocated = None
     start = time.perf_counter()
     with device.peak_scope() as reading:
         try:
@@ -158,14 +161,42 @@ def _probe(step: Callable[[int], Any], size: int, device: Device) -> Probe:
             if not is_out_of_memory(exc):
                 raise
             error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            unallocated = _unallocated(device)
     seconds = time.perf_counter() - start
     # Out here, past the except block, the failed step's frames and the tensors they hold are
     # unreachable; a collection frees what sits in reference cycles.  A step that succeeded
     # freed its tensors by reference counting (a full collection costs ~0.15 s with torch loaded).
     _release(device, collect=error is not None)
     if error is not None:
-        return Probe(size, None, False, seconds=seconds, error=error)
+        return Probe(size, None, False, seconds=seconds, error=error, unallocated_bytes=unallocated)
     return Probe(size, reading.peak_bytes, True, seconds=seconds)
+
+
+def _unallocated(device: Device) -> int | None:
+    """What the caching allocator held but could not use when the step ran out: the number
+    PyTorch's own OOM message reports as "reserved but unallocated"."""
+    reserved, allocated = device.memory_reserved(), device.memory_allocated()
+    return None if reserved is None or allocated is None else max(reserved - allocated, 0)
+
+
+FRAGMENTATION_SHARE = 0.1  # unallocated at an OOM, as a share of the budget, worth a note
+
+
+def _notes(outcome, budget: int, state, device: Device) -> list[str]:
+    notes = []
+    gaps = [p.unallocated_bytes for p in (outcome.probes if outcome else []) if p.unallocated_bytes]
+    if gaps and max(gaps) > FRAGMENTATION_SHARE * budget:
+        notes.append(f"When a run ran out of memory, {max(gaps) / 2**20:.0f} MiB were reserved by the caching "
+                     "allocator but unallocated (fragmentation): PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, "
+                     "set before CUDA starts, can let a larger batch fit.")
+    if any(type(o).__name__ == "OptimizedModule" for o in state):
+        notes.append("A torch.compile'd module: each new batch size can trigger a recompile (after the first, "
+                     "the batch dimension is marked dynamic), so trial times include compiling; more than 8 "
+                     "recompiles fall back to eager, whose memory can differ from the compiled step's.")
+    if device.kind == "cuda" and torch.backends.cudnn.benchmark:
+        notes.append("torch.backends.cudnn.benchmark is on: cuDNN may pick a different algorithm, with a "
+                     "different workspace, for each size; leave headroom (--margin).")
+    return notes
 
 
 def _release(device: Device, collect: bool = True) -> None:

@@ -37,6 +37,7 @@ class Probe:
     estimated: bool = False     # from fake tensors, not a real run
     seconds: float = 0.0
     error: str | None = None    # the out-of-memory message, for failed runs
+    unallocated_bytes: int | None = None  # reserved but unallocated when it ran out (fragmentation)
 
 
 @dataclass(frozen=True)

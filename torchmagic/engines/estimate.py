@@ -22,8 +22,10 @@ def fake_estimator(step: Callable[[int], Any], state: list[Any], snapshot: Calla
                    ) -> Callable[[int], Probe | None] | None:
     """A ``size -> Probe`` estimator for ``step``, or None where fake tensors are unavailable."""
     try:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        from torch.distributed._tools.mem_tracker import MemTracker
+        with warnings.catch_warnings():  # torch.distributed's import chain warns about TorchScript
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from torch._subclasses.fake_tensor import FakeTensorMode
+            from torch.distributed._tools.mem_tracker import MemTracker
     except ImportError:  # builds without torch.distributed (some Windows and mobile builds)
         return None
     modules = [o for o in state if hasattr(o, "parameters") or hasattr(o, "param_groups")]

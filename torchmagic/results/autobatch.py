@@ -55,6 +55,7 @@ class AutobatchResult(Result):
     memory_after_bytes: int | None = None
     throughput: list[ThroughputPoint] = field(default_factory=list)
     calibration: float | None = None  # real / fake-tensor peak at the smallest size, when estimated
+    notes: list[str] = field(default_factory=list)
 
     @property
     def knee_batch_size(self) -> int | None:
@@ -101,6 +102,7 @@ class AutobatchResult(Result):
             best = max(self.throughput, key=lambda p: p.samples_per_s)
             lines.append(f"Throughput: best {best.samples_per_s:,.0f} samples/s at batch {best.batch_size}; "
                          f"batch {self.knee_batch_size} is within 5% of it (the knee)")
+        lines += self.notes
         if self.memory_before_bytes is not None and self.memory_after_bytes is not None:
             lines.append(f"Memory in use before the search {fmt_bytes(self.memory_before_bytes)}, "
                          f"after {fmt_bytes(self.memory_after_bytes)}")
