@@ -273,3 +273,12 @@ def test_twenty_cpu_searches_leave_resident_memory_at_baseline():
         torchmagic.autobatch(step, budget=16 * MiB, device=device)
     device.empty_cache()
     assert device.memory_in_use() - before < 16 * MiB
+
+
+def test_throughput_fills_the_trials_samples_per_s():
+    step, _, _ = _train_step(torch.optim.SGD)
+    r = torchmagic.autobatch(step, budget=8 * MiB, multiple_of=8, throughput=True, device=CpuDevice())
+    answer = r.answer_trial
+    assert answer.samples_per_s == next(p.samples_per_s for p in r.throughput if p.batch_size == r.batch_size)
+    assert all(t.samples_per_s is None for t in r.trials if t.estimated)
+    assert r.plot_png()[:4] == b"\x89PNG"

@@ -5,6 +5,7 @@ state are put back afterwards, and memory returns to where it was.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import statistics
@@ -124,6 +125,9 @@ def _search(step, options, space, device, label, before, started, on_probe, stat
     result.notes = _notes(outcome, budget, state, device)
     if options.throughput and result.batch_size:
         result.throughput = _throughput(step, result.batch_size, space, device)
+        rate = {p.batch_size: p.samples_per_s for p in result.throughput}
+        result.trials = [dataclasses.replace(t, samples_per_s=rate.get(t.batch_size)) if not t.estimated else t
+                         for t in result.trials]
         result.seconds = time.perf_counter() - started
     return result
 

@@ -52,9 +52,11 @@ def memory_law_png(result, width_in: float = 7.0) -> bytes:
     fig = Figure(figsize=(width_in, 3.6), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    fits = [t for t in result.trials if t.peak_bytes is not None and t.ok and t.peak_bytes <= result.limit_bytes]
-    over = [t for t in result.trials if t.peak_bytes is not None and t not in fits]
-    failed = [t for t in result.trials if t.peak_bytes is None]
+    real = [t for t in result.trials if not t.estimated]
+    estimates = [t for t in result.trials if t.estimated and t.peak_bytes is not None]
+    fits = [t for t in real if t.peak_bytes is not None and t.ok and t.peak_bytes <= result.limit_bytes]
+    over = [t for t in real if t.peak_bytes is not None and t not in fits]
+    failed = [t for t in real if t.peak_bytes is None]
     sizes = [t.batch_size for t in result.trials] or [1]
     x_max = max(sizes) * 1.05
     if result.per_sample_bytes is not None:
@@ -64,6 +66,11 @@ def memory_law_png(result, width_in: float = 7.0) -> bytes:
     ax.axhline(result.budget_bytes / mib, color="#d1242f", linestyle=":", linewidth=1, label="budget")
     ax.scatter([t.batch_size for t in fits], [t.peak_bytes / mib for t in fits], color="#1a7f37", zorder=3,
                label="ran, fits")
+    if estimates:
+        scale = result.calibration or 1.0
+        ax.scatter([t.batch_size for t in estimates], [t.peak_bytes * scale / mib for t in estimates],
+                   facecolors="none", edgecolors="#0969da", zorder=3,
+                   label=f"fake-tensor estimate (x{scale:.2f})")
     if over:
         ax.scatter([t.batch_size for t in over], [t.peak_bytes / mib for t in over], color="#d1242f", marker="o",
                    zorder=3, label="ran, over the limit")
@@ -79,7 +86,7 @@ def memory_law_png(result, width_in: float = 7.0) -> bytes:
     ax.set_xlabel("batch size")
     ax.set_ylabel("peak above start (MiB)")
     ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(fontsize=8, frameon=False, loc="lower right")
+    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
     return buf.getvalue()
