@@ -164,3 +164,12 @@ def test_no_estimate_falls_back_to_real_runs():
     out = search(runner(device, linear), int(0.9 * 16 * GiB), SearchSpace(max_size=100_000), lambda bs: None)
     assert not any(p.estimated for p in out.probes) and out.calibration is None
     assert out.real_trials <= 4
+
+
+def test_estimates_of_zero_fall_back_to_real_runs():
+    device = FakeCudaDevice(capacity_bytes=16 * GiB)
+    out = search(runner(device, linear), int(0.9 * 16 * GiB), SearchSpace(max_size=100_000),
+                 lambda bs: Probe(bs, 0, True, estimated=True))
+    assert out.calibration is None
+    assert out.batch_size == true_limit(linear, int(0.9 * 16 * GiB), SearchSpace(max_size=100_000))
+    assert out.real_trials <= 6

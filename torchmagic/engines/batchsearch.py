@@ -140,21 +140,8 @@ def search(run: Callable[[int], Probe], limit_bytes: int, space: SearchSpace,
     #    else from real runs at sizes that grow, ever faster, until the peak does (allocator
     #    rounding can hide small sizes' per-sample cost)
     fit_points = _estimated_points(estimate, space, trial, out) if estimate else []
-    size, growth = space.smallest, 2
-    for _ in range(0 if fit_points or state.bad is not None else MAX_FIT_POINTS):
-        probe = trial(size)
-        if state.bad is not None:
-            break  # a fit size already fails: nothing larger will
-        fit_points.append((size, probe.peak_bytes))
-        law = fit_law(fit_points)
-        if law is not None and law.per_sample_bytes > 0:
-            break
-        if law is not None:
-            growth *= 2  # flat so far: the per-sample cost hides below a floor; grow faster
-        nxt = space.round_down(size * growth)
-        if nxt <= size:
-            break
-        size = nxt
+    if not fit_points and state.bad is None:
+        fit_points = _measured_points(space, trial, state)
     if state.good is None and state.bad is not None:
         out.reason = f"the smallest size tried ({state.bad}) does not fit"
         return out
@@ -173,6 +160,27 @@ def search(run: Callable[[int], Probe], limit_bytes: int, space: SearchSpace,
     return out
 
 
+def _measured_points(space: SearchSpace, trial, state: _Bounds) -> list[tuple[int, int]]:
+    """Real runs at sizes that grow, ever faster, until the peak grows with them."""
+    points: list[tuple[int, int]] = []
+    size, growth = space.smallest, 2
+    for _ in range(MAX_FIT_POINTS):
+        probe = trial(size)
+        if state.bad is not None:
+            break  # a fit size already fails: nothing larger will
+        points.append((size, probe.peak_bytes))
+        law = fit_law(points)
+        if law is not None and law.per_sample_bytes > 0:
+            break
+        if law is not None:
+            growth *= 2  # flat so far: the per-sample cost hides below a floor; grow faster
+        nxt = space.round_down(size * growth)
+        if nxt <= size:
+            break
+        size = nxt
+    return points
+
+
 ESTIMATE_SPREAD = (1, 8, 64)  # estimates are free: spread them for a well-determined slope
 
 
@@ -189,7 +197,7 @@ def _estimated_points(estimate, space: SearchSpace, trial, out: SearchOutcome) -
     out.probes.extend(estimates)
     real = trial(sizes[0])
     if not real.ok or real.peak_bytes is None or not estimates[0].peak_bytes:
-        return [(real.batch_size, real.peak_bytes)] if real.ok and real.peak_bytes is not None else []
+        return []  # nothing to calibrate against: fit on real runs
     out.calibration = real.peak_bytes / estimates[0].peak_bytes
     return [(p.batch_size, round(p.peak_bytes * out.calibration)) for p in estimates]
 

@@ -28,8 +28,6 @@ def fake_estimator(step: Callable[[int], Any], state: list[Any], snapshot: Calla
             from torch.distributed._tools.mem_tracker import MemTracker
     except ImportError:  # builds without torch.distributed (some Windows and mobile builds)
         return None
-    modules = [o for o in state if hasattr(o, "parameters") or hasattr(o, "param_groups")]
-
     def estimate(size: int) -> Probe | None:
         undo = snapshot()
         started = time.perf_counter()
@@ -38,8 +36,8 @@ def fake_estimator(step: Callable[[int], Any], state: list[Any], snapshot: Calla
                 warnings.simplefilter("ignore")
                 with FakeTensorMode(allow_non_fake_inputs=True):
                     tracker = MemTracker()
-                    if modules:
-                        tracker.track_external(*modules)
+                    if state:  # count their parameters, gradients and optimizer states too
+                        tracker.track_external(*state)
                     with tracker:
                         start = _total(tracker.get_tracker_snapshot("current"))
                         step(size)
