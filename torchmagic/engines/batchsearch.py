@@ -141,7 +141,7 @@ def search(run: Callable[[int], Probe], limit_bytes: int, space: SearchSpace,
     #    rounding can hide small sizes' per-sample cost)
     fit_points = _estimated_points(estimate, space, trial, out) if estimate else []
     if not fit_points and state.bad is None:
-        fit_points = _measured_points(space, trial, state)
+        fit_points = _measured_points(space, trial, state, dict(real_points))
     if state.good is None and state.bad is not None:
         out.reason = f"the smallest size tried ({state.bad}) does not fit"
         return out
@@ -160,15 +160,17 @@ def search(run: Callable[[int], Probe], limit_bytes: int, space: SearchSpace,
     return out
 
 
-def _measured_points(space: SearchSpace, trial, state: _Bounds) -> list[tuple[int, int]]:
-    """Real runs at sizes that grow, ever faster, until the peak grows with them."""
+def _measured_points(space: SearchSpace, trial, state: _Bounds, measured: dict[int, int]
+                     ) -> list[tuple[int, int]]:
+    """Real runs at sizes that grow, ever faster, until the peak grows with them (a size
+    already ``measured``, by a calibration run, is not run again)."""
     points: list[tuple[int, int]] = []
     size, growth = space.smallest, 2
     for _ in range(MAX_FIT_POINTS):
-        probe = trial(size)
+        peak = measured[size] if size in measured else trial(size).peak_bytes
         if state.bad is not None:
             break  # a fit size already fails: nothing larger will
-        points.append((size, probe.peak_bytes))
+        points.append((size, peak))
         law = fit_law(points)
         if law is not None and law.per_sample_bytes > 0:
             break
