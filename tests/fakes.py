@@ -39,9 +39,6 @@ class FakeCudaDevice(Device):
     def is_accelerator(self) -> bool:
         return True
 
-    @property
-    def torch_device(self) -> torch.device:
-        return torch.device("cpu")  # tensors really live on the CPU
 
     def synchronize(self) -> None:
         self.syncs += 1

@@ -42,9 +42,6 @@ class Device:
     def is_accelerator(self) -> bool:
         return False
 
-    @property
-    def torch_device(self) -> torch.device:
-        return torch.device(self.label)
 
     def synchronize(self) -> None:
         """Wait until queued device work is done (no-op where work is synchronous)."""
@@ -120,9 +117,6 @@ class CpuDevice(Device):
     def name(self) -> str:
         return _cpu_model_name()
 
-    @property
-    def torch_device(self) -> torch.device:
-        return torch.device("cpu")
 
     @property
     def label(self) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -49,17 +49,11 @@ class MemoryLaw:
     points: int
     max_rel_residual: float     # worst |measured - fitted| / measured over the points
 
-    def peak(self, batch_size: int) -> float:
-        return self.fixed_bytes + self.per_sample_bytes * batch_size
-
     def largest_under(self, limit_bytes: float) -> float:
         """The (fractional) batch size whose fitted peak equals the limit; inf if it never grows."""
         if self.per_sample_bytes <= 0:
             return math.inf
         return (limit_bytes - self.fixed_bytes) / self.per_sample_bytes
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def fit_law(points: list[tuple[int, int]]) -> MemoryLaw | None:
