@@ -9,8 +9,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-_API = {"profile": "api", "profile_code": "api", "autobatch": "api", "ProfileResult": "results.profile",
-        "AutobatchResult": "results.autobatch",
+_API = {"profile": "api", "profile_code": "api", "autobatch": "api", "compare": "api",
+        "ProfileResult": "results.profile", "AutobatchResult": "results.autobatch", "CompareResult": "results.compare",
+        "Variant": "engines.variants", "Technique": "engines.variants",
         "Finding": "results.profile", "use_device": "devices", "current_device": "devices"}
 __all__ = ["__version__", "load_ipython_extension", *_API]
 

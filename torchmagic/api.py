@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 from .cell import Cell
 from .devices import Device
 from .engines.autobatch import AutobatchOptions, run_autobatch
+from .engines.compare import CompareOptions, run_compare
 from .engines.profile import ProfileOptions, run_profile
-from .engines.state import objects_used_by
+from .engines.state import objects_for_model, objects_used_by
+from .engines.variants import DEFAULT_VARIANTS, Variant, parse_variants
 from .results.autobatch import AutobatchResult
+from .results.compare import CompareResult
 from .results.profile import ProfileResult
 
 
@@ -72,6 +76,42 @@ def autobatch(step: Callable[[int], Any], *, budget: float | None = None, min: i
     state = objects_used_by(step) if restore is None else restore
     return run_autobatch(step, options, state=state, device=device,
                          label=getattr(step, "__name__", "autobatch"))
+
+
+def compare(fn: Callable[..., Any], *, model: Any = None,
+            variants: str | list[str | Variant] = DEFAULT_VARIANTS, runs: int | None = None,
+            min_time: float = 1.0, warmup: int = 3, dtype: str | None = None, atol: float | None = None,
+            rtol: float | None = None, restore: bool | list[Any] = True, device: Device | None = None,
+            label: str | None = None) -> CompareResult:
+    """Time ``fn`` under several execution variants and compare them with eager fp32.
+
+    With ``model``, ``fn(m)`` is called with each variant's version of it (compiled, quantized,
+    the model itself under autocast ...); without, ``fn()`` runs under each variant's context
+    (amp, inference_mode, tf32).  ``fn`` returns the output the numerics check compares.
+    Variants: names such as "eager,compile,amp,compile+amp" (see ``%%amp_compare?``) or
+    :class:`~torchmagic.engines.variants.Variant` objects.  Rounds interleave the variants;
+    each speedup comes with a 95% bootstrap CI.  The model, the optimizers holding its
+    parameters (found in ``fn``'s globals) and the RNG are restored before each variant and
+    afterwards; pass ``restore=[...]`` to name the objects, or ``False`` to skip it.
+    """
+    __tracebackhide__ = True  # noqa: F841
+    options = CompareOptions(variants=tuple(parse_variants(variants)), runs=runs, min_time=min_time,
+                             warmup=warmup, dtype=dtype, atol=atol, rtol=rtol, restore=restore is not False)
+    if isinstance(restore, list):
+        state = restore
+    else:
+        state = objects_used_by(fn)
+        if model is not None:
+            scope = getattr(inspect.unwrap(fn), "__globals__", {})
+            state = [o for o in objects_for_model(model, [], scope) if not any(o is s for s in state)] + state
+    call = fn if model is not None else (lambda _model: fn())
+    run = run_compare(call, model, options, state=state, device=device,
+                      label=label or getattr(fn, "__name__", "compare"))
+    if run.error is not None:
+        if run.result is not None:
+            _attach(run.error, run.result)
+        raise run.error
+    return run.result
 
 
 def _attach(error: BaseException, result: ProfileResult) -> None:

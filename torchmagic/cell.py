@@ -39,6 +39,17 @@ class Cell:
         )
 
     @property
+    def names(self) -> set[str]:
+        """Global names the cell's code refers to (nested functions and comprehensions too)."""
+        found: set[str] = set()
+        pending = [c for c in (self._body, self._last) if c is not None]
+        while pending:
+            code = pending.pop()
+            found.update(code.co_names)
+            pending.extend(c for c in code.co_consts if isinstance(c, type(code)))
+        return found
+
+    @property
     def has_value(self) -> bool:
         return self._last is not None
 

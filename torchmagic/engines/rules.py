@@ -43,14 +43,14 @@ THRESHOLDS = {
 }
 
 # The magics torchmagic has today; a verify command is offered only when its magic is here.
-AVAILABLE_MAGICS = frozenset({"torchprofile", "autobatch"})
+AVAILABLE_MAGICS = frozenset({"torchprofile", "autobatch", "amp_compare"})
 
 # The torchmagic command that measures each rule's fix.
 VERIFY = {
     "dataloader": "%loadertune loader",
-    "amp": "%%amp_compare --model model --variants eager,amp",
-    "dispatch_bound": "%%amp_compare --model model --variants eager,compile",
-    "inference_grad": "%%amp_compare --model model --variants eager,inference_mode",
+    "amp": "%%amp_compare --variants eager,amp",
+    "dispatch_bound": "%%amp_compare --variants eager,compile",
+    "inference_grad": "%%amp_compare --variants eager,inference_mode",
     "sync": "%%torchprofile --warmup 1 --steps 5",
     "copies": "%%torchprofile --warmup 1 --steps 5",
     "optimizer": "%%torchprofile --warmup 1 --steps 5",

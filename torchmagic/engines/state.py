@@ -7,6 +7,7 @@ that the measurement is trying to read.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -27,27 +28,47 @@ def _to_cpu(value):
     return value
 
 
+def _other_stateful(value) -> bool:
+    """Objects besides modules and optimizers whose state a training step advances."""
+    return isinstance(value, torch.optim.lr_scheduler.LRScheduler | torch.amp.GradScaler)
+
+
+def is_stateful(value) -> bool:
+    return isinstance(value, nn.Module | torch.optim.Optimizer) or _other_stateful(value)
+
+
 class Snapshot:
-    """Weights, buffers, gradients and optimizer state of the given objects, plus RNG state."""
+    """Weights, buffers, gradients and optimizer state of the given objects (and the state of
+    learning-rate schedulers and gradient scalers among them), plus RNG state."""
 
     def __init__(self, objects: Iterable[Any], device: Device):
+        objects = list(objects)
         self.device = device
         self.modules = [o for o in objects if isinstance(o, nn.Module)]
         self.optimizers = [o for o in objects if isinstance(o, torch.optim.Optimizer)]
         self._modules = [(m, _to_cpu(m.state_dict()), [_to_cpu(p.grad) for p in m.parameters()], m.training)
                          for m in self.modules]
         self._optimizers = [(o, _to_cpu(o.state_dict())) for o in self.optimizers]
+        self._others = [(o, _to_cpu(o.state_dict())) for o in objects if _other_stateful(o)]
         self._rng = device.rng_state()
 
     def restore(self) -> None:
+        """Put everything back; can be called any number of times.
+
+        What is handed over is always a fresh copy: an optimizer keeps the tensors it loads
+        (``step``, and moments already on the right device) and updates them in place, and a
+        gradient is accumulated into in place, which would otherwise change the snapshot.
+        """
         with torch.no_grad():
             for module, state, grads, training in self._modules:
-                module.load_state_dict(state)
+                module.load_state_dict(state)  # copies into the existing tensors
                 for param, grad in zip(module.parameters(), grads):
-                    param.grad = None if grad is None else grad.to(param.device)
+                    param.grad = None if grad is None else grad.to(param.device, copy=True)
                 module.train(training)
         for optimizer, state in self._optimizers:
-            optimizer.load_state_dict(state)  # also drops state the probes created lazily
+            optimizer.load_state_dict(copy.deepcopy(state))  # also drops state the probes created lazily
+        for other, state in self._others:
+            other.load_state_dict(copy.deepcopy(state))
         self.device.set_rng_state(self._rng)
 
 
@@ -57,7 +78,7 @@ def objects_used_by(fn: Callable, namespace: dict[str, Any] | None = None) -> li
     found: list[Any] = []
 
     def add(value):
-        if isinstance(value, nn.Module | torch.optim.Optimizer) and not any(value is f for f in found):
+        if is_stateful(value) and not any(value is f for f in found):
             found.append(value)
 
     target = inspect.unwrap(fn)
@@ -74,6 +95,32 @@ def objects_used_by(fn: Callable, namespace: dict[str, Any] | None = None) -> li
             add(scope.get(name))
     for value in (namespace or {}).values():
         add(value)
+    return _outermost(found)
+
+
+def objects_for_model(model: nn.Module, names: Iterable[str], namespace: dict[str, Any]) -> list[Any]:
+    """What a cell built around ``model`` can change: the model, the stateful objects the cell
+    names, and the optimizers holding the model's parameters (with their schedulers)."""
+    found: list[Any] = [model]
+
+    def add(value):
+        if is_stateful(value) and not any(value is f for f in found):
+            found.append(value)
+
+    for name in names:
+        add(namespace.get(name))
+    params = {id(p) for p in model.parameters()}
+    optimizers = [v for v in namespace.values() if isinstance(v, torch.optim.Optimizer)
+                  and any(id(p) in params for group in v.param_groups for p in group["params"])]
+    for optimizer in optimizers:
+        add(optimizer)
+    for value in namespace.values():
+        if isinstance(value, torch.optim.lr_scheduler.LRScheduler) and any(value.optimizer is o for o in optimizers):
+            add(value)
+    return _outermost(found)
+
+
+def _outermost(found: list[Any]) -> list[Any]:
     # a module's own optimizer-less parameters are covered by the module; nested modules
     # inside a found module are covered by its state_dict, so keep only the outermost
     modules = [o for o in found if isinstance(o, nn.Module)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import statistics
 from dataclasses import asdict, dataclass
 
@@ -32,20 +31,20 @@ def summarize(samples: list[float]) -> Summary | None:
 
 def bootstrap_ratio_ci(numerator: list[float], denominator: list[float], *, confidence: float = 0.95,
                        resamples: int = 4000, seed: int = 0) -> tuple[float, float]:
-    """Confidence interval of median(numerator) / median(denominator) over paired rounds.
+    """Percentile-bootstrap confidence interval of median(numerator) / median(denominator).
 
     The samples are paired by index (round i of each, run back to back), so resampling whole
     rounds keeps what the two share (machine drift within a round) out of the interval.
     """
     if len(numerator) != len(denominator) or not numerator:
         raise ValueError("need the same, non-zero number of rounds on both sides")
-    rng = random.Random(seed)
+    import torch  # stats stays importable without torch for the summary alone
+
+    generator = torch.Generator().manual_seed(seed)
     n = len(numerator)
-    ratios = []
-    for _ in range(resamples):
-        picks = [rng.randrange(n) for _ in range(n)]
-        ratios.append(statistics.median(numerator[i] for i in picks)
-                      / statistics.median(denominator[i] for i in picks))
-    ratios.sort()
+    picks = torch.randint(0, n, (resamples, n), generator=generator)
+    top = torch.tensor(numerator, dtype=torch.float64)[picks].quantile(0.5, dim=1)
+    bottom = torch.tensor(denominator, dtype=torch.float64)[picks].quantile(0.5, dim=1)
+    ratios = (top / bottom).sort().values
     tail = (1 - confidence) / 2
-    return ratios[int(tail * resamples)], ratios[min(int((1 - tail) * resamples), resamples - 1)]
+    return float(ratios[int(tail * resamples)]), float(ratios[min(int((1 - tail) * resamples), resamples - 1)])

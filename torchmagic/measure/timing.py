@@ -32,3 +32,15 @@ def timed_call(fn: Callable[[], Any], device: Device, marker: str | None = None)
         else:
             device.synchronize()
     return value, time.perf_counter() - start
+
+
+def timed_block(fn: Callable[[], Any], calls: int, device: Device) -> float:
+    """Seconds ``calls`` back-to-back calls of ``fn`` take, the device synchronised at both ends
+    only (as torch.utils.benchmark times a block): queued work overlaps as it would in a loop."""
+    __tracebackhide__ = True  # noqa: F841
+    device.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    device.synchronize()
+    return time.perf_counter() - start

@@ -90,3 +90,38 @@ def memory_law_png(result, width_in: float = 7.0) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
     return buf.getvalue()
+
+
+VERDICT_COLORS = {"faster": "#1a7f37", "slower": "#d1242f", "no clear difference": "#8c959f",
+                  "baseline": "#59636e", "unknown": "#8c959f"}
+
+
+def speedup_png(result, width_in: float = 7.0) -> bytes:
+    """Each variant's speedup over eager with its 95% CI as whiskers; colour says whether the
+    interval excludes 1 (green faster, red slower, grey no clear difference)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    shown = [v for v in result.variants if v.speedup is not None]
+    fig = Figure(figsize=(width_in, 0.45 * len(shown) + 1.0), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for y, v in enumerate(shown):
+        color = VERDICT_COLORS[v.verdict]
+        hatch = "//" if not v.trustworthy else None
+        ax.barh(y, v.speedup, color=color, alpha=0.85, height=0.6, hatch=hatch, edgecolor="white")
+        if v.ci:
+            ax.errorbar(v.speedup, y, xerr=[[v.speedup - v.ci[0]], [v.ci[1] - v.speedup]], color="#1f2328",
+                        capsize=3, linewidth=1)
+        label = f"{v.speedup:.2f}×" + ("" if v.trustworthy else " (not trusted)")
+        ax.annotate(label, (max(v.ci[1] if v.ci else v.speedup, v.speedup), y), xytext=(4, 0),
+                    textcoords="offset points", va="center", fontsize=8)
+    ax.axvline(1.0, color="#1f2328", linewidth=0.8, linestyle="--")
+    ax.set_yticks(range(len(shown)), [v.name for v in shown])
+    ax.set_ylim(len(shown) - 0.5, -0.5)
+    ax.set_xlim(0, max(max((v.ci[1] if v.ci else v.speedup) for v in shown) * 1.2, 1.2))
+    ax.set_xlabel("speedup over eager (higher is faster; whiskers: 95% CI)")
+    ax.spines[["top", "right"]].set_visible(False)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return buf.getvalue()

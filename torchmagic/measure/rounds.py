@@ -1,0 +1,70 @@
+"""Interleaved timing: every contender runs once per round, so machine drift hits all of them.
+
+One sample is one block of calls timed together (device synchronised at its ends), divided
+by the calls in it, as torch.utils.benchmark's blocked_autorange does; the order within a
+round rotates, so no contender always follows the same neighbour.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+# Blocks last at least this long, so the timer's and loop's own cost stays negligible.
+MIN_BLOCK_S = 1e-3
+
+
+def calls_per_block(seconds_per_call: float) -> int:
+    if seconds_per_call <= 0 or not math.isfinite(seconds_per_call):
+        return 1
+    return max(1, math.ceil(MIN_BLOCK_S / seconds_per_call))
+
+
+class Rounds:
+    """Per contender, the seconds per call of each round it completed (``samples``), kept as
+    they come in, so an interrupted run still has what it measured.
+
+    Each contender is a callable that times one block and returns (seconds, calls in it).
+    With ``rounds``, exactly that many rounds; otherwise at least ``min_rounds`` and until
+    every contender has spent ``min_time`` seconds in timed blocks.  A contender that raises
+    is reported to ``on_error`` and leaves the rotation; the others go on.
+    """
+
+    def __init__(self, contenders: list[Callable[[], tuple[float, int]]], *, rounds: int | None = None,
+                 min_time: float = 1.0, min_rounds: int = 10):
+        self.contenders = contenders
+        self.rounds = rounds
+        self.min_time = min_time
+        self.min_rounds = min_rounds
+        self.samples: list[list[float]] = [[] for _ in contenders]
+        self.spent = [0.0] * len(contenders)
+        self.done = 0
+
+    def finished(self, active: list[int]) -> bool:
+        if not active:
+            return True
+        if self.rounds is not None:
+            return self.done >= self.rounds
+        return self.done >= self.min_rounds and min(self.spent[i] for i in active) >= self.min_time
+
+    def run(self, on_round: Callable[[int], None] | None = None,
+            on_error: Callable[[int, Exception], None] | None = None) -> list[list[float]]:
+        __tracebackhide__ = True  # noqa: F841  (a contender's error is the user's)
+        active = list(range(len(self.contenders)))
+        while not self.finished(active):
+            shift = self.done % len(active)
+            for i in active[shift:] + active[:shift]:
+                try:
+                    seconds, calls = self.contenders[i]()
+                except Exception as exc:  # noqa: BLE001  (the contender's code is the user's)
+                    if on_error is None:
+                        raise
+                    on_error(i, exc)
+                    active.remove(i)
+                    continue
+                self.samples[i].append(seconds / calls)
+                self.spent[i] += seconds
+            self.done += 1
+            if on_round is not None:
+                on_round(self.done)
+        return self.samples
