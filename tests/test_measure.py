@@ -36,3 +36,58 @@ def test_timed_call_waits_for_the_device_around_the_call():
     value, seconds = timed_call(lambda: torch.ones(2).sum().item(), dev)
     assert value == 2.0 and seconds >= 0 and dev.syncs == 2
     assert timed_call(lambda: 1, CpuDevice())[0] == 1
+
+
+def test_bootstrap_ci_covers_the_true_ratio_about_95_percent_of_the_time():
+    """Honest intervals: over many simulated comparisons with drift shared within a round and
+    independent noise per run, the 95% CI holds the true ratio (2.0) at least ~93% of the time."""
+    import random
+
+    rng = random.Random(7)
+    hits, trials = 0, 300
+    for _ in range(trials):
+        drift = [rng.lognormvariate(0, 0.2) for _ in range(10)]
+        slow = [d * rng.lognormvariate(0, 0.05) for d in drift]
+        fast = [0.5 * d * rng.lognormvariate(0, 0.05) for d in drift]
+        low, high = bootstrap_ratio_ci(slow, fast, resamples=1000, seed=rng.randrange(1 << 30))
+        hits += low <= 2.0 <= high
+    assert 0.93 <= hits / trials <= 1.0
+
+
+def test_rounds_interleave_rotate_and_drop_a_failing_contender():
+    from torchmagic.measure import Rounds
+
+    order = []
+
+    def contender(name, fail_at=None):
+        def block():
+            order.append(name)
+            if fail_at is not None and order.count(name) == fail_at:
+                raise RuntimeError("broken")
+            return 0.001, 2
+        return block
+
+    errors = []
+    rounds = Rounds([contender("a"), contender("b"), contender("c", fail_at=3)], rounds=4)
+    samples = rounds.run(on_error=lambda i, exc: errors.append((i, str(exc))))
+    assert order[:9] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]  # each round starts one later
+    assert errors == [(2, "broken")] and len(samples[2]) == 2
+    assert samples[0] == [0.0005] * 4 and rounds.done == 4
+
+
+def test_rounds_stop_on_min_time_after_min_rounds():
+    from torchmagic.measure import Rounds, calls_per_block
+
+    rounds = Rounds([lambda: (0.01, 1), lambda: (0.03, 1)], min_time=0.095, min_rounds=3)
+    rounds.run()
+    assert rounds.done == 10  # the faster contender needs 10 blocks of 10 ms
+    assert calls_per_block(1e-5) == 100 and calls_per_block(0.5) == 1 and calls_per_block(0) == 1
+
+
+def test_timed_block_syncs_only_at_its_ends():
+    from torchmagic.measure import timed_block
+
+    dev = FakeCudaDevice()
+    calls = []
+    seconds = timed_block(lambda: calls.append(1), 5, dev)
+    assert len(calls) == 5 and dev.syncs == 2 and seconds >= 0

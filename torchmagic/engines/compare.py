@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -164,6 +165,7 @@ def _first_runs(fn, model, entries, env, options, snapshot, output, progress, af
             entry.built = variant.build(model, env)
             build_s = time.perf_counter() - start
             before = compile_counts()
+            inductor_loaded = "torch._inductor.compile_fx" in sys.modules
             call = _bound(fn, entry.built)
             with variant.around_call(entry.built, env):
                 value, first_s = timed_call(call, env.device)
@@ -180,6 +182,8 @@ def _first_runs(fn, model, entries, env, options, snapshot, output, progress, af
             out.first_call_s = build_s + first_s
             if variant.compiles:
                 _record_compile(entry, first)
+                if not inductor_loaded and "torch._inductor.compile_fx" in sys.modules:
+                    out.notes.append("the first compile in this process: its cost includes loading inductor")
             estimate = first_s
             progress(f"{variant.name}: warm-up…")
             for _ in range(options.warmup):

@@ -67,7 +67,7 @@ def compare(output: Any, ref: Reference, rtol: float, atol: float) -> Error:
         if value.numel() == 0:
             continue
         same = (value == base) | (value.isnan() & base.isnan())  # equal infinities and NaNs agree
-        diff = torch.where(same, 0.0, (value - base).abs()).nan_to_num(nan=math.inf)
+        diff = torch.where(same, 0.0, (value - base).abs()).nan_to_num(nan=math.inf, posinf=math.inf)
         worst_abs = max(worst_abs, float(diff.max()))
         finite = base[base.isfinite()]
         if finite.numel():

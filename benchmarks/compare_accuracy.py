@@ -1,0 +1,137 @@
+"""How far torchmagic.compare's timings can be trusted, at its default settings.
+
+    python benchmarks/compare_accuracy.py
+
+1. Agreement: for fixed callables from ~20 µs to ~5 ms, the eager median of
+   ``torchmagic.compare`` against ``torch.utils.benchmark.Timer.blocked_autorange`` (same thread
+   count), measured alternately several times; prints ours / theirs per repetition, and beside
+   it blocked_autorange against itself run right after, the noise floor of such a comparison.
+2. CI width and coverage: an A/A comparison (a variant that changes nothing: the true speedup is
+   1), where the interval should hold 1; and an A/B one (a variant that does the work twice, about
+   0.5: the second run finds warm caches, so not exactly), for the width at a real difference.
+
+glibc's malloc hands freed memory at the top of the heap back to the OS and serves large
+blocks with mmap, so whether a call's activations page-fault depends on what else the process
+holds: the same conv forward measured 4 ms or 10-12 ms from one minute to the next here, with
+any timer.  To compare two timers rather than two heap states, the script pins malloc's trim
+and mmap thresholds first (as jemalloc or tcmalloc would make allocation stable).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import statistics
+import time
+
+import torch
+from torch import nn
+from torch.utils.benchmark import Timer
+
+import torchmagic
+from torchmagic import Technique, Variant
+from torchmagic.devices import CpuDevice
+
+REPEATS = 5
+
+
+def workloads() -> dict[str, tuple]:
+    torch.manual_seed(0)
+    a = torch.randn(64, 64)
+    mlp = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 512)).eval()
+    x = torch.randn(64, 512)
+    conv = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1)).eval()
+    image = torch.randn(8, 3, 64, 64)
+    return {
+        "matmul 64x64": (None, lambda: a @ a),
+        "MLP forward, batch 64": (mlp, lambda m: m(x)),
+        "conv forward, 8x3x64x64": (conv, lambda m: m(image)),
+    }
+
+
+def identity(model, env):
+    return model
+
+
+def twice(model, env):
+    if model is None:
+        return None
+    return lambda *args: (model(*args), model(*args))[1]
+
+
+SAME = Variant("same", (Technique("same", build=identity),))
+TWICE = Variant("twice", (Technique("twice", build=twice, needs_model=True),))
+
+
+def agreement(name: str, model, fn) -> tuple[list[float], list[float]]:
+    """ours / theirs per repetition, and theirs / theirs (blocked_autorange run again right after):
+    how much any single measurement moves here, the floor for the first figure."""
+    call = (lambda: fn(model)) if model is not None else fn
+    timer = Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads())
+    ours_ratios, self_ratios = [], []
+    with torch.no_grad():
+        for _ in range(REPEATS):
+            ours = torchmagic.compare(fn, model=model, variants="eager").baseline.median_s
+            theirs = timer.blocked_autorange(min_run_time=1.0).median
+            again = timer.blocked_autorange(min_run_time=1.0).median
+            ours_ratios.append(ours / theirs)
+            self_ratios.append(again / theirs)
+    print(f"  {name:24s} ours/theirs " + " ".join(f"{r:.3f}" for r in ours_ratios)
+          + f" (median {statistics.median(ours_ratios):.3f});  theirs/theirs "
+          + " ".join(f"{r:.3f}" for r in self_ratios))
+    return ours_ratios, self_ratios
+
+
+def interval(model, fn, variant: Variant) -> tuple[float, tuple[float, float], float]:
+    with torch.no_grad():
+        r = torchmagic.compare(fn, model=model, variants=["eager", variant])
+    v = r[variant.name]
+    return v.speedup, v.ci, r.seconds
+
+
+def pin_malloc_thresholds() -> bool:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's mallopt parameter numbers
+    return bool(libc.mallopt(m_trim_threshold, 1 << 30) and libc.mallopt(m_mmap_threshold, 32 << 20))
+
+
+def main() -> None:
+    torch.set_num_threads(1)  # two threads on two busy cores make every timing tool noisy
+    pinned = pin_malloc_thresholds()
+    print(f"machine: {CpuDevice().name}, {os.cpu_count()} cores, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} thread, {time.strftime('%Y-%m-%d')}, "
+          f"malloc thresholds {'pinned' if pinned else 'as they are (not glibc)'}")
+    print(f"\n1. eager median, torchmagic.compare (defaults: ≥10 rounds, ≥1 s) vs blocked_autorange "
+          f"(min_run_time=1 s), {REPEATS} alternating repetitions")
+    ours_all, self_all = [], []
+    for name, (model, fn) in workloads().items():
+        ours, again = agreement(name, model, fn)
+        ours_all += ours
+        self_all += again
+
+    def spread(ratios):
+        worst = max(ratios, key=lambda r: abs(r - 1))
+        return f"median {statistics.median(ratios):.3f}, worst {worst:.3f} ({abs(worst - 1):.1%} apart)"
+
+    print(f"  all: ours/theirs {spread(ours_all)}; blocked_autorange against itself {spread(self_all)}")
+
+    print(f"\n2. 95% CI of the speedup at default settings, {REPEATS} comparisons each")
+    for name, (model, fn) in workloads().items():
+        if model is None:
+            continue
+        for variant in (SAME, TWICE):
+            rows = [interval(model, fn, variant) for _ in range(REPEATS)]
+            widths = [(high - low) / speedup for speedup, (low, high), _ in rows]
+            line = (f"  {name:24s} {variant.name:5s}: speedup {statistics.median(s for s, _, _ in rows):.3f}, "
+                    f"CI width {statistics.median(widths):.1%} of it (median; max {max(widths):.1%}), "
+                    f"{statistics.median(t for _, _, t in rows):.1f} s per comparison")
+            if variant is SAME:
+                line += f"; held 1.0 in {sum(low <= 1 <= high for _, (low, high), _ in rows)}/{REPEATS}"
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
