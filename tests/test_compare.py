@@ -266,3 +266,32 @@ def test_parse_variants():
 def test_bad_options_are_one_line_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         torchmagic.compare(lambda: 1, **kwargs)
+
+
+def test_on_a_gpu_peaks_come_from_the_device_and_an_oom_variant_is_contained():
+    from .fakes import FakeCudaDevice
+
+    dev = FakeCudaDevice(capacity_bytes=1000)
+
+    def step(model):  # a step whose activations take 300 bytes on the device, freed at its end
+        dev.allocate(300)
+        try:
+            return model(torch.ones(2, 2))
+        finally:
+            dev.free(300)
+
+    def hungry(model, env):  # a variant that needs more than the device has
+        def run(x):
+            dev.allocate(900)
+            dev.free(900)
+            return model(x)
+        return run
+
+    r = torchmagic.compare(step, model=nn.Identity(), device=dev, runs=3, warmup=1,
+                           variants=["eager", Variant("hungry", (Technique("hungry", build=hungry),)), SLOW])
+    assert r.baseline.peak_bytes == 300 and r["slow"].peak_bytes == 300 and r["slow"].ok
+    assert not r["hungry"].ok and r["hungry"].error == "out of memory"
+    assert dev.cache_empties >= 1 and dev.allocated == 0  # freed, then the cache emptied
+    assert r.device["name"] == "Fake H100"
+    # every timed block and every single timed run waits for the device at both ends
+    assert dev.syncs >= 2 * (3 * 2 + 2 * (1 + 1))

@@ -147,3 +147,14 @@ def test_help_lists_the_options():
     for option in ("--model", "--variants", "--runs", "--min-time", "--warmup", "--dtype", "--output",
                    "--atol", "--rtol", "--no-restore", "-o", "-q"):
         assert option in doc
+
+
+def test_refuses_to_run_inside_a_running_profiler_and_leaves_it_running(shell):
+    shell.run_cell(SETUP + "ran = False")
+    with torch.profiler.profile():
+        result, captured = run(shell, "%%amp_compare --runs 2\nran = True\nnet(x)")
+        assert torch.autograd._profiler_enabled()
+        result, captured_ab = run(shell, "%autobatch --budget 1MiB -- net(torch.randn(BS, 32))")
+        assert torch.autograd._profiler_enabled()
+    assert "already running" in captured.stderr + captured.stdout and not shell.user_ns["ran"]
+    assert "already running" in captured_ab.stderr + captured_ab.stdout

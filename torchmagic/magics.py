@@ -12,7 +12,8 @@ from IPython.display import display
 from .cell import Cell
 from .engines.autobatch import AutobatchOptions, run_autobatch
 from .engines.compare import CompareOptions, run_compare
-from .engines.profile import ProfileOptions, ProfilerBusyError, run_profile
+from .devices.profiler import ProfilerBusyError
+from .engines.profile import ProfileOptions, run_profile
 from .engines.state import is_stateful, objects_for_model, objects_used_by
 from .engines.variants import DEFAULT_VARIANTS, TECHNIQUES, parse_variants
 from .results.base import widget_frontend
@@ -189,6 +190,8 @@ class TorchMagics(Magics):
             run = run_compare(run_cell, model, options, state=state, label="%%amp_compare", output=output,
                               on_progress=progress.say if progress else None,
                               after_baseline=lambda: after_eager.update(namespace))
+        except ProfilerBusyError as exc:
+            raise UsageError(f"%%amp_compare: {exc}") from None
         finally:
             if progress:
                 progress.close()
@@ -317,7 +320,7 @@ _MISSING = object()
 
 
 class _Progress:
-    """One status line, updated in place while a search runs (notebooks only)."""
+    """One status line, updated in place while a search or comparison runs (notebooks only)."""
 
     def __init__(self, magic: str):
         self.magic = magic

@@ -49,6 +49,17 @@ def without_profiler_banner() -> Iterator[None]:
                 sys.stderr.flush()
 
 
+class ProfilerBusyError(RuntimeError):
+    """Another torch.profiler session is running; torch cannot nest them."""
+
+
+def ensure_profiler_free() -> None:
+    """Starting a profiler inside another one stops the outer one's session: refuse instead."""
+    if torch.autograd._profiler_enabled():
+        raise ProfilerBusyError("a torch.profiler session is already running (an enclosing "
+                                "`with torch.profiler.profile()`?); stop it first")
+
+
 @dataclass
 class PeakReading:
     """Bytes torch allocated on one device within a scope, relative to its start."""
@@ -64,6 +75,7 @@ def allocation_peak(device_type: torch.autograd.DeviceType) -> Iterator[PeakRead
     Unlike the CUDA allocator's peak counters this resets nothing the user may be watching,
     and it works on CPU, where torch keeps no allocator statistics at all.
     """
+    ensure_profiler_free()
     reading = PeakReading()
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
     with without_profiler_banner():  # the whole scope: the free-before-start warning comes mid-run

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ..devices import Device, current_device, is_out_of_memory
+from ..devices.profiler import ensure_profiler_free
 from ..measure import timed_call
 from ..results.autobatch import AutobatchResult, ThroughputPoint, Trial
 from .batchsearch import Probe, SearchSpace, search
@@ -85,6 +86,7 @@ def run_autobatch(step: Callable[[int], Any], options: AutobatchOptions = Autoba
     ``on_probe`` hears of every run as it ends (a progress display).
     """
     __tracebackhide__ = True  # noqa: F841
+    ensure_profiler_free()
     device = device or current_device()
     space = SearchSpace(options.min_size, options.max_size, options.multiple_of)
     snapshot = Snapshot(state, device)

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ..devices import Device, current_device, is_out_of_memory
+from ..devices.profiler import ensure_profiler_free
 from ..measure import Rounds, bootstrap_ratio_ci, calls_per_block, summarize, timed_block, timed_call
 from ..results.compare import CompareResult, VariantResult
 from . import numerics
@@ -30,6 +31,7 @@ from .settings import TorchSettings
 from .state import Snapshot
 from .variants import Env, Variant
 
+PROGRESS_INTERVAL_S = 0.25
 AMP_DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
 
 
@@ -92,52 +94,202 @@ def run_compare(fn: Callable[[Any], Any], model: nn.Module | None, options: Comp
                 after_baseline: Callable[[], None] | None = None) -> CompareRun:
     """Compare ``fn(model_variant)`` across ``options.variants``.
 
-    ``output`` maps a run's return value to what the numerics check compares (default: the
-    value itself).  ``after_baseline`` is called right after eager's first run, while its
-    effects are fresh (the magic keeps the cell's variables from that run).
+    ``state`` lists the stateful objects (modules, optimizers, schedulers) to restore before each
+    variant and afterwards.  ``output`` maps a run's return value to what the numerics check
+    compares (default: the value itself).  ``after_baseline`` is called right after eager's
+    first run, while its effects are fresh (the magic keeps the cell's variables from that run).
     """
     __tracebackhide__ = True  # noqa: F841  (a failing cell shows the user's frames only)
-    device = device or current_device()
-    progress = on_progress or (lambda text: None)
-    output = output or (lambda value: value)
-    env = Env(device, _amp_dtype(options.dtype, device), list(state))
-    settings = TorchSettings.capture()
-    started = time.perf_counter()
-    snapshot = Snapshot(state, device) if options.restore else None
-    entries = [_Entry(v, VariantResult(v.name, precision=v.precision(env))) for v in options.variants]
-    compiled = sum(v.compiles for v in options.variants)
-    rounds, measured = None, []
-    run = CompareRun(None)
-    try:
-        with loud_recompile_limit(compiled) if compiled else contextlib.nullcontext():
-            _first_runs(fn, model, entries, env, options, snapshot, output, progress, after_baseline, run)
-            measured = [e for e in entries if e.out.ok]
-            rounds = Rounds([_block(fn, e, env) for e in measured], rounds=options.runs,
-                            min_time=options.min_time, min_rounds=options.min_rounds)
-            _timed_rounds(rounds, measured, env, progress)
-    except BaseException as exc:  # noqa: BLE001  the baseline's own error or an interrupt: re-raised by the caller
-        run.error = exc
-    finally:
-        for entry in entries:
-            entry.built = None  # drop compiled wrappers and quantized copies now
-        if snapshot is not None:
-            snapshot.restore()
-        settings.restore()
-    if rounds is None:  # eager failed on its first run (the user's code is broken), or an interrupt came first
+    ensure_profiler_free()  # peaks are read with a profiler, and profiled timings would mean little
+    return _Comparison(fn, model, options, state, device or current_device(), output, on_progress,
+                       after_baseline).run(label)
+
+
+class _Comparison:
+    def __init__(self, fn, model, options, state, device, output, on_progress, after_baseline):
+        self.fn, self.model, self.options = fn, model, options
+        self.env = Env(device, _amp_dtype(options.dtype, device), list(state))
+        self.state = state
+        self.output = output or (lambda value: value)
+        self.progress = on_progress or (lambda text: None)
+        self.after_baseline = after_baseline
+        self.entries = [_Entry(v, VariantResult(v.name, precision=v.precision(self.env))) for v in options.variants]
+        self.snapshot: Snapshot | None = None
+        self.reference: numerics.Reference | None = None
+        self.recompile_limit: int | None = None  # the user's setting (raised while comparing)
+
+    @property
+    def device(self) -> Device:
+        return self.env.device
+
+    def run(self, label: str) -> CompareRun:
+        __tracebackhide__ = True  # noqa: F841
+        settings = TorchSettings.capture()
+        started = time.perf_counter()
+        self.snapshot = Snapshot(self.state, self.device) if self.options.restore else None
+        compiled = sum(v.compiles for v in self.options.variants)
+        run = CompareRun(None)
+        rounds, measured = None, []
+        try:
+            with loud_recompile_limit(compiled) if compiled else contextlib.nullcontext() as limit:
+                self.recompile_limit = limit
+                for entry in self.entries:
+                    self._prepare(entry, run)
+                measured = [e for e in self.entries if e.out.ok]
+                rounds = Rounds([self._block(e) for e in measured], rounds=self.options.runs,
+                                min_time=self.options.min_time, min_rounds=self.options.min_rounds)
+                self._timed_rounds(rounds, measured)
+        except BaseException as exc:  # noqa: BLE001  eager's own error or an interrupt: the caller re-raises it
+            run.error = exc
+        finally:
+            for entry in self.entries:
+                entry.built = None  # drop compiled wrappers and quantized copies now
+            if self.snapshot is not None:
+                self.snapshot.restore()
+            settings.restore()
+        if rounds is None:  # eager failed on its first run (the user's code is broken), or an interrupt came first
+            return run
+        _summarise(measured, rounds)
+        run.result = CompareResult(label=label, device=self.device.describe(), variants=[e.out for e in self.entries],
+                                   rounds=rounds.done, seconds=time.perf_counter() - started,
+                                   amp_dtype=str(self.env.amp_dtype).removeprefix("torch."),
+                                   options=_options_dict(self.options), notes=self._notes(run, rounds))
         return run
-    _summarise(measured, rounds)
-    notes = [] if options.restore else [
-        "--no-restore: the model and optimizer keep what the runs did to them, and variants started from "
-        "different weights (the errors are only meaningful for code that does not train)"]
-    if isinstance(run.error, KeyboardInterrupt):
-        notes.append(f"interrupted after {rounds.done} rounds: the figures cover what ran")
-    elif run.error is not None:
-        notes.append(f"eager failed in timed round {rounds.done + 1}: the figures cover the rounds before")
-    run.result = CompareResult(label=label, device=device.describe(), variants=[e.out for e in entries],
-                               rounds=rounds.done, seconds=time.perf_counter() - started,
-                               amp_dtype=str(env.amp_dtype).removeprefix("torch."),
-                               options=_options_dict(options), notes=notes)
-    return run
+
+    def _notes(self, run: CompareRun, rounds: Rounds) -> list[str]:
+        notes = [] if self.options.restore else [
+            "--no-restore: the model and optimizer keep what the runs did to them, and variants started from "
+            "different weights (the errors are only meaningful for code that does not train)"]
+        if isinstance(run.error, KeyboardInterrupt):
+            notes.append(f"interrupted after {rounds.done} rounds: the figures cover what ran")
+        elif run.error is not None:
+            notes.append(f"eager failed in timed round {rounds.done + 1}: the figures cover the rounds before")
+        return notes
+
+    def _prepare(self, entry: _Entry, run: CompareRun) -> None:
+        """From the starting state: build, first run (one-time cost, numerics), warm-up, peak."""
+        __tracebackhide__ = True  # noqa: F841
+        variant, out, env = entry.variant, entry.out, self.env
+        problem = variant.problem(self.model, env)
+        if problem:
+            entry.fail(problem)
+            return
+        out.notes += variant.caveats(env)
+        self.progress(f"{variant.name}: {'compiling (first run)' if variant.compiles else 'first run'}…")
+        if self.snapshot is not None:
+            self.snapshot.restore()
+        try:
+            start = time.perf_counter()
+            entry.built = variant.build(self.model, env)
+            build_s = time.perf_counter() - start
+            before = compile_counts()
+            inductor_loaded = "torch._inductor.compile_fx" in sys.modules
+            call = _bound(self.fn, entry.built)
+            with variant.around_call(entry.built, env):
+                value, first_s = timed_call(call, self.device)
+            first = compile_counts() - before
+            self._check_output(entry, value, run)
+            del value
+            out.first_call_s = build_s + first_s
+            if variant.compiles:
+                _record_compile(entry, first)
+                if not inductor_loaded and "torch._inductor.compile_fx" in sys.modules:
+                    out.notes.append("the first compile in this process: its cost includes loading inductor")
+            self.progress(f"{variant.name}: warm-up…")
+            fastest = first_s
+            for _ in range(self.options.warmup):
+                with variant.around_call(entry.built, env):
+                    _, seconds = timed_call(call, self.device)
+                fastest = min(fastest, seconds)
+            entry.calls = calls_per_block(fastest)
+            entry.counts = compile_counts() - before - first
+            out.peak_bytes = self._peak(entry)
+        except Exception as exc:  # noqa: BLE001
+            if variant.is_baseline:
+                raise  # the user's code fails on its own: show their traceback
+            entry.fail(self._describe(exc, variant))
+            del exc
+            _release(self.device)
+
+    def _check_output(self, entry: _Entry, value, run: CompareRun) -> None:
+        compared = self.output(value)
+        if entry.variant.is_baseline:
+            run.value = value
+            self.reference = numerics.reference(compared)
+            if self.after_baseline is not None:
+                self.after_baseline()
+            return
+        out = entry.out
+        if self.reference is None:
+            out.notes.append("no numerics check: the code's output holds no tensors or numbers "
+                             "(name one with --output NAME)")
+            return
+        rtol, atol = numerics.tolerance(out.precision, self.options.rtol, self.options.atol)
+        error = numerics.compare(compared, self.reference, rtol, atol)
+        out.max_abs_err, out.max_rel_err, out.tolerance = error.max_abs, error.max_rel, (rtol, atol)
+        out.numerics_ok = error.ok
+        if error.problem:
+            out.notes.append(f"output differs from eager's: {error.problem}")
+        elif entry.variant.compiles and _active_dropout(self.model):
+            out.numerics_ok = None  # compiled dropout draws other random numbers than eager's
+            out.notes.append("error not judged: the model's dropout is active, and compiled code draws different "
+                             "random masks than eager (call model.eval() or compare an inference step)")
+        elif not error.ok:
+            out.notes.append(f"max error {error.max_abs:.3g} is over the tolerance "
+                             f"(atol {atol:g} + rtol {rtol:g} × max|eager output|)")
+
+    def _peak(self, entry: _Entry) -> int | None:
+        with self.device.peak_scope() as reading:
+            with entry.variant.around_call(entry.built, self.env):
+                _bound(self.fn, entry.built)()
+            self.device.synchronize()
+        return reading.peak_bytes
+
+    def _block(self, entry: _Entry) -> Callable[[], tuple[float, int]]:
+        call = _bound(self.fn, entry.built)
+
+        def run_block() -> tuple[float, int]:
+            __tracebackhide__ = True  # noqa: F841
+            with entry.variant.around_call(entry.built, self.env):
+                before = compile_counts() if entry.variant.compiles else None
+                seconds = timed_block(call, entry.calls, self.device)
+                if before is not None:
+                    entry.counts = entry.counts + (compile_counts() - before)
+            return seconds, entry.calls
+
+        return run_block
+
+    def _timed_rounds(self, rounds: Rounds, measured: list[_Entry]) -> None:
+        __tracebackhide__ = True  # noqa: F841
+
+        def on_error(i: int, exc: Exception) -> None:
+            __tracebackhide__ = True  # noqa: F841
+            entry = measured[i]
+            if entry.variant.is_baseline:
+                raise exc
+            entry.fail(f"{self._describe(exc, entry.variant)} (in timed round {rounds.done + 1})")
+            _release(self.device)
+
+        target = f"{rounds.rounds}" if rounds.rounds else f"at least {rounds.min_rounds}"
+        self.progress(f"timing: round 1 of {target}…")
+        last = time.monotonic()
+
+        def on_round(done: int) -> None:
+            # A progress update is a message the kernel sends while other variants are timed; a
+            # comparison can finish 100 rounds a second, so report a few times a second at most.
+            nonlocal last
+            if time.monotonic() - last >= PROGRESS_INTERVAL_S:
+                last = time.monotonic()
+                self.progress(f"timing: round {done + 1} of {target}…")
+
+        rounds.run(on_round=on_round, on_error=on_error)
+
+    def _describe(self, exc: BaseException, variant: Variant) -> str:
+        if is_recompile_limit(exc):
+            return (f"dynamo hit its recompile limit ({self.recompile_limit}): what the compiled code was "
+                    "specialised on keeps changing; outside this comparison dynamo would silently run eager "
+                    "from here")
+        return _describe(exc, variant)
 
 
 def _amp_dtype(name: str | None, device: Device) -> torch.dtype:
@@ -146,88 +298,12 @@ def _amp_dtype(name: str | None, device: Device) -> torch.dtype:
     return device.low_precision().dtype or torch.bfloat16
 
 
-def _first_runs(fn, model, entries, env, options, snapshot, output, progress, after_baseline, run) -> None:
-    """Per variant, from the starting state: build, first run, numerics, warm-up, peak."""
-    __tracebackhide__ = True  # noqa: F841
-    reference = None
-    for entry in entries:
-        variant, out = entry.variant, entry.out
-        problem = variant.problem(model, env)
-        if problem:
-            entry.fail(problem)
-            continue
-        out.notes += variant.caveats(env)
-        progress(f"{variant.name}: {'compiling (first run)' if variant.compiles else 'first run'}…")
-        if snapshot is not None:
-            snapshot.restore()
-        try:
-            start = time.perf_counter()
-            entry.built = variant.build(model, env)
-            build_s = time.perf_counter() - start
-            before = compile_counts()
-            inductor_loaded = "torch._inductor.compile_fx" in sys.modules
-            call = _bound(fn, entry.built)
-            with variant.around_call(entry.built, env):
-                value, first_s = timed_call(call, env.device)
-            first = compile_counts() - before
-            compared = output(value)
-            if variant.is_baseline:
-                run.value = value
-                reference = numerics.reference(compared)
-                if after_baseline is not None:
-                    after_baseline()
-            else:
-                _check_numerics(entry, compared, reference, model, options)
-            del value, compared
-            out.first_call_s = build_s + first_s
-            if variant.compiles:
-                _record_compile(entry, first)
-                if not inductor_loaded and "torch._inductor.compile_fx" in sys.modules:
-                    out.notes.append("the first compile in this process: its cost includes loading inductor")
-            estimate = first_s
-            progress(f"{variant.name}: warm-up…")
-            for _ in range(options.warmup):
-                with variant.around_call(entry.built, env):
-                    _, seconds = timed_call(call, env.device)
-                estimate = min(estimate, seconds) if estimate is not None else seconds
-            entry.calls = calls_per_block(estimate)
-            entry.counts = compile_counts() - before - first
-            out.peak_bytes = _peak(fn, entry, env)
-        except Exception as exc:  # noqa: BLE001
-            if variant.is_baseline:
-                raise  # the user's code fails on its own: show their traceback
-            entry.fail(_describe(exc, variant))
-            del exc
-            _release(env.device)
-
-
 def _bound(fn, model) -> Callable[[], Any]:
     def call():
         __tracebackhide__ = True  # noqa: F841
         return fn(model)
 
     return call
-
-
-def _check_numerics(entry: _Entry, compared, reference, model, options) -> None:
-    out = entry.out
-    if reference is None:
-        out.notes.append("no numerics check: the code's output holds no tensors or numbers "
-                         "(name one with --output NAME)")
-        return
-    rtol, atol = numerics.tolerance(out.precision, options.rtol, options.atol)
-    error = numerics.compare(compared, reference, rtol, atol)
-    out.max_abs_err, out.max_rel_err, out.tolerance = error.max_abs, error.max_rel, (rtol, atol)
-    out.numerics_ok = error.ok
-    if error.problem:
-        out.notes.append(f"output differs from eager's: {error.problem}")
-    elif entry.variant.compiles and _active_dropout(model):
-        out.numerics_ok = None  # compiled dropout draws other random numbers than eager's
-        out.notes.append("error not judged: the model's dropout is active, and compiled code draws different "
-                         "random masks than eager (call model.eval() or compare an inference step)")
-    elif not error.ok:
-        out.notes.append(f"max error {error.max_abs:.3g} is over the tolerance "
-                         f"(atol {atol:g} + rtol {rtol:g} × max|eager output|)")
 
 
 def _active_dropout(model) -> bool:
@@ -253,51 +329,6 @@ def _record_compile(entry: _Entry, first: CompileCounts) -> None:
         reasons = "; ".join(first.break_reasons[:2]) or "see torch._dynamo.explain"
         out.notes.append(f"{first.graph_breaks} graph break{'s' if first.graph_breaks != 1 else ''} "
                          f"({reasons}): code between graphs runs eager")
-
-
-def _peak(fn, entry: _Entry, env: Env) -> int | None:
-    try:
-        with env.device.peak_scope() as reading:
-            with entry.variant.around_call(entry.built, env):
-                _bound(fn, entry.built)()
-            env.device.synchronize()
-    except RuntimeError as exc:  # a profiler already running (inside %%torchprofile) cannot nest
-        if "profiler" not in str(exc).lower():
-            raise
-        entry.out.notes.append("peak memory not measured: another profiler is running")
-        return None
-    return reading.peak_bytes
-
-
-def _block(fn, entry: _Entry, env: Env) -> Callable[[], tuple[float, int]]:
-    call = _bound(fn, entry.built)
-
-    def run_block() -> tuple[float, int]:
-        __tracebackhide__ = True  # noqa: F841
-        with entry.variant.around_call(entry.built, env):
-            before = compile_counts() if entry.variant.compiles else None
-            seconds = timed_block(call, entry.calls, env.device)
-            if before is not None:
-                entry.counts = entry.counts + (compile_counts() - before)
-        return seconds, entry.calls
-
-    return run_block
-
-
-def _timed_rounds(rounds: Rounds, measured: list[_Entry], env: Env, progress) -> None:
-    __tracebackhide__ = True  # noqa: F841
-
-    def on_error(i: int, exc: Exception) -> None:
-        __tracebackhide__ = True  # noqa: F841
-        entry = measured[i]
-        if entry.variant.is_baseline:
-            raise exc
-        entry.fail(f"{_describe(exc, entry.variant)} (in timed round {rounds.done + 1})")
-        _release(env.device)
-
-    target = f"{rounds.rounds}" if rounds.rounds else f"at least {rounds.min_rounds}"
-    progress(f"timing: round 1 of {target}…")
-    rounds.run(on_round=lambda done: progress(f"timing: round {done + 1} of {target}…"), on_error=on_error)
 
 
 def _summarise(measured: list[_Entry], rounds: Rounds) -> None:
@@ -334,12 +365,6 @@ def _summarise(measured: list[_Entry], rounds: Rounds) -> None:
 
 
 def _describe(exc: BaseException, variant: Variant) -> str:
-    if is_recompile_limit(exc):
-        import torch._dynamo
-
-        limit = torch._dynamo.config.recompile_limit
-        return (f"dynamo hit its recompile limit ({limit}): the code keeps changing what compiled code was "
-                "specialised on; outside this comparison dynamo would silently run eager from here")
     if is_out_of_memory(exc):
         return "out of memory"
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

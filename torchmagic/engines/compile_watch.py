@@ -57,8 +57,9 @@ def _first_line(reason: str) -> str:
 
 
 @contextlib.contextmanager
-def loud_recompile_limit(compiled_variants: int) -> Iterator[None]:
-    """Make dynamo raise, not silently run eager, when it hits its recompile limit.
+def loud_recompile_limit(compiled_variants: int) -> Iterator[int]:
+    """Make dynamo raise, not silently run eager, when it hits its recompile limit; yields the
+    limit as the user had it.
 
     The variants compile the same forward code, and dynamo counts its cache entries per code
     object, so the limit is scaled by the number of compiled variants: each keeps the room
@@ -71,7 +72,7 @@ def loud_recompile_limit(compiled_variants: int) -> Iterator[None]:
     config.recompile_limit = saved[0] * max(compiled_variants, 1)
     config.fail_on_recompile_limit_hit = True
     try:
-        yield
+        yield saved[0]
     finally:
         config.recompile_limit, config.fail_on_recompile_limit_hit = saved
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..devices import Device, current_device
-from ..devices.profiler import without_profiler_banner
+from ..devices.profiler import ensure_profiler_free, without_profiler_banner
 from ..measure import timed_call
 from ..results.profile import SORT_KEYS, OpRow, ProfileResult
 from .rules import RuleContext, diagnose
@@ -56,10 +56,6 @@ class ProfileOptions:
         return asdict(self)
 
 
-class ProfilerBusyError(RuntimeError):
-    """Another torch.profiler session is running; torch cannot nest them."""
-
-
 @dataclass
 class ProfileRun:
     result: ProfileResult
@@ -70,9 +66,7 @@ class ProfileRun:
 def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOptions(), *,
                 label: str = "profile", device: Device | None = None) -> ProfileRun:
     __tracebackhide__ = True  # noqa: F841
-    if torch.autograd._profiler_enabled():
-        raise ProfilerBusyError("a torch.profiler session is already running (an enclosing "
-                                "`with torch.profiler.profile()`?); stop it first")
+    ensure_profiler_free()
     device = device or current_device()
     warmup_s: list[float] = []
     step_s: list[float] = []
