@@ -295,3 +295,40 @@ def test_on_a_gpu_peaks_come_from_the_device_and_an_oom_variant_is_contained():
     assert r.device["name"] == "Fake H100"
     # every timed block and every single timed run waits for the device at both ends
     assert dev.syncs >= 2 * (3 * 2 + 2 * (1 + 1))
+
+
+@pytest.mark.parametrize("fail_on_call", [1, 6])  # on its first run, and in the timed rounds
+def test_a_failed_variants_tensors_are_gone_when_the_cache_is_emptied(fail_on_call):
+    """The allocator can only hand back memory nothing holds: the failing run's frames (kept by
+    its traceback) must be dropped before empty_cache is called."""
+    import weakref
+
+    from .fakes import FakeCudaDevice
+
+    held = []
+
+    class Device(FakeCudaDevice):
+        emptied_with_alive = []
+
+        def empty_cache(self):
+            self.emptied_with_alive.append(any(ref() is not None for ref in held))
+            super().empty_cache()
+
+    def leaky(model, env):
+        calls = []
+
+        def run(x):
+            calls.append(1)
+            activations = torch.ones(1000)  # what a failing step holds, on the GPU for real
+            held.append(weakref.ref(activations))
+            if len(calls) == fail_on_call:
+                raise RuntimeError("boom")
+            return model(x)
+        return run
+
+    dev = Device()
+    variants = ["eager", Variant("leaky", (Technique("leaky", build=leaky),))]
+    r = torchmagic.compare(lambda m: m(torch.ones(2)), model=nn.Identity(), variants=variants, runs=6, warmup=0,
+                           device=dev)
+    assert not r["leaky"].ok and "boom" in r["leaky"].error
+    assert dev.emptied_with_alive == [False]

@@ -208,7 +208,8 @@ class _Comparison:
             if variant.is_baseline:
                 raise  # the user's code fails on its own: show their traceback
             entry.fail(self._describe(exc, variant))
-            del exc
+            _forget(exc)
+        if not entry.out.ok:  # outside the except block: the failed run's tensors can go now
             _release(self.device)
 
     def _check_output(self, entry: _Entry, value, run: CompareRun) -> None:
@@ -268,6 +269,7 @@ class _Comparison:
             if entry.variant.is_baseline:
                 raise exc
             entry.fail(f"{self._describe(exc, entry.variant)} (in timed round {rounds.done + 1})")
+            _forget(exc)
             _release(self.device)
 
         target = f"{rounds.rounds}" if rounds.rounds else f"at least {rounds.min_rounds}"
@@ -373,6 +375,15 @@ def _describe(exc: BaseException, variant: Variant) -> str:
     if inference_only and any(w in str(exc) for w in ("grad", "backward", "Inference")):
         message += f" — {inference_only[0]} is for inference, and this code seems to train"
     return message
+
+
+def _forget(exc: BaseException) -> None:
+    """Drop the frames a failed variant's exception holds (its tensors, on the device too)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        exc.__traceback__ = None
+        exc = exc.__context__ or exc.__cause__
 
 
 def _release(device: Device) -> None:

@@ -54,13 +54,17 @@ class Rounds:
         while not self.finished(active):
             shift = self.done % len(active)
             for i in active[shift:] + active[:shift]:
+                failure = None
                 try:
                     seconds, calls = self.contenders[i]()
                 except Exception as exc:  # noqa: BLE001  (the contender's code is the user's)
                     if on_error is None:
                         raise
-                    on_error(i, exc)
+                    failure = exc
+                if failure is not None:  # handled outside the except block, so its frames can be freed
                     active.remove(i)
+                    on_error(i, failure)
+                    del failure
                     continue
                 self.samples[i].append(seconds / calls)
                 self.spent[i] += seconds

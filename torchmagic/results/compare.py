@@ -64,8 +64,10 @@ class VariantResult:
             out.append(f"recompiled {self.recompiles}×")
         if self.graph_breaks:
             out.append(f"{self.graph_breaks} graph break{'s' if self.graph_breaks != 1 else ''}")
-        if self.compile_cache and self.compile_cache != "cold":
-            out.append(f"compiled: {self.compile_cache}")
+        if self.compile_cache == "warm disk cache":
+            out.append("warm cache")
+        elif self.compile_cache == "in memory":
+            out.append("reused compile")
         return out
 
 
