@@ -10,7 +10,7 @@ import contextlib
 
 import torch
 
-from torchmagic.devices import Device, LowPrecision, NvmlReading
+from torchmagic.devices import AllocatorStats, Device, LowPrecision, NvmlReading
 from torchmagic.devices.profiler import PeakReading
 
 
@@ -27,6 +27,8 @@ class FakeCudaDevice(Device):
         self.high_water = 0  # like the allocator's peak counter, for peak_scope
         self.syncs = 0
         self.cache_empties = 0
+        self.ooms = 0
+        self.samplers_closed = 0
         self._nvml = nvml if nvml is not None else NvmlReading(
             name=name, total_bytes=capacity_bytes, used_bytes=600 * 2**20,
             utilization_pct=37.0, temperature_c=41.0, power_w=120.5)
@@ -45,6 +47,7 @@ class FakeCudaDevice(Device):
 
     def allocate(self, nbytes: int) -> None:
         if self.allocated + nbytes > self.capacity_bytes:
+            self.ooms += 1
             raise torch.OutOfMemoryError(
                 f"CUDA out of memory. Tried to allocate {nbytes} bytes (fake device, "
                 f"{self.capacity_bytes - self.allocated} bytes free)")
@@ -57,6 +60,28 @@ class FakeCudaDevice(Device):
 
     def memory_allocated(self) -> int:
         return self.allocated
+
+    def allocator_stats(self) -> AllocatorStats:
+        return AllocatorStats(self.allocated, self.reserved, self.high_water, self.reserved, 0, self.ooms, 0)
+
+    def reset_peak_stats(self) -> bool:
+        self.high_water = self.allocated
+        return True
+
+    def sampler(self):
+        device = self
+
+        class Sampler:
+            note = None
+
+            def read(self):
+                reading = device.nvml()
+                return (reading.used_bytes, reading.utilization_pct) if isinstance(reading, NvmlReading) else (None, None)
+
+            def close(self):
+                device.samplers_closed += 1
+
+        return Sampler()
 
     def memory_reserved(self) -> int:
         return self.reserved

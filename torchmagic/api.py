@@ -15,6 +15,7 @@ from .engines.state import objects_for_model, objects_used_by
 from .engines.variants import DEFAULT_VARIANTS, Variant, parse_variants
 from .results.autobatch import AutobatchResult
 from .results.compare import CompareResult
+from .results.memory import MemoryResult
 from .results.profile import ProfileResult
 
 
@@ -112,6 +113,46 @@ def compare(fn: Callable[..., Any], *, model: Any = None,
             _attach(run.error, run.result)
         raise run.error
     return run.result
+
+
+def memory(namespace: dict[str, Any] | None = None, *, top: int = 10) -> MemoryResult:
+    """Where memory is now: every GPU (NVML and torch's allocator), the host, and the variables of
+    ``namespace`` (e.g. ``globals()``) that hold tensor memory, largest first."""
+    from .engines.memory import memory_report
+
+    return memory_report(namespace, top=top)
+
+
+def measure_memory(fn: Callable[[], Any], namespace: dict[str, Any] | None = None, *,
+                   device: Device | None = None) -> MemoryResult:
+    """Run ``fn()`` and report its peak and net allocations on the device (no peak counter is
+    reset), and which variables of ``namespace`` hold the net memory.  If ``fn`` raises, the
+    exception propagates with the result in ``exc.torchmagic_result``."""
+    __tracebackhide__ = True  # noqa: F841
+    from .engines.memory import run_cell_memory
+
+    run = run_cell_memory(fn, {} if namespace is None else namespace, device=device)
+    if run.error is not None:
+        _attach(run.error, run.result)
+        raise run.error
+    return run.result
+
+
+def free(*names: str, namespace: dict[str, Any]) -> MemoryResult:
+    """Delete ``names`` from ``namespace``, drop the output-history entries and the last traceback
+    that hold their tensors, collect garbage and empty the caches; report what came back."""
+    from .engines.memory import free as free_names
+
+    return free_names(list(names), namespace)
+
+
+def watch_memory(interval: float = 1.0):
+    """Sample memory (and GPU utilisation) every ``interval`` seconds on a background thread;
+    ``watch.stop()`` (or leaving a ``with`` block) ends it and returns the samples."""
+    from .devices import visible_accelerators
+    from .engines.memwatch import MemoryWatch
+
+    return MemoryWatch(visible_accelerators(), interval).start()
 
 
 def _attach(error: BaseException, result: ProfileResult) -> None:

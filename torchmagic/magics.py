@@ -5,17 +5,21 @@ from __future__ import annotations
 import re
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
 from .cell import Cell
 from .engines.autobatch import AutobatchOptions, run_autobatch
 from .engines.compare import CompareOptions, run_compare
+from .engines import memory as memory_engine
+from .engines.holders import is_history, traceback_locals
+from .engines.memwatch import MemoryWatch
 from .devices.profiler import ProfilerBusyError
 from .engines.profile import ProfileOptions, run_profile
 from .engines.state import is_stateful, objects_for_model, objects_used_by
 from .engines.variants import DEFAULT_VARIANTS, TECHNIQUES, parse_variants
+from .devices import current_device, visible_accelerators
 from .results.base import widget_frontend
 from .results.profile import SORT_KEYS
 
@@ -226,6 +230,130 @@ class TorchMagics(Magics):
             raise UsageError(f"%%amp_compare: the cell uses several models ({', '.join(candidates)}); "
                              "say which one the variants change with --model NAME")
         return candidates[0] if candidates else None
+
+    @magic_arguments()
+    @argument("--free", nargs="+", metavar="NAME",
+              help="delete these variables, drop what IPython keeps of them (Out, _, the last traceback), "
+                   "collect and empty the cache; report what came back")
+    @argument("--reset", action="store_true", help="reset torch's peak memory counters on every GPU")
+    @argument("--watch", nargs="?", type=float, const=1.0, metavar="SECONDS",
+              help="sample memory and utilisation in the background every SECONDS (default 1) while later "
+                   "cells run; a live chart in JupyterLab")
+    @argument("--stop", action="store_true", help="stop the watch and show what it saw")
+    @argument("--top", type=int, default=10, metavar="K", help="variables listed (default 10)")
+    @argument("-o", dest="output", metavar="NAME", help="store the result in variable NAME")
+    @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
+    @line_cell_magic
+    def gpumem(self, line, cell=None):
+        """Where did the memory go?  Every GPU (NVML and torch's allocator), the host, and the
+        notebook variables holding tensor memory.
+
+        %gpumem                       devices, host, largest variables (r = %gpumem keeps the result)
+        %gpumem --free NAME [NAME...] delete them and what pins them in IPython; report what came back
+        %gpumem --reset               reset torch's peak counters
+        %gpumem --watch [SECONDS]     sample in the background while later cells run; --stop ends it
+        %%gpumem                      the cell's peak and net memory, and the variables holding the net
+
+        Variables are walked without running any of their code (no properties, no __getattr__):
+        tensors and gradients, modules, optimizer state, containers and objects' attributes, to a
+        bounded depth; views and tied weights count once.  The cell's peak is read from the
+        profiler's allocation events, so no peak counter you watch is reset.
+        """
+        __tracebackhide__ = True  # noqa: F841
+        args = parse_argstring(self.gpumem, line)
+        self._check_output_name(args.output)
+        actions = [a for a in ("free", "reset", "watch", "stop") if getattr(args, a) not in (None, False)]
+        if len(actions) > 1:
+            raise UsageError(f"%gpumem: use one of --{', --'.join(actions)} at a time")
+        if args.top < 1:
+            raise UsageError("%gpumem: --top must be at least 1")
+        if cell is not None:
+            if actions:
+                raise UsageError(f"%%gpumem measures a cell; --{actions[0]} is for the line magic %gpumem")
+            return self._gpumem_cell(cell, args)
+        action = actions[0] if actions else None
+        namespace, hidden = self.shell.user_ns, self.shell.user_ns_hidden
+        if action == "reset":
+            reset = [d.label for d in visible_accelerators() if d.reset_peak_stats()]
+            print("%gpumem: peak counters reset on " + ", ".join(reset) if reset
+                  else "%gpumem: nothing to reset: torch keeps no peak counters on the CPU")
+            return None
+        if action == "watch":
+            return self._start_watch(args.watch)
+        if action == "stop":
+            if self._watch is None:
+                raise UsageError("%gpumem: no watch is running (start one with %gpumem --watch)")
+            result, self._watch = self._watch.stop(), None
+        elif action == "free":
+            try:
+                result = memory_engine.free(args.free, namespace, hidden=hidden, top=args.top,
+                                            extra_pins=self._ipython_pins)
+            except KeyError as exc:
+                raise UsageError(f"%gpumem --free: not defined: {exc.args[0]}") from None
+        else:
+            result = memory_engine.memory_report(namespace, hidden=hidden, top=args.top,
+                                                 pins=memory_engine.namespace_pins(namespace) + self._ipython_pins())
+        if args.output is not None:
+            namespace[args.output] = result
+        return None if args.quiet else result
+
+    _watch: MemoryWatch | None = None
+
+    def _ipython_pins(self) -> list[memory_engine.Pin]:
+        """The shell's own copies of its output history: the display hook keeps _, __ and ___ and
+        pushes them into the namespace after every output, and the table of hidden names keeps
+        the values it was given (_, _N ...)."""
+        pins = []
+        hook, hidden = self.shell.displayhook, self.shell.user_ns_hidden
+        for name in ("_", "__", "___"):
+            if hasattr(hook, name):
+                pins.append(memory_engine.Pin("history", name, getattr(hook, name),
+                                              lambda name=name: setattr(hook, name, "")))
+        for name in [n for n in hidden if is_history(n) and n not in ("In", "Out", "_ih", "_oh", "_dh")]:
+            pins.append(memory_engine.Pin("history", name, hidden[name],
+                                          lambda name=name: hidden.__setitem__(name, "")))
+        handler = getattr(self.shell, "InteractiveTB", None)  # keeps the last traceback for %debug
+        if getattr(handler, "tb", None) is not None:
+            pins.append(memory_engine.Pin("traceback", "the last traceback", traceback_locals(handler.tb),
+                                          lambda: setattr(handler, "tb", None)))
+        return pins
+
+    def _start_watch(self, interval: float):
+        if not interval > 0:
+            raise UsageError("%gpumem --watch: the interval must be a positive number of seconds")
+        if self._watch is not None:
+            self._watch.stop()
+        view = None
+        if widget_frontend():
+            import ipywidgets
+
+            view = ipywidgets.HTML()
+            display(view)
+        self._watch = MemoryWatch(visible_accelerators(), interval,
+                                  on_sample=(lambda w: setattr(view, "value", w.result().to_html())) if view else None
+                                  ).start()
+        if view is None:
+            print(f"%gpumem: watching every {interval:g} s in the background; %gpumem --stop shows what it saw")
+        return None
+
+    def _gpumem_cell(self, cell: str, args):
+        __tracebackhide__ = True  # noqa: F841
+        code = self._cell(cell, "%%gpumem")
+        namespace = self.shell.user_ns
+
+        def run():
+            __tracebackhide__ = True  # noqa: F841
+            return code.run(namespace)
+
+        run_result = memory_engine.run_cell_memory(run, namespace, hidden=self.shell.user_ns_hidden,
+                                                   device=current_device(), top=args.top)
+        if args.output is not None:
+            namespace[args.output] = run_result.result
+        if not args.quiet:
+            display(run_result.result)
+        if run_result.error is not None:
+            raise run_result.error
+        return run_result.value
 
     @magic_arguments()
     @argument("--budget", metavar="SIZE", help="memory the step may use: bytes (8GiB, 512MiB) or a fraction "

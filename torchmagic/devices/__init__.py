@@ -5,14 +5,19 @@ profiler activities or say whether low precision is fast.  Tests inject a fake
 device with :func:`use_device`, so the GPU logic above this layer runs on CPU.
 """
 
-from .base import CpuDevice, Device, LowPrecision
+from .base import AllocatorStats, CpuDevice, Device, HostMemory, LowPrecision, host_memory
 from .cuda import CudaDevice, MpsDevice
-from .nvml import NvmlReading, nvml_reading
+from .nvml import NvmlProcess, NvmlReading, nvml_reading
 from .oom import is_out_of_memory
-from .select import current_device, use_device
+from .select import current_device, use_device, visible_accelerators
 
 __all__ = [
+    "AllocatorStats",
     "CpuDevice",
+    "HostMemory",
+    "NvmlProcess",
+    "host_memory",
+    "visible_accelerators",
     "CudaDevice",
     "Device",
     "LowPrecision",

@@ -22,6 +22,31 @@ class LowPrecision:
     reason: str
 
 
+@dataclass(frozen=True)
+class AllocatorStats:
+    """torch's caching allocator on one device (CUDA): what it holds and what went wrong."""
+
+    allocated_bytes: int
+    reserved_bytes: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    inactive_split_bytes: int   # cached blocks split for smaller tensors, not in use: fragmentation
+    num_ooms: int
+    num_alloc_retries: int      # cache flushed and allocation retried: a sign of memory pressure
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    rss_bytes: int | None       # this process's resident memory
+    available_bytes: int        # what the system could still give (MemAvailable)
+    total_bytes: int
+
+
+def host_memory() -> HostMemory:
+    available, total = _host_memory()
+    return HostMemory(_resident_bytes(), available, total)
+
+
 class Device:
     """A compute device as torchmagic sees it.  Subclasses override what differs."""
 
@@ -65,6 +90,19 @@ class Device:
         else the process's resident memory (CPU)."""
         allocated = self.memory_allocated()
         return allocated if allocated is not None else _resident_bytes()
+
+    def allocator_stats(self) -> AllocatorStats | None:
+        """The caching allocator's counters, where torch keeps them (CUDA)."""
+        return None
+
+    def sampler(self):
+        """A cheap repeated reading for a watch: ``read()`` -> (used bytes, utilisation %) from
+        NVML where there is one, and ``close()``.  None where there is nothing to read."""
+        return None
+
+    def reset_peak_stats(self) -> bool:
+        """Reset the allocator's peak counters; False where there are none."""
+        return False
 
     def peak_scope(self) -> contextlib.AbstractContextManager[PeakReading]:
         """Peak of torch's allocations on this device within a ``with`` block, above its start."""

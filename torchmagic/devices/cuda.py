@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from .base import Device, LowPrecision
+from .base import AllocatorStats, Device, LowPrecision
 from .profiler import allocation_peak
-from .nvml import nvml_reading
+from .nvml import NvmlSampler, nvml_reading
 
 
 class CudaDevice(Device):
@@ -40,6 +40,25 @@ class CudaDevice(Device):
     def memory_capacity(self) -> tuple[int, int]:
         free, total = torch.cuda.mem_get_info(self.index)  # free counts other processes' use
         return int(free), int(total)
+
+    def allocator_stats(self) -> AllocatorStats:
+        stats = torch.cuda.memory_stats(self.index) if torch.cuda.is_initialized() else {}
+        return AllocatorStats(
+            allocated_bytes=stats.get("allocated_bytes.all.current", 0),
+            reserved_bytes=stats.get("reserved_bytes.all.current", 0),
+            peak_allocated_bytes=stats.get("allocated_bytes.all.peak", 0),
+            peak_reserved_bytes=stats.get("reserved_bytes.all.peak", 0),
+            inactive_split_bytes=stats.get("inactive_split_bytes.all.current", 0),
+            num_ooms=stats.get("num_ooms", 0),
+            num_alloc_retries=stats.get("num_alloc_retries", 0),
+        )
+
+    def reset_peak_stats(self) -> bool:
+        torch.cuda.reset_peak_memory_stats(self.index)
+        return True
+
+    def sampler(self) -> NvmlSampler:
+        return NvmlSampler(self.uuid(), self.index)
 
     def peak_scope(self):
         return allocation_peak(torch.autograd.DeviceType.CUDA)

@@ -24,6 +24,18 @@ def current_device() -> Device:
     return CpuDevice()
 
 
+def visible_accelerators() -> list[Device]:
+    """Every GPU this process can use (CUDA_VISIBLE_DEVICES applied), or the injected one."""
+    if _injected:
+        return [d for d in _injected[-1:] if d.is_accelerator]
+    if torch.cuda.is_available():
+        return [CudaDevice(i) for i in range(torch.cuda.device_count())]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return [MpsDevice()]
+    return []
+
+
 @contextlib.contextmanager
 def use_device(device: Device) -> Iterator[Device]:
     """Make ``device`` the one every engine measures, for the duration of the block (nests)."""

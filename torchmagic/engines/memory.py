@@ -1,0 +1,342 @@
+"""Where memory went: devices (NVML and torch's allocator), the host, and the notebook's variables.
+
+Also what a cell did to memory (``%%gpumem``) and freeing variables with what pins them in
+IPython (``%gpumem --free``).  Nothing here imports IPython: the namespace is a dict.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..devices import CpuDevice, Device, NvmlReading, current_device, host_memory, visible_accelerators
+from ..devices.profiler import ProfilerBusyError
+from ..results.memory import CellMemory, DeviceMemory, Freed, MemoryResult, VariableMemory
+from .holders import Holding, Walker, is_history, traceback_locals
+
+HISTORY_NAMES = ("_", "__", "___")
+
+
+@dataclass
+class Pin:
+    """Something outside the user's variables that keeps objects alive, and how to let go of it."""
+
+    kind: str                  # "history" or "traceback"
+    label: str                 # what the user would call it: Out[3], _, the last traceback
+    value: Any
+    drop: Callable[[], None]
+
+
+def namespace_pins(namespace: dict[str, Any]) -> list[Pin]:
+    """IPython's output history as the namespace shows it (Out, _N, _, __, ___) and the last
+    uncaught error's traceback (sys.last_traceback, kept for %debug and %tb)."""
+    pins = []
+    out = namespace.get("Out")
+    if isinstance(out, dict):
+        for key, value in list(out.items()):
+            def drop(key=key):
+                out.pop(key, None)
+                namespace.pop(f"_{key}", None)
+            pins.append(Pin("history", f"Out[{key}]", value, drop))
+    for name in HISTORY_NAMES:
+        if name in namespace:
+            pins.append(Pin("history", name, namespace[name], lambda name=name: namespace.__setitem__(name, "")))
+    frames = traceback_locals()
+    if frames:
+        def forget_error():
+            for error in (getattr(sys, "last_value", None), getattr(sys, "last_exc", None)):
+                if isinstance(error, BaseException):
+                    error.__traceback__ = None  # whoever else keeps the exception keeps no frames
+            for attr in ("last_type", "last_value", "last_traceback", "last_exc"):
+                if hasattr(sys, attr):
+                    setattr(sys, attr, None)
+        pins.append(Pin("traceback", "the last traceback", frames, forget_error))
+    return pins
+
+
+@dataclass
+class Holdings:
+    """Every user variable's holding, and which storages more than one of them reach."""
+
+    by_name: dict[str, Holding]
+    counts: dict[tuple[str, int], int]
+
+    @property
+    def union(self) -> dict[tuple[str, int], int]:
+        out: dict[tuple[str, int], int] = {}
+        for holding in self.by_name.values():
+            out.update(holding.storages)
+        return out
+
+
+def user_variables(namespace: dict[str, Any], hidden: Iterable[str] = ()) -> dict[str, Any]:
+    """The user's own names: not IPython's history, not hidden set-up names, not dunders."""
+    hidden = set(hidden)
+    return {name: value for name, value in namespace.items()
+            if name not in hidden and not is_history(name) and not (name.startswith("__") and name.endswith("__"))}
+
+
+def holdings(variables: dict[str, Any], walker: Walker | None = None) -> Holdings:
+    walker = walker or Walker()
+    by_name = {}
+    counts: dict[tuple[str, int], int] = {}
+    for name, value in variables.items():
+        holding = walker.holding(value)
+        if holding.storages:
+            by_name[name] = holding
+            for key in holding.storages:
+                counts[key] = counts.get(key, 0) + 1
+    return Holdings(by_name, counts)
+
+
+def variable_rows(found: Holdings, variables: dict[str, Any], only: set[tuple[str, int]] | None = None
+                  ) -> list[VariableMemory]:
+    """One row per variable and device, largest first; ``only`` limits to those storages."""
+    rows = []
+    for name, holding in found.by_name.items():
+        per_device: dict[str, list[int]] = {}
+        for key, nbytes in holding.storages.items():
+            if only is not None and key not in only:
+                continue
+            totals = per_device.setdefault(key[0], [0, 0])
+            totals[0] += nbytes
+            if found.counts.get(key, 0) > 1:
+                totals[1] += nbytes
+        for device, (nbytes, shared) in per_device.items():
+            rows.append(VariableMemory(name=name, device=device, bytes=nbytes,
+                                       tensors=holding.tensors.get(device, 0), type=type(variables[name]).__name__,
+                                       shared_bytes=shared, partial=holding.partial))
+    rows.sort(key=lambda r: (-r.bytes, r.name))
+    return rows
+
+
+def memory_report(namespace: dict[str, Any] | None = None, *, hidden: Iterable[str] = (),
+                  devices: list[Device] | None = None, top: int = 10, pins: list[Pin] | None = None) -> MemoryResult:
+    """The whole picture now: every GPU, the host, and the variables of ``namespace``.
+
+    ``pins`` are the places besides variables that keep memory alive (default: what the
+    namespace shows of IPython's history, and the last traceback).
+    """
+    namespace = namespace if namespace is not None else {}
+    pins = namespace_pins(namespace) if pins is None else pins
+    devices = visible_accelerators() if devices is None else devices
+    walker = Walker()
+    variables = user_variables(namespace, hidden)
+    found = holdings(variables, walker)
+    union = found.union
+    per_device_held = _bytes_by_device(union)
+    readings = [_device_memory(d, per_device_held.get(d.label, 0)) for d in devices]
+    host = host_memory()
+    notes = [] if devices else ["no GPU found: torch.cuda.is_available() is False"]
+    if any(h.partial for h in found.by_name.values()):
+        notes.append("some variables were only partly walked (a limit on depth or items was reached)")
+    return MemoryResult(
+        devices=readings,
+        host={"rss_bytes": host.rss_bytes, "available_bytes": host.available_bytes, "total_bytes": host.total_bytes,
+              "variables_bytes": per_device_held.get("cpu", 0)},
+        variables=variable_rows(found, variables),
+        pinned=_pinned(pins, set(union), walker),
+        notes=notes, top=top)
+
+
+def _bytes_by_device(storages: dict[tuple[str, int], int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for (device, _), nbytes in storages.items():
+        out[device] = out.get(device, 0) + nbytes
+    return out
+
+
+def _pinned(pins: list[Pin], held: set, walker: Walker) -> dict[str, dict[str, int]]:
+    """Memory that only IPython's history or the last traceback keeps alive, by kind and device."""
+    storages: dict[str, dict[tuple[str, int], int]] = {}
+    for pin in pins:
+        storages.setdefault(pin.kind, {}).update(walker.holding(pin.value).storages)
+    out = {}
+    for kind, found in storages.items():
+        only_there = {k: n for k, n in found.items() if k not in held}
+        if only_there:
+            out[kind] = _bytes_by_device(only_there)
+    return out
+
+
+def _device_memory(device: Device, variables_bytes: int) -> DeviceMemory:
+    d = DeviceMemory(label=device.label, name=device.name, variables_bytes=variables_bytes)
+    stats = device.allocator_stats()
+    if stats is not None:
+        d.allocated_bytes, d.reserved_bytes = stats.allocated_bytes, stats.reserved_bytes
+        d.peak_bytes, d.peak_reserved_bytes = stats.peak_allocated_bytes, stats.peak_reserved_bytes
+        d.inactive_split_bytes = stats.inactive_split_bytes
+        d.num_ooms, d.num_alloc_retries = stats.num_ooms, stats.num_alloc_retries
+    else:
+        d.allocated_bytes, d.reserved_bytes = device.memory_allocated(), device.memory_reserved()
+    reading = device.nvml()
+    if isinstance(reading, NvmlReading):
+        d.total_bytes, d.used_bytes = reading.total_bytes, reading.used_bytes
+        d.utilization_pct, d.temperature_c, d.power_w = reading.utilization_pct, reading.temperature_c, reading.power_w
+        _explain_gap(d, reading)
+    elif isinstance(reading, str):
+        d.notes.append(reading)
+    return d
+
+
+def _explain_gap(d: DeviceMemory, reading: NvmlReading) -> None:
+    """Why NVML shows more in use than torch reserved."""
+    from ..results.format import fmt_bytes
+
+    if reading.mig:
+        d.notes.append("a MIG slice: memory is the slice's own; NVML reports no utilisation per slice")
+    gap = d.gap_bytes
+    if gap is None:
+        return
+    if reading.processes is None:
+        d.notes.append(f"NVML used − torch reserved = {fmt_bytes(gap)}: this process's CUDA context (typically "
+                       f"300–600 MiB), libraries' workspaces, and any other processes; {reading.processes_note}")
+        return
+    me = os.getpid()
+    mine = [p for p in reading.processes if p.pid == me]
+    others = [p for p in reading.processes if p.pid != me]
+    d.other_processes = [(p.pid, p.used_bytes) for p in others]
+    others_bytes = sum(p.used_bytes or 0 for p in others)
+    parts = []
+    if mine and mine[0].used_bytes is not None:
+        d.this_process_bytes = mine[0].used_bytes
+        parts.append(f"this process's CUDA context, libraries and memory outside torch's allocator "
+                     f"{fmt_bytes(max(mine[0].used_bytes - (d.reserved_bytes or 0), 0))}")
+    elif not mine:
+        parts.append("NVML does not list this process (in a container its PID differs from the host's), so its "
+                     "CUDA context is in the rest")
+    if others:
+        listed = ", ".join(f"pid {p.pid} {fmt_bytes(p.used_bytes)}" for p in others[:4])
+        parts.append(f"{len(others)} other process{'es' if len(others) != 1 else ''} {fmt_bytes(others_bytes)} "
+                     f"({listed})")
+    d.notes.append(f"NVML used − torch reserved = {fmt_bytes(gap)}: " + "; ".join(parts))
+
+
+# --- %%gpumem: one cell ------------------------------------------------------------------
+
+@dataclass
+class CellRun:
+    result: MemoryResult
+    value: Any
+    error: BaseException | None
+
+
+def run_cell_memory(fn: Callable[[], Any], namespace: dict[str, Any], *, hidden: Iterable[str] = (),
+                    device: Device | None = None, top: int = 10) -> CellRun:
+    """Run ``fn`` and measure its peak and net allocations on the device, then name the new
+    variables that hold the net memory."""
+    __tracebackhide__ = True  # noqa: F841
+    device = device or current_device()
+    before = holdings(user_variables(namespace, hidden))
+    value, error, reading, note, net = None, None, None, None, 0
+    start = time.perf_counter()
+    try:
+        with device.peak_scope() as reading:
+            try:
+                value = fn()
+            except BaseException as exc:  # noqa: BLE001  the user's error: re-raised after the figures
+                error = exc
+            device.synchronize()
+    except ProfilerBusyError:  # raised before the cell ran: run it without the peak
+        note = "peak not measured: a torch.profiler session is running (torch cannot nest them); net only"
+        allocated = device.memory_in_use()
+        try:
+            value = fn()
+        except BaseException as exc:  # noqa: BLE001
+            error = exc
+        after = device.memory_in_use()
+        net = after - allocated if after is not None and allocated is not None else 0
+    peak = reading.peak_bytes if reading is not None else None
+    net = reading.net_bytes if reading is not None else net
+    seconds = time.perf_counter() - start
+    variables = user_variables(namespace, hidden)
+    after = holdings(variables)
+    new = set(after.union) - set(before.union)
+    rows = [r for r in variable_rows(after, variables, only=new) if r.device == device.label]
+    report = memory_report(namespace, hidden=hidden, devices=[d for d in [device] if d.is_accelerator], top=top)
+    report.cell = CellMemory(device=device.label, peak_bytes=peak, net_bytes=net, seconds=seconds,
+                             new_variables=rows, note=note)
+    return CellRun(report, value, error)
+
+
+# --- %gpumem --free ----------------------------------------------------------------------
+
+def free(names: list[str], namespace: dict[str, Any], *, hidden: Iterable[str] = (),
+         devices: list[Device] | None = None, top: int = 10,
+         extra_pins: Callable[[], list[Pin]] | None = None) -> MemoryResult:
+    """Delete ``names``, drop what else pins their tensors (IPython's output history, the last
+    traceback, and ``extra_pins()``: the shell's own copies), collect, empty the caches."""
+    missing = [n for n in names if n not in namespace]
+    if missing:
+        raise KeyError(", ".join(missing))
+    devices = visible_accelerators() if devices is None else devices
+    walker = Walker()
+    targets: dict[tuple[str, int], int] = {}
+    for name in names:
+        targets.update(walker.holding(namespace[name]).storages)
+    tensors = [weakref.ref(t) for t in _tensors_of([namespace[n] for n in names])]
+    before = {d.label: d.memory_allocated() for d in devices}
+    cpu_before = host_memory().rss_bytes
+    for name in names:
+        del namespace[name]
+    pins = namespace_pins(namespace) + (extra_pins() if extra_pins else [])
+    dropped = _drop_pins(pins, set(targets), walker)
+    del pins  # they hold the values too
+    gc.collect()
+    for d in [*devices, CpuDevice()]:  # the CPU's: glibc hands freed heap back to the OS
+        d.empty_cache()
+    reclaimed = {}
+    for d in devices:
+        after = d.memory_allocated()
+        if before[d.label] is not None and after is not None:
+            reclaimed[d.label] = before[d.label] - after
+    cpu_after = host_memory().rss_bytes
+    if cpu_before is not None and cpu_after is not None:
+        reclaimed["host (RSS)"] = cpu_before - cpu_after
+    alive = [t for t in (ref() for ref in tensors) if t is not None]
+    report = memory_report(namespace, hidden=hidden, devices=devices, top=top,
+                           pins=namespace_pins(namespace) + (extra_pins() if extra_pins else []))
+    report.freed = Freed(names=list(names), dropped=dropped, reclaimed=reclaimed, still_alive_tensors=len(alive),
+                         still_alive_bytes=sum(_storage_bytes(t) for t in alive))
+    return report
+
+
+def _tensors_of(values: list[Any]) -> list[torch.Tensor]:
+    """The tensors a walk finds, kept only long enough to take weak references."""
+    found: list[torch.Tensor] = []
+
+    class Collector(Walker):
+        def _tensor(self, tensor, holding):
+            found.append(tensor)
+            super()._tensor(tensor, holding)
+
+    collector = Collector()
+    for value in values:
+        collector.holding(value)
+    return found
+
+
+def _storage_bytes(tensor: torch.Tensor) -> int:
+    try:
+        return tensor.untyped_storage().nbytes()
+    except Exception:
+        return 0
+
+
+def _drop_pins(pins: list[Pin], targets: set, walker: Walker) -> list[str]:
+    """Let go of every pin that reaches one of the freed storages; say which."""
+    dropped = []
+    for pin in pins:
+        if targets & set(walker.holding(pin.value).storages):
+            pin.drop()
+            if pin.label not in dropped:
+                dropped.append(pin.label)
+    return dropped
