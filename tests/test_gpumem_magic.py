@@ -44,7 +44,7 @@ def test_free_reclaims_what_the_output_history_and_a_traceback_pinned(shell):
     r = result.result
     assert r.freed.still_alive_tensors == 0 and {"_", "the last traceback"} <= set(r.freed.dropped)
     assert any(d.startswith("Out[") for d in r.freed.dropped)
-    assert r.freed.reclaimed["host (RSS)"] > 16 * MiB  # 32 MiB of zeros handed back to the OS
+    assert r.freed.reclaimed["host, resident"] > 16 * MiB  # 32 MiB of zeros handed back to the OS
     assert "keep" in shell.user_ns and "big" not in shell.user_ns
 
 

@@ -20,7 +20,7 @@ import torch
 from ..devices import CpuDevice, Device, NvmlReading, current_device, host_memory, visible_accelerators
 from ..devices.profiler import ProfilerBusyError
 from ..results.memory import CellMemory, DeviceMemory, Freed, MemoryResult, VariableMemory
-from .holders import Holding, Walker, is_history, traceback_locals
+from .holders import Holding, Walker, gc_paused, is_history, traceback_locals
 
 HISTORY_NAMES = ("_", "__", "___")
 
@@ -125,7 +125,11 @@ def memory_report(namespace: dict[str, Any] | None = None, *, hidden: Iterable[s
     ``pins`` are the places besides variables that keep memory alive (default: what the
     namespace shows of IPython's history, and the last traceback).
     """
-    namespace = namespace if namespace is not None else {}
+    with gc_paused():
+        return _memory_report(namespace if namespace is not None else {}, hidden, devices, top, pins)
+
+
+def _memory_report(namespace, hidden, devices, top, pins) -> MemoryResult:
     pins = namespace_pins(namespace) if pins is None else pins
     devices = visible_accelerators() if devices is None else devices
     walker = Walker()
@@ -300,7 +304,7 @@ def free(names: list[str], namespace: dict[str, Any], *, hidden: Iterable[str] =
             reclaimed[d.label] = before[d.label] - after
     cpu_after = host_memory().rss_bytes
     if cpu_before is not None and cpu_after is not None:
-        reclaimed["host (RSS)"] = cpu_before - cpu_after
+        reclaimed["host, resident"] = cpu_before - cpu_after
     alive = [t for t in (ref() for ref in tensors) if t is not None]
     report = memory_report(namespace, hidden=hidden, devices=devices, top=top,
                            pins=namespace_pins(namespace) + (extra_pins() if extra_pins else []))

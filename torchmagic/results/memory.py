@@ -156,6 +156,11 @@ class MemoryResult(Result):
             lines.append(c.note)
         if c.new_variables:
             lines.append("held by: " + ", ".join(f"{v.name} {fmt_bytes(v.bytes)}" for v in c.new_variables[:8]))
+        unheld = c.net_bytes - sum(v.bytes for v in c.new_variables)
+        if unheld > max(0.05 * c.net_bytes, 2**20):
+            lines.append(f"{fmt_bytes(unheld)} of the net is held by no variable directly: usually the autograd "
+                         "graph of an output computed with gradients on (the activations a backward would need), "
+                         "or objects the walk does not enter")
         return lines
 
     def _freed_lines(self) -> list[str]:
