@@ -141,3 +141,96 @@ def test_real_cuda_profile_attributes_kernels_to_ops():
     assert r.device_categories_s
     assert any(span.lane.startswith("GPU stream") for span in r.timeline)
     assert r.finding("sync") is not None or r.finding("gpu_idle") is not None
+
+
+class NvmlError(Exception):
+    pass
+
+
+def fleet_nvml(process_error=None):
+    """Two GPUs as NVML numbers them, by UUID; the second is a MIG slice."""
+    gpus = {
+        "GPU-a": dict(index=0, name=b"NVIDIA A100", used=1 * 2**30, mig=False,
+                      compute=[types.SimpleNamespace(pid=10, usedGpuMemory=2**30)], graphics=[]),
+        "MIG-b": dict(index=1, name=b"NVIDIA H100 MIG 3g.40gb", used=5 * 2**30, mig=True,
+                      compute=[types.SimpleNamespace(pid=20, usedGpuMemory=None),
+                               types.SimpleNamespace(pid=21, usedGpuMemory=3 * 2**30)],
+                      graphics=[types.SimpleNamespace(pid=21, usedGpuMemory=3 * 2**30)]),
+    }
+    by_index = {g["index"]: uuid for uuid, g in gpus.items()}
+    calls = []
+
+    def processes(kind):
+        def read(handle):
+            if process_error:
+                raise process_error
+            return gpus[handle][kind]
+        return read
+
+    def utilization(handle):
+        if gpus[handle]["mig"]:
+            raise NvmlError("Not Supported")
+        return types.SimpleNamespace(gpu=50)
+
+    def by_uuid(uuid):
+        uuid = uuid.decode()
+        if uuid not in gpus:
+            raise NvmlError("Not Found")
+        return uuid
+
+    return FakeNvml(
+        nvmlInit=lambda: calls.append("init"), nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetHandleByUUID=by_uuid, nvmlDeviceGetHandleByIndex=lambda i: by_index[i],
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=40 * 2**30, used=gpus[h]["used"]),
+        nvmlDeviceGetName=lambda h: gpus[h]["name"], nvmlDeviceGetUtilizationRates=utilization,
+        nvmlDeviceGetTemperature=lambda h, kind: 40, nvmlDeviceGetPowerUsage=lambda h: 100_000,
+        nvmlDeviceGetComputeRunningProcesses=processes("compute"),
+        nvmlDeviceGetGraphicsRunningProcesses=processes("graphics"),
+        nvmlDeviceIsMigDeviceHandle=lambda h: gpus[h]["mig"], calls=calls)
+
+
+def test_cuda_visible_devices_renumbering_is_resolved_by_uuid():
+    # CUDA_VISIBLE_DEVICES=1: torch's cuda:0 is NVML's device 1; the UUID finds the right one
+    reading = nvml_reading("MIG-b", 0, nvml=fleet_nvml())
+    assert reading.name == "NVIDIA H100 MIG 3g.40gb" and reading.used_bytes == 5 * 2**30
+    assert nvml_reading(None, 0, nvml=fleet_nvml()).name == "NVIDIA A100"  # no UUID: the index is all there is
+
+
+def test_nvml_processes_and_mig():
+    reading = nvml_reading("MIG-b", 0, nvml=fleet_nvml())
+    assert reading.mig and reading.utilization_pct is None  # not reported per MIG slice
+    assert [(p.pid, p.used_bytes) for p in reading.processes] == [(20, None), (21, 3 * 2**30)]  # 21 listed once
+    denied = nvml_reading("GPU-a", 0, nvml=fleet_nvml(process_error=NvmlError("Insufficient Permissions")))
+    assert denied.processes is None and "Insufficient Permissions" in denied.processes_note
+    assert denied.used_bytes == 2**30 and denied.utilization_pct == 50.0  # the rest is still read
+
+
+def test_nvml_sampler_initialises_once_and_explains_failures():
+    from torchmagic.devices.nvml import NvmlSampler
+
+    nvml = fleet_nvml()
+    sampler = NvmlSampler("GPU-a", 0, nvml=nvml)
+    assert [sampler.read() for _ in range(3)] == [(2**30, 50.0)] * 3
+    sampler.close()
+    assert nvml.calls == ["init", "shutdown"] and sampler.read() == (None, None)
+    unknown = NvmlSampler("GPU-zzz", 0, nvml=fleet_nvml())
+    assert "does not know this device" in unknown.note and unknown.read() == (None, None)
+    broken = fake_nvml(fail_init=NvmlError("Driver Not Loaded"))
+    assert "failed to initialise (Driver Not Loaded)" in NvmlSampler("GPU-a", 0, nvml=broken).note
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpumem_on_a_real_gpu():
+    from torchmagic.engines.memory import memory_report, run_cell_memory
+
+    weights = torch.zeros(64 * 2**20, device="cuda")  # 256 MiB
+    r = memory_report({"weights": weights})
+    d = r.devices[0]
+    assert d.label == "cuda:0" and d.allocated_bytes >= 256 * 2**20 and d.reserved_bytes >= d.allocated_bytes
+    assert r.variables[0].name == "weights" and r.variables[0].device == "cuda:0"
+    assert r.variables[0].bytes == 256 * 2**20
+    ns = {}
+    run = run_cell_memory(lambda: ns.update(out=torch.ones(32 * 2**20, device="cuda")), ns)
+    assert abs(run.result.cell.net_bytes - 128 * 2**20) <= 0.01 * 128 * 2**20
+    assert [v.name for v in run.result.cell.new_variables] == ["out"]

@@ -5,7 +5,6 @@ import time
 import weakref
 
 import pytest
-import torch
 from IPython.utils.capture import capture_output
 
 from torchmagic.results.memory import MemoryResult

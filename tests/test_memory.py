@@ -14,8 +14,7 @@ from torch import nn
 
 import torchmagic
 from torchmagic.devices import NvmlProcess, NvmlReading
-from torchmagic.engines.holders import Walker
-from torchmagic.engines.memory import free, holdings, memory_report, run_cell_memory
+from torchmagic.engines.memory import free, memory_report, run_cell_memory
 from torchmagic.engines.memwatch import MemoryWatch
 
 from .fakes import FakeCudaDevice
@@ -214,7 +213,8 @@ def test_gpu_readings_and_the_nvml_torch_gap_explained():
     assert "cuda:0 Fake H100: 10.0 GiB of 80.0 GiB used (all processes), torch 4.0 GiB allocated, 5.0 GiB reserved" in text
     assert ("NVML used − torch reserved = 5.0 GiB: this process's CUDA context, libraries and memory outside "
             "torch's allocator 2.0 GiB; 1 other process 2.0 GiB (pid 4242 2.0 GiB)") in text
-    assert "cached by torch: 1.0 GiB reserved but free" in text and "61 °C · 412 W" in text
+    assert "cached by torch (reserved − allocated, often called fragmentation): 1.0 GiB;" in text
+    assert "61 °C · 412 W" in text and d.free_bytes == 70 * 2**30
 
 
 @pytest.mark.parametrize("reading, expected", [

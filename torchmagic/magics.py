@@ -14,6 +14,7 @@ from .engines.autobatch import AutobatchOptions, run_autobatch
 from .engines.compare import CompareOptions, run_compare
 from .engines import memory as memory_engine
 from .engines.holders import is_history, traceback_locals
+from .engines.pins import Pin, namespace_pins
 from .engines.memwatch import MemoryWatch
 from .devices.profiler import ProfilerBusyError
 from .engines.profile import ProfileOptions, run_profile
@@ -292,14 +293,14 @@ class TorchMagics(Magics):
                 raise UsageError(f"%gpumem --free: not defined: {exc.args[0]}") from None
         else:
             result = memory_engine.memory_report(namespace, hidden=hidden, top=args.top,
-                                                 pins=memory_engine.namespace_pins(namespace) + self._ipython_pins())
+                                                 pins=namespace_pins(namespace) + self._ipython_pins())
         if args.output is not None:
             namespace[args.output] = result
         return None if args.quiet else result
 
     _watch: MemoryWatch | None = None
 
-    def _ipython_pins(self) -> list[memory_engine.Pin]:
+    def _ipython_pins(self) -> list[Pin]:
         """The shell's own copies of its output history: the display hook keeps _, __ and ___ and
         pushes them into the namespace after every output, and the table of hidden names keeps
         the values it was given (_, _N ...)."""
@@ -307,14 +308,14 @@ class TorchMagics(Magics):
         hook, hidden = self.shell.displayhook, self.shell.user_ns_hidden
         for name in ("_", "__", "___"):
             if hasattr(hook, name):
-                pins.append(memory_engine.Pin("history", name, getattr(hook, name),
+                pins.append(Pin("history", name, getattr(hook, name),
                                               lambda name=name: setattr(hook, name, "")))
         for name in [n for n in hidden if is_history(n) and n not in ("In", "Out", "_ih", "_oh", "_dh")]:
-            pins.append(memory_engine.Pin("history", name, hidden[name],
+            pins.append(Pin("history", name, hidden[name],
                                           lambda name=name: hidden.__setitem__(name, "")))
         handler = getattr(self.shell, "InteractiveTB", None)  # keeps the last traceback for %debug
         if getattr(handler, "tb", None) is not None:
-            pins.append(memory_engine.Pin("traceback", "the last traceback", traceback_locals(handler.tb),
+            pins.append(Pin("traceback", "the last traceback", traceback_locals(handler.tb),
                                           lambda: setattr(handler, "tb", None)))
         return pins
 

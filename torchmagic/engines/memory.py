@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -20,47 +19,8 @@ import torch
 from ..devices import CpuDevice, Device, NvmlReading, current_device, host_memory, visible_accelerators
 from ..devices.profiler import ProfilerBusyError
 from ..results.memory import CellMemory, DeviceMemory, Freed, MemoryResult, VariableMemory
-from .holders import Holding, Walker, gc_paused, is_history, traceback_locals
-
-HISTORY_NAMES = ("_", "__", "___")
-
-
-@dataclass
-class Pin:
-    """Something outside the user's variables that keeps objects alive, and how to let go of it."""
-
-    kind: str                  # "history" or "traceback"
-    label: str                 # what the user would call it: Out[3], _, the last traceback
-    value: Any
-    drop: Callable[[], None]
-
-
-def namespace_pins(namespace: dict[str, Any]) -> list[Pin]:
-    """IPython's output history as the namespace shows it (Out, _N, _, __, ___) and the last
-    uncaught error's traceback (sys.last_traceback, kept for %debug and %tb)."""
-    pins = []
-    out = namespace.get("Out")
-    if isinstance(out, dict):
-        for key, value in list(out.items()):
-            def drop(key=key):
-                out.pop(key, None)
-                namespace.pop(f"_{key}", None)
-            pins.append(Pin("history", f"Out[{key}]", value, drop))
-    for name in HISTORY_NAMES:
-        if name in namespace:
-            pins.append(Pin("history", name, namespace[name], lambda name=name: namespace.__setitem__(name, "")))
-    frames = traceback_locals()
-    if frames:
-        def forget_error():
-            for error in (getattr(sys, "last_value", None), getattr(sys, "last_exc", None)):
-                if isinstance(error, BaseException):
-                    error.__traceback__ = None  # whoever else keeps the exception keeps no frames
-            for attr in ("last_type", "last_value", "last_traceback", "last_exc"):
-                if hasattr(sys, attr):
-                    setattr(sys, attr, None)
-        pins.append(Pin("traceback", "the last traceback", frames, forget_error))
-    return pins
-
+from .holders import Holding, Walker, gc_paused, is_history
+from .pins import Pin, drop_pins, namespace_pins
 
 @dataclass
 class Holdings:
@@ -292,7 +252,7 @@ def free(names: list[str], namespace: dict[str, Any], *, hidden: Iterable[str] =
     for name in names:
         del namespace[name]
     pins = namespace_pins(namespace) + (extra_pins() if extra_pins else [])
-    dropped = _drop_pins(pins, set(targets), walker)
+    dropped = drop_pins(pins, set(targets), walker)
     del pins  # they hold the values too
     gc.collect()
     for d in [*devices, CpuDevice()]:  # the CPU's: glibc hands freed heap back to the OS
@@ -333,14 +293,3 @@ def _storage_bytes(tensor: torch.Tensor) -> int:
         return tensor.untyped_storage().nbytes()
     except Exception:
         return 0
-
-
-def _drop_pins(pins: list[Pin], targets: set, walker: Walker) -> list[str]:
-    """Let go of every pin that reaches one of the freed storages; say which."""
-    dropped = []
-    for pin in pins:
-        if targets & set(walker.holding(pin.value).storages):
-            pin.drop()
-            if pin.label not in dropped:
-                dropped.append(pin.label)
-    return dropped

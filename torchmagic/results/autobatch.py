@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import base64
 import html
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .base import CSS, Result
+from .base import Result, png_img, report_html, tabbed
 from .format import fmt_bytes, fmt_s
 from .table import Column, Table
 
@@ -155,26 +154,16 @@ class AutobatchResult(Result):
         return memory_law_png(self)
 
     def to_html(self) -> str:
-        png = self.plot_png()
-        image = (f'<img alt="peak memory against batch size" style="max-width:100%" '
-                 f'src="data:image/png;base64,{base64.b64encode(png).decode()}"/>' if png else "")
-        return f'{CSS}<div class="tm-report">{self._summary_html()}{image}{self._tables_html()}</div>'
+        return report_html(self._summary_html() + png_img(self.plot_png(), "peak memory against batch size")
+                           + self._tables_html())
 
     def widget(self):
-        import ipywidgets as w
-
-        def page(body: str):
-            return w.HTML(f'{CSS}<div class="tm-report">{body}</div>')
-
-        tabs = [("Answer", page(self._summary_html()))]
+        pages: list[tuple[str, str | bytes]] = [("Answer", self._summary_html())]
         png = self.plot_png()
         if png:
-            tabs.append(("Memory law", w.Image(value=png, format="png", layout=w.Layout(max_width="100%"))))
-        tabs.append(("Trials", page(self._tables_html())))
-        tab = w.Tab(children=[child for _, child in tabs])
-        for i, (title, _) in enumerate(tabs):
-            tab.set_title(i, title)
-        return tab
+            pages.append(("Memory law", png))
+        pages.append(("Trials", self._tables_html()))
+        return tabbed(pages)
 
     def __repr__(self) -> str:
         return f"<AutobatchResult {self.label}: batch_size={self.batch_size}, {len(self.trials)} trials>"

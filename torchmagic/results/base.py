@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import html
 import json
 import sys
 
@@ -60,6 +62,31 @@ class Result:
 
     def _repr_pretty_(self, printer, cycle) -> None:
         printer.text(self.to_text())
+
+
+def report_html(body: str) -> str:
+    """HTML made self-contained: the stylesheet, then the body in the report's frame."""
+    return f'{CSS}<div class="tm-report">{body}</div>'
+
+
+def png_img(png: bytes | None, alt: str) -> str:
+    """A PNG inlined as a data URI (no file, no server), or nothing."""
+    if not png:
+        return ""
+    return (f'<img alt="{html.escape(alt)}" style="max-width:100%" '
+            f'src="data:image/png;base64,{base64.b64encode(png).decode()}"/>')
+
+
+def tabbed(pages: list[tuple[str, str | bytes]]):
+    """An ipywidgets Tab; each page is an HTML body (str) or a picture (PNG bytes)."""
+    import ipywidgets as w
+
+    children = [w.Image(value=page, format="png", layout=w.Layout(max_width="100%")) if isinstance(page, bytes)
+                else w.HTML(report_html(page)) for _, page in pages]
+    tab = w.Tab(children=children)
+    for i, (title, _) in enumerate(pages):
+        tab.set_title(i, title)
+    return tab
 
 
 def widget_frontend() -> bool:

@@ -3,13 +3,12 @@ interval, one-time compile cost, memory and numerical error against fp32 eager."
 
 from __future__ import annotations
 
-import base64
 import html
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .base import CSS, Result
+from .base import Result, png_img, report_html, tabbed
 from .format import fmt_bytes, fmt_s
 from .table import Column, Table
 
@@ -166,22 +165,15 @@ class CompareResult(Result):
                 f"{self._table().to_html()}{details}")
 
     def to_html(self) -> str:
-        png = self.plot_png()
-        image = (f'<img alt="speedup over eager with 95% confidence intervals" style="max-width:100%" '
-                 f'src="data:image/png;base64,{base64.b64encode(png).decode()}"/>' if png else "")
-        return f'{CSS}<div class="tm-report">{self._summary_html()}{image}</div>'
+        return report_html(self._summary_html()
+                           + png_img(self.plot_png(), "speedup over eager with 95% confidence intervals"))
 
     def widget(self):
-        import ipywidgets as w
-
-        tabs = [("Verdict", w.HTML(f'{CSS}<div class="tm-report">{self._summary_html()}</div>'))]
+        pages: list[tuple[str, str | bytes]] = [("Verdict", self._summary_html())]
         png = self.plot_png()
         if png:
-            tabs.append(("Chart", w.Image(value=png, format="png", layout=w.Layout(max_width="100%"))))
-        tab = w.Tab(children=[child for _, child in tabs])
-        for i, (title, _) in enumerate(tabs):
-            tab.set_title(i, title)
-        return tab
+            pages.append(("Chart", png))
+        return tabbed(pages)
 
     def __repr__(self) -> str:
         return f"<CompareResult {self.label}: best={self.best.name}, {len(self.variants)} variants>"

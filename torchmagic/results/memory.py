@@ -6,7 +6,7 @@ import html
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .base import CSS, Result
+from .base import Result, report_html
 from .format import fmt_bytes, fmt_s
 from .table import Column, Table
 
@@ -38,6 +38,13 @@ class DeviceMemory:
         if self.reserved_bytes is None or self.allocated_bytes is None:
             return None
         return self.reserved_bytes - self.allocated_bytes
+
+    @property
+    def free_bytes(self) -> int | None:
+        """NVML: what no process uses."""
+        if self.used_bytes is None or self.total_bytes is None:
+            return None
+        return self.total_bytes - self.used_bytes
 
     @property
     def gap_bytes(self) -> int | None:
@@ -95,7 +102,7 @@ class MemoryResult(Result):
     def to_dict(self) -> dict:
         data = asdict(self)
         for entry, device in zip(data["devices"], self.devices):
-            entry["cached_bytes"], entry["gap_bytes"] = device.cached_bytes, device.gap_bytes
+            entry.update(cached_bytes=device.cached_bytes, gap_bytes=device.gap_bytes, free_bytes=device.free_bytes)
         return data
 
     # --- text ---------------------------------------------------------------------------
@@ -192,7 +199,7 @@ class MemoryResult(Result):
         return out
 
     def to_html(self) -> str:
-        return f'{CSS}<div class="tm-report">{self._body_html()}</div>'
+        return report_html(self._body_html())
 
     def __repr__(self) -> str:
         return f"<MemoryResult: {len(self.devices)} GPUs, {len(self.variables)} variables holding memory>"
@@ -217,8 +224,8 @@ def _device_details(d: DeviceMemory) -> list[str]:
     if d.cached_bytes:
         split = (f", {fmt_bytes(d.inactive_split_bytes)} of it in split blocks (fragmentation)"
                  if d.inactive_split_bytes else "")
-        lines.append(f"cached by torch: {fmt_bytes(d.cached_bytes)} reserved but free{split}; torch reuses it, "
-                     "other processes cannot (torch.cuda.empty_cache() hands it back)")
+        lines.append(f"cached by torch (reserved − allocated, often called fragmentation): {fmt_bytes(d.cached_bytes)}"
+                     f"{split}; torch reuses it, other processes cannot (torch.cuda.empty_cache() hands it back)")
     if d.num_ooms or d.num_alloc_retries:
         lines.append(f"{d.num_ooms} out-of-memory errors and {d.num_alloc_retries} allocator retries "
                      "(cache flushed to satisfy an allocation) so far")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from dataclasses import asdict, dataclass, field
 
-from .base import CSS, Result
+from .base import Result, report_html
 from .format import fmt_bytes, fmt_s
 
 MAX_POINTS = 300  # points drawn per line: later samples are drawn, the rest thinned out
@@ -112,8 +112,7 @@ class WatchResult(Result):
 
     def to_html(self) -> str:
         body = "".join(f'<div class="tm-note">{html.escape(line)}</div>' for line in self.lines())
-        return (f'{CSS}<div class="tm-report"><div class="tm-headline">{html.escape(self.headline())}</div>'
-                f"{self.chart_svg()}{body}</div>")
+        return report_html(f'<div class="tm-headline">{html.escape(self.headline())}</div>{self.chart_svg()}{body}')
 
 
 def _max(values):

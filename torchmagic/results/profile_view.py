@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import base64
 import html
 import textwrap
 
-from .base import CSS
+from .base import png_img, report_html, tabbed
 from .format import bar, fmt_bytes, fmt_count, fmt_flops, fmt_pct, fmt_s, fmt_us
 from .profile import ProfileResult
 from .table import Column, Table
@@ -241,17 +240,12 @@ def _extras_html(r: ProfileResult) -> str:
 
 
 def _timeline_img(r: ProfileResult) -> str:
-    png = timeline_png(r)
-    if png is None:
-        return ""
-    data = base64.b64encode(png).decode()
-    return (f'<h4>Timeline</h4><img alt="timeline of the profiled steps" style="max-width:100%" '
-            f'src="data:image/png;base64,{data}"/>')
+    img = png_img(timeline_png(r), "timeline of the profiled steps")
+    return f"<h4>Timeline</h4>{img}" if img else ""
 
 
 def profile_html(r: ProfileResult) -> str:
-    body = _summary_html(r) + _ops_html(r) + _extras_html(r) + _timeline_img(r)
-    return f'{CSS}<div class="tm-report">{body}</div>'
+    return report_html(_summary_html(r) + _ops_html(r) + _extras_html(r) + _timeline_img(r))
 
 
 def timeline_png(r: ProfileResult) -> bytes | None:
@@ -264,21 +258,13 @@ def timeline_png(r: ProfileResult) -> bytes | None:
 
 # -- widget ----------------------------------------------------------------------------
 def profile_widget(r: ProfileResult):
-    import ipywidgets as w
-
-    def page(body: str):
-        return w.HTML(f'{CSS}<div class="tm-report">{body}</div>')
-
-    tabs = [("Summary", page(_summary_html(r)))]
+    pages: list[tuple[str, str | bytes]] = [("Summary", _summary_html(r))]
     if r.ops:
-        tabs.append(("Operators", page(_ops_html(r))))
+        pages.append(("Operators", _ops_html(r)))
     png = timeline_png(r)
     if png is not None:
-        tabs.append(("Timeline", w.Image(value=png, format="png", layout=w.Layout(max_width="100%"))))
+        pages.append(("Timeline", png))
     extras = _extras_html(r)
     if extras:
-        tabs.append(("Sources & memory", page(extras)))
-    tab = w.Tab(children=[child for _, child in tabs])
-    for i, (title, _) in enumerate(tabs):
-        tab.set_title(i, title)
-    return tab
+        pages.append(("Sources & memory", extras))
+    return tabbed(pages)
