@@ -197,16 +197,50 @@ def test_refuses_to_nest_inside_a_running_profiler(shell):
 def test_every_offered_verify_command_is_a_registered_magic_that_parses(shell):
     from IPython.core.magic_arguments import parse_argstring
 
-    from torchmagic.engines.rules import AVAILABLE_MAGICS, VERIFY
+    from torchmagic.engines.rules import AVAILABLE_MAGICS, VERIFY, VERIFY_NAMES
 
     magics = shell.magics_manager.magics
     for name in AVAILABLE_MAGICS:
         assert name in magics["cell"] or name in magics["line"], name
     for rule, command in VERIFY.items():
-        name, _, line = command.lstrip("%").partition(" ")
-        if name in AVAILABLE_MAGICS:
-            fn = magics["cell"].get(name) or magics["line"][name]
-            parse_argstring(fn, line)  # raises UsageError when the command is malformed
+        name, _, line = command.format(**VERIFY_NAMES).lstrip("%").partition(" ")
+        assert name in AVAILABLE_MAGICS, rule
+        fn = magics["cell"].get(name) if command.startswith("%%") else magics["line"].get(name)
+        assert fn is not None, (rule, command)  # a cell magic where a cell magic is named, and so on
+        parse_argstring(fn, line)  # raises UsageError when the command is malformed
+
+
+def test_the_dataloader_finding_names_the_cells_loader_and_its_button_runs_the_check(shell):
+    from torchmagic.results.base import tabbed  # noqa: F401  (ipywidgets is installed with the test extras)
+
+    shell.run_cell("from tests import workloads as w\nfrom torch.utils.data import DataLoader\n"
+                   "train_loader = DataLoader(w.SlowTransformDataset(), batch_size=16)")
+    result, _ = run(shell, "%%torchprofile -q -o prof\nfor x, y in train_loader:\n    pass")
+    prof = shell.user_ns["prof"]
+    assert prof.finding("dataloader").verify == "%loadertune train_loader"
+    ran = []
+    prof.verify_runner = ran.append
+    summary = prof.widget().children[0]
+    buttons = summary.children[2].children
+    assert buttons[0].description == "▶ %loadertune train_loader"
+    buttons[0].click()
+    assert ran == ["%loadertune train_loader"]
+
+
+def test_a_cell_magic_verify_button_runs_on_top_of_the_profiled_cell(shell):
+    shell.run_cell("from tests import workloads as w\nstep = w.grad_inference_step()")
+    run(shell, "%%torchprofile -q -o prof\nstep()")
+    prof = shell.user_ns["prof"]
+    command = prof.finding("inference_grad").verify
+    assert command == "%%amp_compare --variants eager,inference_mode"
+    executed = []
+    original = shell.run_cell
+    shell.run_cell = lambda source, **kw: executed.append(source)
+    try:
+        prof.verify_runner(command)
+    finally:
+        shell.run_cell = original
+    assert executed == ["%%amp_compare --variants eager,inference_mode\nstep()\n"]
 
 
 @pytest.mark.parametrize("key, field", [("calls", "calls"), ("total_cpu", "total_cpu_us"),

@@ -158,7 +158,7 @@ def test_verify_commands_are_offered_only_for_magics_that_exist():
     ctx = rules.RuleContext("cpu", True, "bfloat16", "test", available_magics=frozenset({"torchprofile"}))
     s = TraceSummary(step_us=[1000.0], data_us=500.0, sync_calls=10)
     found = {f.rule: f for f in rules.diagnose(s, ctx)}
-    assert found["dataloader"].verify is None  # %loadertune does not exist yet
+    assert found["dataloader"].verify is None  # its magic is not in the (restricted) set
     assert found["sync"].verify.startswith("%%torchprofile")
 
 
@@ -166,3 +166,40 @@ def test_findings_sorted_by_severity_then_share():
     s = TraceSummary(step_us=[1000.0], data_us=600.0, copy_us=150.0, sync_calls=5)
     order = [f.rule for f in rules.diagnose(s, _ctx("cpu"))]
     assert order[0] == "dataloader" and order.index("copies") < order.index("sync")
+
+
+def test_every_verifiable_rule_names_a_command_and_fills_the_notebooks_names():
+    ctx = rules.RuleContext("cpu", True, "bfloat16", "test", names={"loader": "train_loader"})
+    s = TraceSummary(step_us=[1000.0], data_us=500.0, sync_calls=10)
+    found = {f.rule: f for f in rules.diagnose(s, ctx)}
+    assert found["dataloader"].verify == "%loadertune train_loader"
+    assert rules.diagnose(s, _ctx("cpu"))[0].verify == "%loadertune loader"  # no name known: the placeholder
+    assert set(rules.VERIFY) >= {"dataloader", "amp", "dispatch_bound", "inference_grad", "batch_size", "sync",
+                                 "copies", "optimizer", "gpu_idle"}
+
+
+def test_batch_size_fires_on_memory_pressure_and_on_a_small_batch_on_a_gpu():
+    s = _gpu_summary(busy_us=19_000.0)
+    pressure = rules.batch_size(s, rules.RuleContext("cuda", True, "bfloat16", "t", alloc_retries=3, peak_fraction=0.6))
+    assert pressure.title.startswith("Memory pressure: the allocator flushed its cache and retried 3 times")
+    assert pressure.verify == "%autobatch --throughput step" and "expandable_segments" in pressure.snippet
+    full = rules.batch_size(s, rules.RuleContext("cuda", True, "bfloat16", "t", peak_fraction=0.97))
+    assert "97% of the GPU's memory" in full.title
+    small = rules.batch_size(_gpu_summary(busy_us=2_000.0), rules.RuleContext("cuda", True, "bfloat16", "t",
+                                                                              peak_fraction=0.05))
+    assert small.title == "Small batch: the GPU idles 90% of the step with 5% of its memory in use"
+    assert rules.batch_size(s, rules.RuleContext("cuda", True, "bfloat16", "t", peak_fraction=0.5)) is None
+    assert rules.batch_size(s, _ctx("cpu")) is None
+
+
+def test_memory_pressure_is_read_from_the_allocator_during_the_profile():
+    from .fakes import FakeCudaDevice
+
+    dev = FakeCudaDevice(capacity_bytes=1000)
+
+    def step():
+        dev.allocate(980)  # 98% of the device
+        dev.free(980)
+
+    f = torchmagic.profile(step, device=dev).finding("batch_size")
+    assert f is not None and "98% of the GPU's memory" in f.title

@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 
 _API = {"profile": "api", "profile_code": "api", "autobatch": "api", "compare": "api", "memory": "api",
         "measure_memory": "api", "free": "api", "watch_memory": "api", "MemoryResult": "results.memory",
+        "loadertune": "api", "LoaderTuneResult": "results.loadertune",
         "ProfileResult": "results.profile", "AutobatchResult": "results.autobatch", "CompareResult": "results.compare",
         "Variant": "engines.variants", "Technique": "engines.variants",
         "Finding": "results.profile", "use_device": "devices", "current_device": "devices"}

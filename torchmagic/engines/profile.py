@@ -64,10 +64,13 @@ class ProfileRun:
 
 
 def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOptions(), *,
-                label: str = "profile", device: Device | None = None) -> ProfileRun:
+                label: str = "profile", device: Device | None = None,
+                names: dict[str, str] | None = None) -> ProfileRun:
+    """Profile ``step``; ``names`` fill the verify commands' placeholders ({loader}, {step})."""
     __tracebackhide__ = True  # noqa: F841
     ensure_profiler_free()
     device = device or current_device()
+    memory_before = device.allocator_stats()
     warmup_s: list[float] = []
     step_s: list[float] = []
     value, error, prof = None, None, None
@@ -94,11 +97,27 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
                     prof.stop()
     except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt too: summarise, then re-raise)
         error = exc
-    result = _build_result(prof, options, label, device, warmup_s, step_s, error)
+    ctx = _rule_context(device, names or {}, memory_before)
+    result = _build_result(prof, options, label, device, warmup_s, step_s, error, ctx)
     return ProfileRun(result, value, error)
 
 
-def _build_result(prof, options, label, device, warmup_s, step_s, error) -> ProfileResult:
+def _rule_context(device: Device, names: dict[str, str], before) -> RuleContext:
+    low = device.low_precision()
+    after = device.allocator_stats()
+    retries, peak_fraction = 0, None
+    if before is not None and after is not None:
+        retries = after.num_alloc_retries - before.num_alloc_retries
+        total = device.memory_capacity()[1]
+        # the caching allocator keeps what it reserved, so afterwards is about the peak
+        peak_fraction = max(before.reserved_bytes, after.reserved_bytes) / total if total else None
+    return RuleContext(device_kind=device.kind, low_precision_fast=low.fast,
+                       low_precision_dtype=str(low.dtype).removeprefix("torch.") if low.dtype else None,
+                       low_precision_reason=low.reason, names=names, alloc_retries=retries,
+                       peak_fraction=peak_fraction)
+
+
+def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: RuleContext) -> ProfileResult:
     notes = [note for note in (device.profile_note(),) if note]
     if options.warmup == 0:
         notes.append("The first run includes one-time costs (lazy initialisation, allocator warm-up); "
@@ -123,7 +142,7 @@ def _build_result(prof, options, label, device, warmup_s, step_s, error) -> Prof
     started = time.perf_counter()
     summary = summarize_trace(results.events(), results.trace_start_ns(), shapes=options.record_shapes,
                               flops=options.flops)
-    _fill_from_summary(result, summary, device)
+    _fill_from_summary(result, summary, ctx)
     result.analysis_s = time.perf_counter() - started
     if options.trace:
         try:
@@ -138,11 +157,7 @@ def _build_result(prof, options, label, device, warmup_s, step_s, error) -> Prof
     return result
 
 
-def _fill_from_summary(result: ProfileResult, s: TraceSummary, device: Device) -> None:
-    low = device.low_precision()
-    ctx = RuleContext(device_kind=device.kind, low_precision_fast=low.fast,
-                      low_precision_dtype=str(low.dtype).removeprefix("torch.") if low.dtype else None,
-                      low_precision_reason=low.reason)
+def _fill_from_summary(result: ProfileResult, s: TraceSummary, ctx: RuleContext) -> None:
     result.findings = diagnose(s, ctx)
     result.event_count = s.event_count
     result.ops = [

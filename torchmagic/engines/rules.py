@@ -9,7 +9,7 @@ and on summaries built from numbers.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..results.profile import Finding
 from .trace import TraceSummary
@@ -37,17 +37,26 @@ THRESHOLDS = {
     "optimizer_ops_per_step": 8,
     # gpu_idle: share of the step the device sits idle
     "gpu_idle_share": 0.30,
+    # batch_size: memory pressure (allocator retries, or the peak this close to the device's size), or
+    # a small batch: the device mostly idle with most of its memory unused
+    "batch_pressure_peak_fraction": 0.95,
+    "batch_small_idle_share": 0.50,
+    "batch_small_peak_fraction": 0.25,
     # severity from the share of the step a finding could win back
     "severity_high": 0.25,
     "severity_medium": 0.10,
 }
 
 # The magics torchmagic has today; a verify command is offered only when its magic is here.
-AVAILABLE_MAGICS = frozenset({"torchprofile", "autobatch", "amp_compare"})
+AVAILABLE_MAGICS = frozenset({"torchprofile", "autobatch", "amp_compare", "gpumem", "loadertune"})
 
-# The torchmagic command that measures each rule's fix.
+# The torchmagic command that measures each rule's fix; {loader} and {step} are filled with the
+# notebook's names where the magic can tell them (VERIFY_NAMES otherwise).  A cell magic's command
+# goes on top of the profiled cell.
+VERIFY_NAMES = {"loader": "loader", "step": "step"}
 VERIFY = {
-    "dataloader": "%loadertune loader",
+    "dataloader": "%loadertune {loader}",
+    "batch_size": "%autobatch --throughput {step}",
     "amp": "%%amp_compare --variants eager,amp",
     "dispatch_bound": "%%amp_compare --variants eager,compile",
     "inference_grad": "%%amp_compare --variants eager,inference_mode",
@@ -65,6 +74,9 @@ class RuleContext:
     low_precision_dtype: str | None  # "bfloat16" / "float16"
     low_precision_reason: str
     available_magics: frozenset[str] = AVAILABLE_MAGICS
+    names: dict[str, str] = field(default_factory=dict)    # {loader} and {step} in verify commands
+    alloc_retries: int = 0                   # allocator cache flushes during the profile (CUDA)
+    peak_fraction: float | None = None       # peak reserved memory over the device's size
 
 
 def severity(share: float) -> str:
@@ -79,7 +91,7 @@ def _finding(rule: str, ctx: RuleContext, share: float, title: str, evidence: di
              fix: str, snippet: str) -> Finding:
     command = VERIFY.get(rule)
     magic = command.lstrip("%").split()[0] if command else None
-    verify = command if magic in ctx.available_magics else None
+    verify = command.format(**{**VERIFY_NAMES, **ctx.names}) if magic in ctx.available_magics else None
     return Finding(rule=rule, severity=severity(share), title=title, evidence=evidence,
                    fix=fix, snippet=snippet, verify=verify, share=round(share, 4))
 
@@ -272,8 +284,40 @@ def gpu_idle(s: TraceSummary, ctx: RuleContext, others: list[Finding] = ()) -> F
     )
 
 
+def batch_size(s: TraceSummary, ctx: RuleContext) -> Finding | None:
+    """Memory pressure (the allocator had to flush its cache, or the peak nearly fills the device),
+    or the opposite: a batch so small the device idles with most of its memory unused."""
+    if ctx.device_kind != "cuda" or ctx.peak_fraction is None:
+        return None
+    peak = ctx.peak_fraction
+    if ctx.alloc_retries > 0 or peak >= THRESHOLDS["batch_pressure_peak_fraction"]:
+        why = (f"the allocator flushed its cache and retried {ctx.alloc_retries} times (each a cudaFree and a "
+               "synchronisation)" if ctx.alloc_retries else f"the peak reaches {peak:.0%} of the GPU's memory")
+        return _finding(
+            "batch_size", ctx, 0.10 if ctx.alloc_retries else 0.05,
+            f"Memory pressure: {why}",
+            {"alloc_retries": ctx.alloc_retries, "peak_fraction": round(peak, 3)},
+            "Use a batch that leaves headroom (measure the largest that fits with %autobatch), reach the batch you "
+            "want with gradient accumulation, and let the allocator grow segments instead of fragmenting.",
+            "import os\nos.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'  # before CUDA starts",
+        )
+    if not s.has_device_events or s.total_step_us <= 0:
+        return None
+    idle = max(s.total_step_us - s.device_busy_us, 0.0) / s.total_step_us
+    if idle >= THRESHOLDS["batch_small_idle_share"] and peak < THRESHOLDS["batch_small_peak_fraction"]:
+        return _finding(
+            "batch_size", ctx, idle * 0.5,
+            f"Small batch: the GPU idles {idle:.0%} of the step with {peak:.0%} of its memory in use",
+            {"idle_share": round(idle, 3), "peak_fraction": round(peak, 3)},
+            "A bigger batch gives each kernel more work and the GPU less waiting; %autobatch --throughput finds "
+            "the largest that fits and where samples/s stop growing (the knee).",
+            "def step(batch_size):\n    x = make_batch(batch_size)   # your batch\n    train_step(x)",
+        )
+    return None
+
+
 RULES: tuple[Callable[[TraceSummary, RuleContext], Finding | None], ...] = (
-    dataloader, sync, dispatch_bound, amp, copies, inference_grad, optimizer,
+    dataloader, sync, dispatch_bound, amp, copies, inference_grad, optimizer, batch_size,
 )
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 

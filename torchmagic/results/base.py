@@ -6,6 +6,7 @@ import base64
 import html
 import json
 import sys
+from typing import Any
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
@@ -77,12 +78,16 @@ def png_img(png: bytes | None, alt: str) -> str:
             f'src="data:image/png;base64,{base64.b64encode(png).decode()}"/>')
 
 
-def tabbed(pages: list[tuple[str, str | bytes]]):
-    """An ipywidgets Tab; each page is an HTML body (str) or a picture (PNG bytes)."""
+def tabbed(pages: list[tuple[str, Any]]):
+    """An ipywidgets Tab; each page is an HTML body (str), a picture (PNG bytes) or a widget."""
     import ipywidgets as w
 
-    children = [w.Image(value=page, format="png", layout=w.Layout(max_width="100%")) if isinstance(page, bytes)
-                else w.HTML(report_html(page)) for _, page in pages]
+    def child(page):
+        if isinstance(page, bytes):
+            return w.Image(value=page, format="png", layout=w.Layout(max_width="100%"))
+        return w.HTML(report_html(page)) if isinstance(page, str) else page
+
+    children = [child(page) for _, page in pages]
     tab = w.Tab(children=children)
     for i, (title, _) in enumerate(pages):
         tab.set_title(i, title)

@@ -125,3 +125,26 @@ def speedup_png(result, width_in: float = 7.0) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
     return buf.getvalue()
+
+
+def loader_png(result, width_in: float = 7.0) -> bytes:
+    """Batches per second per setting: each pass as a dot, the median as a bar; the current
+    settings in grey, the best in green."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    rows = [r for r in result.rows if r.batches_per_s]
+    fig = Figure(figsize=(width_in, 0.45 * len(rows) + 1.0), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for y, row in enumerate(rows):
+        color = "#1a7f37" if row.settings == result.best else "#8c959f" if row.settings == result.current else "#0969da"
+        ax.barh(y, row.median_batches_per_s, color=color, alpha=0.8, height=0.6)
+        ax.scatter(row.batches_per_s, [y] * len(row.batches_per_s), color="#1f2328", s=8, zorder=3)
+    ax.set_yticks(range(len(rows)), [r.settings.label() for r in rows], fontsize=8)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel("batches per second, the loader alone (bars: median; dots: each pass)")
+    ax.spines[["top", "right"]].set_visible(False)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return buf.getvalue()

@@ -258,7 +258,9 @@ def timeline_png(r: ProfileResult) -> bytes | None:
 
 # -- widget ----------------------------------------------------------------------------
 def profile_widget(r: ProfileResult):
-    pages: list[tuple[str, str | bytes]] = [("Summary", _summary_html(r))]
+    runner = getattr(r, "verify_runner", None)
+    summary = _summary_html(r)
+    pages: list[tuple[str, object]] = [("Summary", _with_verify_buttons(summary, r, runner) if runner else summary)]
     if r.ops:
         pages.append(("Operators", _ops_html(r)))
     png = timeline_png(r)
@@ -268,3 +270,27 @@ def profile_widget(r: ProfileResult):
     if extras:
         pages.append(("Sources & memory", extras))
     return tabbed(pages)
+
+
+def _with_verify_buttons(summary: str, r: ProfileResult, runner):
+    """The summary, then one button per distinct verify command: a click runs it (a cell magic on
+    top of the profiled cell), its report appearing below the buttons."""
+    import ipywidgets as w
+
+    commands = list(dict.fromkeys(f.verify for f in r.findings if f.verify))
+    if not commands:
+        return w.HTML(report_html(summary))
+    out = w.Output()
+    buttons = []
+    for command in commands:
+        button = w.Button(description=f"▶ {command}", tooltip=f"run {command}" + (" on top of the profiled cell"
+                          if command.startswith("%%") else ""), layout=w.Layout(width="auto"))
+
+        def on_click(_, command=command):
+            with out:
+                runner(command)
+
+        button.on_click(on_click)
+        buttons.append(button)
+    label = w.HTML('<span class="tm-note">Verify a fix (runs the command; the report appears below):</span>')
+    return w.VBox([w.HTML(report_html(summary)), label, w.HBox(buttons, layout=w.Layout(flex_flow="row wrap")), out])

@@ -1,0 +1,402 @@
+"""Tune a DataLoader: time the loader alone under other worker settings, say which feeds fastest.
+
+Each setting gets a fresh DataLoader built from the user's parts (dataset, batch sampler or
+batch size, collate function, worker init), so the user's loader is never iterated.  A pass
+times the first batch on its own (worker start-up is a real cost, paid every epoch unless the
+workers persist) and then the steady state, in batches per second.  Settings are measured in
+interleaved rounds, and the speedup over the loader's current settings gets a bootstrap CI.
+Every worker process started is shut down before the function returns.
+"""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import os
+import pickle
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from ..devices import Device, current_device
+from ..measure import bootstrap_ratio_ci, summarize
+from ..results.loadertune import LoaderRow, LoaderSettings, LoaderTuneResult
+from .state import Snapshot
+
+WORKER_TIMEOUT_S = 120  # a worker that sends nothing for this long is taken as hung
+MIN_BATCHES = 3         # a time-bound pass still times at least this many batches
+
+
+@dataclass(frozen=True)
+class LoaderTuneOptions:
+    workers: tuple[int, ...] | None = None  # default: 0, 1, 2, 4, ... up to the CPU count
+    batches: int | None = None              # batches timed per pass; default: as many as fit in ``seconds``
+    seconds: float = 0.5                    # a pass times at least this long (and MIN_BATCHES batches)
+    rounds: int = 5                         # passes per setting, interleaved
+
+    def __post_init__(self):
+        if self.workers is not None and (not self.workers or any(w < 0 for w in self.workers)):
+            raise ValueError("--workers takes worker counts such as 0,1,2,4 (0 or more)")
+        if self.batches is not None and self.batches < 1:
+            raise ValueError("--batches must be at least 1")
+        if not self.seconds > 0:
+            raise ValueError("--seconds must be positive")
+        if self.rounds < 2:
+            raise ValueError("rounds must be at least 2 (a confidence interval needs more than one)")
+
+
+def default_workers(cpus: int | None = None) -> tuple[int, ...]:
+    cpus = cpus or os.cpu_count() or 1
+    counts = {0, cpus}
+    n = 1
+    while n < cpus:
+        counts.add(n)
+        n *= 2
+    return tuple(sorted(counts))
+
+
+def as_loader(obj: Any, loader_kwargs: dict[str, Any] | None = None) -> DataLoader:
+    """The DataLoader to tune: ``obj`` itself, or one built from a dataset and keyword arguments."""
+    if isinstance(obj, DataLoader):
+        if loader_kwargs:
+            raise ValueError("DataLoader keyword arguments go with a dataset, not with a DataLoader")
+        return obj
+    if isinstance(obj, torch.utils.data.Dataset) or hasattr(obj, "__getitem__") and hasattr(obj, "__len__"):
+        try:
+            return DataLoader(obj, **(loader_kwargs or {}))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"DataLoader refused the arguments: {exc}") from None
+    raise ValueError(f"expected a DataLoader or a dataset, got a {type(obj).__name__}")
+
+
+def current_settings(loader: DataLoader) -> LoaderSettings:
+    workers = loader.num_workers
+    return LoaderSettings(num_workers=workers, pin_memory=bool(loader.pin_memory),
+                          persistent_workers=bool(loader.persistent_workers) and workers > 0,
+                          prefetch_factor=(loader.prefetch_factor or 2) if workers > 0 else None)
+
+
+def run_loadertune(loader: DataLoader, options: LoaderTuneOptions = LoaderTuneOptions(), *,
+                   step: Callable[[Any], Any] | None = None, state: list[Any] | None = None,
+                   device: Device | None = None, label: str = "loader",
+                   on_progress: Callable[[str], None] | None = None) -> LoaderTuneResult:
+    """Measure ``loader``'s parts under other worker settings and recommend the fastest.
+
+    With ``step``, also time ``step(batch)`` alone and together with the current and the best
+    loader, to tell whether the loader or the model limits training; the modules and
+    optimizers in ``state`` are restored afterwards.
+    """
+    __tracebackhide__ = True  # noqa: F841
+    device = device or current_device()
+    progress = on_progress or (lambda text: None)
+    started = time.perf_counter()
+    # every new iterator draws a seed (and a shuffle) from torch's generator, or the loader's own
+    rng = device.rng_state()
+    generator = loader.generator.get_state() if loader.generator is not None else None
+    tuner = _Tuner(loader, options, device, progress)
+    try:
+        tuner.sweep()
+        if step is not None:
+            tuner.with_step(step, state or [])
+    finally:
+        tuner.close()
+        device.set_rng_state(rng)
+        if generator is not None:
+            loader.generator.set_state(generator)
+    return tuner.result(label, time.perf_counter() - started)
+
+
+class _Tuner:
+    def __init__(self, loader: DataLoader, options: LoaderTuneOptions, device: Device, progress):
+        self.loader, self.options, self.device, self.progress = loader, options, device, progress
+        self.current = current_settings(loader)
+        self.iterable = isinstance(loader.dataset, IterableDataset)
+        self.start_method = _start_method(loader)
+        self.pickle_problem = _pickle_problem(loader)
+        self.rows: dict[LoaderSettings, LoaderRow] = {}
+        self.persistent: dict[LoaderSettings, DataLoader] = {}
+        self.notes: list[str] = []
+        self.step_s: float | None = None
+        self.stage1: list[LoaderSettings] = []
+        self.stage2: list[LoaderSettings] = []
+        self.fastest = self.current
+        self.with_step_rows: dict[str, float] = {}
+
+    # --- the sweep --------------------------------------------------------------------
+
+    def sweep(self) -> None:
+        pin = self.current.pin_memory or self.device.kind == "cuda"
+        workers = self.options.workers or default_workers()
+        self.stage1 = [self.current] + [s for s in (_settings(w, pin) for w in workers) if s != self.current]
+        self._rounds(self.stage1, "workers")
+        self.fastest = self._fastest(self.stage1)
+        self.stage2: list[LoaderSettings] = []
+        if self.fastest.num_workers > 0:  # then the two knobs that only exist with workers
+            more = [replace(self.fastest, prefetch_factor=4), replace(self.fastest, persistent_workers=True)]
+            self.stage2 = [self.fastest] + [s for s in more if s not in self.rows]
+            self._rounds(self.stage2, "prefetch and persistent workers")
+        if self.pickle_problem and self.start_method == "fork":
+            self.notes.append(
+                f"workers work here because Linux forks them, but the dataset cannot be pickled "
+                f"({self.pickle_problem}): on macOS and Windows, where workers are spawned, they would fail")
+        if self.iterable:
+            self.notes.append("an IterableDataset runs one copy of its iterator per worker: unless it splits its "
+                              "data with torch.utils.data.get_worker_info(), N workers yield every item N times "
+                              "(and the batches/s above count duplicates)")
+
+    def _rounds(self, settings: list[LoaderSettings], stage: str) -> None:
+        for s in settings:
+            self.rows.setdefault(s, LoaderRow(settings=s))
+        for r in range(self.options.rounds):
+            for i in range(len(settings)):
+                s = settings[(i + r) % len(settings)]  # rotate the order every round
+                row = self.rows[s]
+                if row.error is None:
+                    self.progress(f"{stage}: round {r + 1} of {self.options.rounds}, {s.label()}…")
+                    self._pass(s, row)
+
+    def _pass(self, s: LoaderSettings, row: LoaderRow) -> None:
+        if s.num_workers > 0 and self.pickle_problem and self.start_method != "fork":
+            row.error = _spawn_message(self.pickle_problem, self.start_method)
+            return
+        iterator = None
+        try:
+            loader = self._loader(s)
+            start = time.perf_counter()
+            iterator = iter(loader)
+            next(iterator)
+            row.first_batch_s.append(time.perf_counter() - start)
+            # Workers fill a buffer of prefetch_factor batches each while the first one is awaited:
+            # take those untimed, or a short pass would time the buffer, not the workers.
+            for _ in range(s.num_workers * (s.prefetch_factor or 0)):
+                next(iterator)
+            done, start = 0, time.perf_counter()
+            while not self._pass_done(done, time.perf_counter() - start):
+                try:
+                    next(iterator)
+                except StopIteration:
+                    self._note(f"an epoch ended before a pass's {self.options.seconds:g} s did: passes timed fewer "
+                               "batches (a larger dataset gives steadier figures)")
+                    break
+                done += 1
+            if done:
+                row.batches_per_s.append(done / (time.perf_counter() - start))
+        except Exception as exc:  # a worker crashed or the dataset raised
+            row.error = _describe(exc)
+        finally:
+            if not s.persistent_workers:
+                _shutdown(iterator)
+
+    def _pass_done(self, done: int, elapsed: float) -> bool:
+        if self.options.batches is not None:
+            return done >= self.options.batches
+        return done >= MIN_BATCHES and elapsed >= self.options.seconds
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def _loader(self, s: LoaderSettings) -> DataLoader:
+        if s.persistent_workers and s in self.persistent:
+            return self.persistent[s]
+        loader = DataLoader(**self._kwargs(s))
+        if s.persistent_workers:
+            self.persistent[s] = loader
+        return loader
+
+    def _kwargs(self, s: LoaderSettings) -> dict:
+        src = self.loader
+        kwargs = dict(dataset=src.dataset, collate_fn=src.collate_fn, worker_init_fn=src.worker_init_fn,
+                      generator=src.generator, **s.kwargs())
+        if s.num_workers:  # DataLoader refuses these without workers
+            kwargs.update(multiprocessing_context=src.multiprocessing_context, timeout=src.timeout or WORKER_TIMEOUT_S)
+        if self.iterable:
+            kwargs.update(batch_size=src.batch_size, drop_last=src.drop_last)
+        else:
+            kwargs.update(batch_sampler=src.batch_sampler)
+        return kwargs
+
+    def _fastest(self, settings: list[LoaderSettings]) -> LoaderSettings:
+        measured = [s for s in settings if self.rows[s].error is None and self.rows[s].batches_per_s]
+        if not measured:
+            return self.current
+        return max(measured, key=lambda s: summarize(self.rows[s].batches_per_s).median)
+
+    def _paired(self, top: LoaderSettings, base: LoaderSettings, last: int | None = None):
+        """Speedup of ``top`` over ``base`` and its CI, over the rounds both ran (the last
+        ``last`` of each when they were measured together in a later stage)."""
+        a, b = self.rows[top].batches_per_s, self.rows[base].batches_per_s
+        if last is not None:
+            a, b = a[-last:], b[-last:]
+        n = min(len(a), len(b))
+        if n == 0:
+            return None, None
+        speedup = summarize(a[:n]).median / summarize(b[:n]).median
+        return speedup, (bootstrap_ratio_ci(a[:n], b[:n]) if n >= 2 else None)
+
+    def recommendation(self) -> tuple[LoaderSettings, float | None, tuple[float, float] | None]:
+        """The settings to use: the fastest worker count when it beats the current settings with
+        95% confidence; then prefetch_factor=4 only if that beats it too, and persistent workers
+        when they start an epoch sooner.  Otherwise the current settings."""
+        if self.rows[self.current].error is not None:  # what works beats what fails
+            return self.fastest, None, None
+        speedup, ci = self._paired(self.fastest, self.current) if self.fastest != self.current else (None, None)
+        if ci is None or ci[0] <= 1:
+            return self.current, speedup, ci
+        chosen = self.fastest
+        deeper = replace(self.fastest, prefetch_factor=4)
+        if deeper in self.stage2 and self.rows[deeper].error is None:
+            _, deeper_ci = self._paired(deeper, self.fastest, last=self.options.rounds)
+            if deeper_ci is not None and deeper_ci[0] > 1:
+                chosen = deeper
+        persistent = self.rows.get(replace(self.fastest, persistent_workers=True))
+        plain = self.rows[self.fastest]
+        if persistent and persistent.error is None and persistent.median_first_batch_s is not None \
+                and plain.median_first_batch_s is not None \
+                and persistent.median_first_batch_s < plain.median_first_batch_s:
+            chosen = replace(chosen, persistent_workers=True)
+        return chosen, speedup, ci
+
+    # --- with the training step -------------------------------------------------------
+
+    def with_step(self, step: Callable[[Any], Any], state: list[Any]) -> None:
+        snapshot = Snapshot(state, self.device)
+        try:
+            batch = next(iter(DataLoader(**self._kwargs(LoaderSettings(0)))))
+            times = []
+            for _ in range(5):
+                start = time.perf_counter()
+                step(batch)
+                self.device.synchronize()
+                times.append(time.perf_counter() - start)
+            self.step_s = summarize(times[1:]).median
+            for name, s in (("current", self.current), ("best", self.recommendation()[0])):
+                self.progress(f"with the step: {name} loader…")
+                self.with_step_rows[name] = self._steps_per_s(s, step)
+        finally:
+            snapshot.restore()
+
+    def _steps_per_s(self, s: LoaderSettings, step) -> float:
+        iterator = None
+        try:
+            iterator = iter(self._loader(s))
+            step(next(iterator))
+            done, start = 0, time.perf_counter()
+            while not self._pass_done(done, time.perf_counter() - start):
+                try:
+                    step(next(iterator))
+                except StopIteration:
+                    break
+                done += 1
+            self.device.synchronize()
+            return done / (time.perf_counter() - start)
+        finally:
+            if not s.persistent_workers:
+                _shutdown(iterator)
+
+    # --- the end ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        for loader in self.persistent.values():
+            _shutdown(getattr(loader, "_iterator", None))
+        self.persistent.clear()
+        multiprocessing.active_children()  # reaps what has exited
+
+    def result(self, label: str, seconds: float) -> LoaderTuneResult:
+        best, speedup, ci = self.recommendation()
+        return LoaderTuneResult(label=label, device=self.device.describe(), current=self.current, best=best,
+                                fastest=self.fastest, rows=list(self.rows.values()), speedup=speedup, ci=ci,
+                                seconds=seconds, cpus=os.cpu_count() or 1, start_method=self.start_method,
+                                loader_call=_loader_call(self.loader, best),
+                                step_s=self.step_s, with_step=dict(self.with_step_rows), notes=self.notes,
+                                options={"workers": list(self.options.workers or default_workers()),
+                                         "batches": self.options.batches, "seconds": self.options.seconds,
+                                         "rounds": self.options.rounds})
+
+
+def _settings(workers: int, pin: bool) -> LoaderSettings:
+    return LoaderSettings(workers, pin, False, 2 if workers > 0 else None)
+
+
+def _shutdown(iterator) -> None:
+    """Stop an iterator's worker processes now, not whenever it is garbage-collected."""
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+
+
+def _start_method(loader: DataLoader) -> str:
+    context = loader.multiprocessing_context
+    if context is not None:
+        return context.get_start_method() if hasattr(context, "get_start_method") else str(context)
+    return torch.multiprocessing.get_start_method(allow_none=False)
+
+
+class _NoData(pickle.Pickler):
+    """Pickles the structure, not the data: tensors and arrays are stood in for, so the check
+    is cheap even for a dataset holding gigabytes."""
+
+    def persistent_id(self, obj):
+        if isinstance(obj, torch.Tensor) or type(obj).__name__ == "ndarray":
+            return id(obj)
+        return None
+
+
+def _pickle_problem(loader: DataLoader) -> str | None:
+    """Why the dataset (or collate or worker-init function) cannot be sent to a spawned worker."""
+    for what, obj in (("dataset", loader.dataset), ("collate_fn", loader.collate_fn),
+                      ("worker_init_fn", loader.worker_init_fn)):
+        if obj is None:
+            continue
+        try:
+            _NoData(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+        except Exception as exc:  # PicklingError, AttributeError ("Can't pickle local object"), TypeError
+            return f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return None
+
+
+def _spawn_message(problem: str, method: str) -> str:
+    return (f"workers are started with {method!r}, which sends the dataset to each worker by pickling, and it cannot "
+            f"be pickled ({problem}). Define transforms as module-level functions, not lambdas or local functions; "
+            "with spawn (the default on macOS and Windows) keep the dataset class in a .py module the workers can "
+            "import, and in a script guard the training code with `if __name__ == \"__main__\":`")
+
+
+def _describe(exc: Exception) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    if "Original Traceback" in str(exc):  # a worker's error: its own last line says what went wrong
+        text = f"{text.rstrip('.')}: {lines[-1].strip()}"
+    message = f"{type(exc).__name__}: {text[:300]}"
+    if "killed by signal" in text or "Bus error" in text:
+        message += " — a worker died; in Docker a small /dev/shm is the usual cause (--shm-size, or --ipc=host)"
+    elif "timed out" in text:
+        message += f" — no batch came from the workers for {WORKER_TIMEOUT_S} s"
+    return message
+
+
+def _loader_call(loader: DataLoader, best: LoaderSettings) -> str:
+    """A DataLoader(...) line to copy: the user's own arguments as far as the loader shows them,
+    with the recommended worker settings."""
+    args = ["dataset"]
+    sampler = getattr(loader, "sampler", None)
+    if isinstance(loader.dataset, IterableDataset) or loader.batch_size is not None:
+        args.append(f"batch_size={loader.batch_size}")
+        if isinstance(sampler, torch.utils.data.RandomSampler):
+            args.append("shuffle=True")
+        elif sampler is not None and not isinstance(sampler, torch.utils.data.SequentialSampler) \
+                and not type(sampler).__name__.startswith("_"):
+            args.append("sampler=sampler")
+        if loader.drop_last:
+            args.append("drop_last=True")
+    else:
+        args.append("batch_sampler=batch_sampler")
+    if loader.collate_fn is not None and getattr(loader.collate_fn, "__name__", "") not in ("default_collate", ""):
+        args.append(f"collate_fn={loader.collate_fn.__name__}")
+    defaults = {"pin_memory": False, "persistent_workers": False, "prefetch_factor": 2}
+    args += [f"{k}={v!r}" for k, v in best.kwargs().items() if v is not None and defaults.get(k, object()) != v]
+    return f"DataLoader({', '.join(args)})"
