@@ -59,15 +59,16 @@ def children():
 def test_workers_are_recommended_for_a_cpu_heavy_transform_with_a_ci_excluding_one():
     loader = DataLoader(Tokenising(n=1024, work=30_000), batch_size=16, shuffle=True)
     rng = torch.get_rng_state()
-    r = torchmagic.loadertune(loader, workers=[0, 2], seconds=0.4, rounds=5)
+    r = torchmagic.loadertune(loader, workers=[0, 2], seconds=0.4, rounds=6)
     assert isinstance(r, LoaderTuneResult) and r.current == LoaderSettings(0)
     assert r.best.num_workers == 2 and r.speedup > 1 and r.ci[0] > 1, r.to_text()
     assert r.headline().startswith("Set num_workers=2") and "num_workers=2" in r.loader_call
     assert r.loader_call.startswith("DataLoader(dataset, batch_size=16, shuffle=True, num_workers=2")
-    two = r.row(LoaderSettings(2, False, False, 2))
-    assert len(two.batches_per_s) >= 5 and two.median_first_batch_s > 0
-    persistent = r.row(LoaderSettings(2, False, True, 2))
-    assert persistent is not None and len(persistent.first_batch_s) == 5
+    two = r.row(LoaderSettings(2, False, True, 2))
+    assert len(two.batches_per_s) >= 6 and two.median_first_batch_s > 0
+    fresh = r.row(LoaderSettings(2, False, False, 2))  # workers started every epoch: measured too
+    assert r.row(LoaderSettings(2, False, True, 4)) is not None  # and the deeper prefetch
+    assert fresh is not None and len(fresh.first_batch_s) == 6
     assert children() == [] and torch.equal(torch.get_rng_state(), rng)  # no workers left, RNG untouched
     assert loader.num_workers == 0 and loader._iterator is None  # the user's loader was never iterated
     data = r.to_dict()
@@ -88,14 +89,14 @@ def test_an_unpicklable_dataset_under_spawn_gives_the_clear_message_and_no_hang(
 def test_an_unpicklable_dataset_under_fork_still_runs_but_warns_about_macos_and_windows():
     loader = DataLoader(Transformed(lambda t: t * 2), batch_size=8, num_workers=1, multiprocessing_context="fork")
     r = torchmagic.loadertune(loader, workers=[0, 1], seconds=0.05, rounds=2)
-    assert r.row(LoaderSettings(1, False, False, 2)).batches_per_s
+    assert r.row(LoaderSettings(1, False, True, 2)).batches_per_s
     assert any("on macOS and Windows" in note for note in r.notes)
 
 
 def test_a_crashing_worker_fails_its_setting_and_the_rest_goes_on():
     loader = DataLoader(Failing(n=64, work=10), batch_size=4)
     r = torchmagic.loadertune(loader, workers=[0, 2], seconds=0.05, rounds=2)
-    assert "item" in r.row(LoaderSettings(2, False, False, 2)).error
+    assert "item" in r.row(LoaderSettings(2, False, True, 2)).error
     assert r.row(LoaderSettings(0)).batches_per_s and r.best == r.current
     assert children() == []
 

@@ -24,11 +24,12 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from ..devices import Device, current_device
 from ..measure import bootstrap_ratio_ci, summarize
-from ..results.loadertune import LoaderRow, LoaderSettings, LoaderTuneResult
+from ..results.loadertune import DATALOADER_DEFAULTS, LoaderRow, LoaderSettings, LoaderTuneResult
 from .state import Snapshot
 
 WORKER_TIMEOUT_S = 120  # a worker that sends nothing for this long is taken as hung
 MIN_BATCHES = 3         # a time-bound pass still times at least this many batches
+_END = object()
 
 
 @dataclass(frozen=True)
@@ -121,8 +122,11 @@ class _Tuner:
         self.persistent: dict[LoaderSettings, DataLoader] = {}
         self.notes: list[str] = []
         self.step_s: float | None = None
+        self._latest = None  # the iterator a pass is on
         self.stage1: list[LoaderSettings] = []
         self.stage2: list[LoaderSettings] = []
+        self.stages: list[list[LoaderSettings]] = []
+        self.samples: dict[tuple[int, LoaderSettings], list[float]] = {}
         self.fastest = self.current
         self.with_step_rows: dict[str, float] = {}
 
@@ -136,9 +140,11 @@ class _Tuner:
         self.fastest = self._fastest(self.stage1)
         self.stage2: list[LoaderSettings] = []
         if self.fastest.num_workers > 0:  # then the two knobs that only exist with workers
-            more = [replace(self.fastest, prefetch_factor=4), replace(self.fastest, persistent_workers=True)]
-            self.stage2 = [self.fastest] + [s for s in more if s not in self.rows]
-            self._rounds(self.stage2, "prefetch and persistent workers")
+            more = [replace(self.fastest, persistent_workers=False),
+                    replace(self.fastest, prefetch_factor=2 * (self.fastest.prefetch_factor or 2))]
+            # the current settings run again, so every candidate is paired with them in its own rounds
+            self.stage2 = [self.current, self.fastest] + [s for s in more if s not in (self.current, self.fastest)]
+            self._rounds(self.stage2, "persistent workers and a deeper prefetch")
         if self.pickle_problem and self.start_method == "fork":
             self.notes.append(
                 f"workers work here because Linux forks them, but the dataset cannot be pickled "
@@ -151,13 +157,17 @@ class _Tuner:
     def _rounds(self, settings: list[LoaderSettings], stage: str) -> None:
         for s in settings:
             self.rows.setdefault(s, LoaderRow(settings=s))
+        self.stages.append(settings)
         for r in range(self.options.rounds):
             for i in range(len(settings)):
                 s = settings[(i + r) % len(settings)]  # rotate the order every round
                 row = self.rows[s]
                 if row.error is None:
                     self.progress(f"{stage}: round {r + 1} of {self.options.rounds}, {s.label()}…")
+                    measured = len(row.batches_per_s)
                     self._pass(s, row)
+                    if len(row.batches_per_s) > measured:
+                        self.samples.setdefault((len(self.stages) - 1, s), []).append(row.batches_per_s[-1])
 
     def _pass(self, s: LoaderSettings, row: LoaderRow) -> None:
         if s.num_workers > 0 and self.pickle_problem and self.start_method != "fork":
@@ -170,35 +180,45 @@ class _Tuner:
             iterator = iter(loader)
             next(iterator)
             row.first_batch_s.append(time.perf_counter() - start)
-            # Workers fill a buffer of prefetch_factor batches each while the first one is awaited:
-            # take those untimed, or a short pass would time the buffer, not the workers.
-            for _ in range(s.num_workers * (s.prefetch_factor or 0)):
-                next(iterator)
-            done, start = 0, time.perf_counter()
-            while not self._pass_done(done, time.perf_counter() - start):
-                try:
-                    next(iterator)
-                except StopIteration:
-                    self._note(f"an epoch ended before a pass's {self.options.seconds:g} s did: passes timed fewer "
-                               "batches (a larger dataset gives steadier figures)")
-                    break
-                done += 1
+            done, timed = self._steady(loader, iterator, s)
             if done:
-                row.batches_per_s.append(done / (time.perf_counter() - start))
+                row.batches_per_s.append(done / timed)
         except Exception as exc:  # a worker crashed or the dataset raised
             row.error = _describe(exc)
         finally:
             if not s.persistent_workers:
                 _shutdown(iterator)
 
+    def _steady(self, loader: DataLoader, iterator, s: LoaderSettings) -> tuple[int, float]:
+        """Batches and seconds after the start of a pass.  Workers fill a buffer of prefetch_factor
+        batches each while the first one is awaited: those are taken untimed, or a short pass would
+        time the buffer, not the workers.  A pass runs on into new epochs, and those starts are
+        timed: a training loop pays them too (less with persistent workers)."""
+        for _ in range(s.num_workers * (s.prefetch_factor or 0)):
+            if next(iterator, _END) is _END:
+                break
+        first, self._latest = iterator, iterator
+        done, start, empty = 0, time.perf_counter(), 0
+        try:
+            while not self._pass_done(done, time.perf_counter() - start):
+                if next(iterator, _END) is not _END:
+                    done, empty = done + 1, 0
+                    continue
+                empty += 1
+                if empty >= 2:  # a new epoch gave nothing: the dataset is empty from here
+                    break
+                if not s.persistent_workers:
+                    _shutdown(iterator)
+                iterator = self._latest = iter(loader)
+            return done, time.perf_counter() - start
+        finally:
+            if self._latest is not first and not s.persistent_workers:
+                _shutdown(self._latest)
+
     def _pass_done(self, done: int, elapsed: float) -> bool:
         if self.options.batches is not None:
             return done >= self.options.batches
         return done >= MIN_BATCHES and elapsed >= self.options.seconds
-
-    def _note(self, text: str) -> None:
-        if text not in self.notes:
-            self.notes.append(text)
 
     def _loader(self, s: LoaderSettings) -> DataLoader:
         if s.persistent_workers and s in self.persistent:
@@ -226,40 +246,40 @@ class _Tuner:
             return self.current
         return max(measured, key=lambda s: summarize(self.rows[s].batches_per_s).median)
 
-    def _paired(self, top: LoaderSettings, base: LoaderSettings, last: int | None = None):
-        """Speedup of ``top`` over ``base`` and its CI, over the rounds both ran (the last
-        ``last`` of each when they were measured together in a later stage)."""
-        a, b = self.rows[top].batches_per_s, self.rows[base].batches_per_s
-        if last is not None:
-            a, b = a[-last:], b[-last:]
+    def _paired(self, stage: int, top: LoaderSettings, base: LoaderSettings):
+        """Speedup of ``top`` over ``base`` and its 95% CI, over the rounds of one stage, which ran
+        them side by side."""
+        a, b = self.samples.get((stage, top), []), self.samples.get((stage, base), [])
         n = min(len(a), len(b))
-        if n == 0:
+        if n < 2:
             return None, None
-        speedup = summarize(a[:n]).median / summarize(b[:n]).median
-        return speedup, (bootstrap_ratio_ci(a[:n], b[:n]) if n >= 2 else None)
+        return summarize(a[:n]).median / summarize(b[:n]).median, bootstrap_ratio_ci(a[:n], b[:n])
 
     def recommendation(self) -> tuple[LoaderSettings, float | None, tuple[float, float] | None]:
-        """The settings to use: the fastest worker count when it beats the current settings with
-        95% confidence; then prefetch_factor=4 only if that beats it too, and persistent workers
-        when they start an epoch sooner.  Otherwise the current settings."""
+        """The settings to use, always ones that were measured: among those faster than the current
+        settings with 95% confidence, the fastest, or a simpler one it does not beat with 95%
+        confidence.  None faster: the current settings, with the fastest's figures."""
         if self.rows[self.current].error is not None:  # what works beats what fails
             return self.fastest, None, None
-        speedup, ci = self._paired(self.fastest, self.current) if self.fastest != self.current else (None, None)
-        if ci is None or ci[0] <= 1:
+        faster = []
+        for stage, settings in enumerate(self.stages):
+            for s in settings:
+                if s != self.current and self.rows[s].error is None:
+                    speedup, ci = self._paired(stage, s, self.current)
+                    if ci is not None and ci[0] > 1:
+                        faster.append((stage, s, speedup, ci))
+        if not faster:
+            speedup, ci = self._paired(0, self.fastest, self.current)
             return self.current, speedup, ci
-        chosen = self.fastest
-        deeper = replace(self.fastest, prefetch_factor=4)
-        if deeper in self.stage2 and self.rows[deeper].error is None:
-            _, deeper_ci = self._paired(deeper, self.fastest, last=self.options.rounds)
-            if deeper_ci is not None and deeper_ci[0] > 1:
-                chosen = deeper
-        persistent = self.rows.get(replace(self.fastest, persistent_workers=True))
-        plain = self.rows[self.fastest]
-        if persistent and persistent.error is None and persistent.median_first_batch_s is not None \
-                and plain.median_first_batch_s is not None \
-                and persistent.median_first_batch_s < plain.median_first_batch_s:
-            chosen = replace(chosen, persistent_workers=True)
-        return chosen, speedup, ci
+        stage, top, speedup, ci = max(faster, key=lambda c: c[2])
+        for other_stage, s, other_speedup, other_ci in sorted(faster, key=lambda c: _complexity(c[1])):
+            if _complexity(s) >= _complexity(top):
+                break
+            if other_stage == stage:
+                _, top_over_s = self._paired(stage, top, s)
+                if top_over_s is not None and top_over_s[0] <= 1:
+                    return s, other_speedup, other_ci
+        return top, speedup, ci
 
     # --- with the training step -------------------------------------------------------
 
@@ -318,8 +338,15 @@ class _Tuner:
                                          "rounds": self.options.rounds})
 
 
+def _complexity(s: LoaderSettings) -> int:
+    """How many arguments differ from DataLoader's defaults: fewer is simpler to keep."""
+    return sum(v is not None and DATALOADER_DEFAULTS.get(k) != v for k, v in s.kwargs().items())
+
+
 def _settings(workers: int, pin: bool) -> LoaderSettings:
-    return LoaderSettings(workers, pin, False, 2 if workers > 0 else None)
+    """Worker counts are compared with persistent workers: a training loop over several epochs
+    should keep them (the second stage measures what dropping that costs)."""
+    return LoaderSettings(workers, pin, workers > 0, 2 if workers > 0 else None)
 
 
 def _shutdown(iterator) -> None:
@@ -397,6 +424,6 @@ def _loader_call(loader: DataLoader, best: LoaderSettings) -> str:
         args.append("batch_sampler=batch_sampler")
     if loader.collate_fn is not None and getattr(loader.collate_fn, "__name__", "") not in ("default_collate", ""):
         args.append(f"collate_fn={loader.collate_fn.__name__}")
-    defaults = {"pin_memory": False, "persistent_workers": False, "prefetch_factor": 2}
-    args += [f"{k}={v!r}" for k, v in best.kwargs().items() if v is not None and defaults.get(k, object()) != v]
+    args += [f"{k}={v!r}" for k, v in best.kwargs().items()
+             if v is not None and (k == "num_workers" or DATALOADER_DEFAULTS.get(k) != v)]
     return f"DataLoader({', '.join(args)})"

@@ -12,6 +12,9 @@ from .format import fmt_s
 from .table import Column, Table
 
 
+DATALOADER_DEFAULTS = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": 2}
+
+
 @dataclass(frozen=True)
 class LoaderSettings:
     num_workers: int
@@ -77,9 +80,10 @@ class LoaderTuneResult(Result):
 
     @property
     def changes(self) -> dict[str, Any]:
-        """The DataLoader keyword arguments that differ from the current settings."""
-        now = self.current.kwargs()
-        return {k: v for k, v in self.best.kwargs().items() if now.get(k) != v}
+        """The DataLoader keyword arguments to change: those that differ from the current settings,
+        less DataLoader's own defaults (prefetch_factor=2, False flags) that need no writing."""
+        now = {**DATALOADER_DEFAULTS, **{k: v for k, v in self.current.kwargs().items() if v is not None}}
+        return {k: v for k, v in self.best.kwargs().items() if v is not None and now.get(k) != v}
 
     def headline(self) -> str:
         ci = f" (95% CI {self.ci[0]:.2f}–{self.ci[1]:.2f})" if self.ci else ""
