@@ -130,9 +130,20 @@ class TorchMagics(Magics):
         """Runs a finding's verify command from the report's button: a cell magic on top of the
         profiled cell's code, a line magic as it is."""
         def run(command: str) -> None:
-            self.shell.run_cell(f"{command}\n{cell}" if command.startswith("%%") else command, store_history=False)
+            self._in_button = True  # no progress line: updates to it do not reach a button's output area
+            try:
+                self.shell.run_cell(f"{command}\n{cell}" if command.startswith("%%") else command,
+                                    store_history=False)
+            finally:
+                self._in_button = False
 
         return run
+
+    _in_button = False
+
+    def _progress(self, magic: str, quiet: bool) -> _Progress | None:
+        """A status line for a long run, in a notebook cell (not in terminals, nor under a button)."""
+        return _Progress(magic) if not quiet and not self._in_button and widget_frontend() else None
 
     @magic_arguments()
     @argument("--model", metavar="NAME",
@@ -208,7 +219,7 @@ class TorchMagics(Magics):
             return namespace[compared]
 
         after_eager: dict = {}
-        progress = _Progress("%%amp_compare") if not args.quiet and widget_frontend() else None
+        progress = self._progress("%%amp_compare", args.quiet)
         try:
             run = run_compare(run_cell, model, options, state=state, label="%%amp_compare", output=output,
                               on_progress=progress.say if progress else None,
@@ -420,7 +431,7 @@ class TorchMagics(Magics):
             step = namespace.get(args.step)
             if not callable(step):
                 raise UsageError(f"%loadertune: --step {args.step!r} is not a function defined in the notebook")
-        progress = _Progress("%loadertune") if not args.quiet and widget_frontend() else None
+        progress = self._progress("%loadertune", args.quiet)
         try:
             result = run_loadertune(loader, options, step=step, label=args.loader,
                                     state=objects_used_by(step, namespace) if step else None,
@@ -489,7 +500,7 @@ class TorchMagics(Magics):
             raise UsageError(f"%autobatch: {exc}") from None
         step, label = self._autobatch_step(args.step, expression)
         state = objects_used_by(step, self.shell.user_ns)
-        progress = _Progress("%autobatch") if not args.quiet and widget_frontend() else None
+        progress = self._progress("%autobatch", args.quiet)
         try:
             result = run_autobatch(step, options, state=state, label=label,
                                    on_probe=progress.probe if progress else None)
