@@ -404,12 +404,12 @@ class TorchMagics(Magics):
         %loadertune loader                         a DataLoader in the notebook
         %loadertune dataset batch_size=64 shuffle=True
 
-        num_workers is swept (0, powers of two, the CPU count), then prefetch_factor and
-        persistent_workers for the fastest; pin_memory with a GPU.  Each setting gets a fresh
-        DataLoader from your dataset, sampler and collate function (yours is not iterated),
-        timed in interleaved passes: the first batch (worker start-up) apart from the steady
-        batches/s.  A change is recommended only when it is faster with 95% confidence.
-        Every worker process is shut down afterwards.
+        Worker counts (0, powers of two, the CPU count) are compared with persistent workers,
+        then the fastest without them and with a deeper prefetch; pin_memory with a GPU.  Each
+        setting gets a fresh DataLoader from your dataset, sampler and collate function (yours
+        is not iterated), timed in interleaved passes: the first batch (worker start-up) apart
+        from batches/s after it.  A change is recommended only when it is faster with 95%
+        confidence.  Every worker process is shut down afterwards.
         """
         __tracebackhide__ = True  # noqa: F841
         args = parse_argstring(self.loadertune, line)

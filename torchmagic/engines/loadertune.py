@@ -123,9 +123,7 @@ class _Tuner:
         self.notes: list[str] = []
         self.step_s: float | None = None
         self._latest = None  # the iterator a pass is on
-        self.stage1: list[LoaderSettings] = []
-        self.stage2: list[LoaderSettings] = []
-        self.stages: list[list[LoaderSettings]] = []
+        self.stages: list[list[LoaderSettings]] = []  # the settings each stage ran side by side
         self.samples: dict[tuple[int, LoaderSettings], list[float]] = {}
         self.fastest = self.current
         self.with_step_rows: dict[str, float] = {}
@@ -135,16 +133,15 @@ class _Tuner:
     def sweep(self) -> None:
         pin = self.current.pin_memory or self.device.kind == "cuda"
         workers = self.options.workers or default_workers()
-        self.stage1 = [self.current] + [s for s in (_settings(w, pin) for w in workers) if s != self.current]
-        self._rounds(self.stage1, "workers")
-        self.fastest = self._fastest(self.stage1)
-        self.stage2: list[LoaderSettings] = []
+        counts = [self.current] + [s for s in (_settings(w, pin) for w in workers) if s != self.current]
+        self._rounds(counts, "workers")
+        self.fastest = self._fastest(counts)
         if self.fastest.num_workers > 0:  # then the two knobs that only exist with workers
             more = [replace(self.fastest, persistent_workers=False),
                     replace(self.fastest, prefetch_factor=2 * (self.fastest.prefetch_factor or 2))]
             # the current settings run again, so every candidate is paired with them in its own rounds
-            self.stage2 = [self.current, self.fastest] + [s for s in more if s not in (self.current, self.fastest)]
-            self._rounds(self.stage2, "persistent workers and a deeper prefetch")
+            knobs = [self.current, self.fastest] + [s for s in more if s not in (self.current, self.fastest)]
+            self._rounds(knobs, "persistent workers and a deeper prefetch")
         if self.pickle_problem and self.start_method == "fork":
             self.notes.append(
                 f"workers work here because Linux forks them, but the dataset cannot be pickled "
