@@ -332,3 +332,24 @@ def test_a_failed_variants_tensors_are_gone_when_the_cache_is_emptied(fail_on_ca
                            device=dev)
     assert not r["leaky"].ok and "boom" in r["leaky"].error
     assert dev.emptied_with_alive == [False]
+
+
+def test_int8_quantizes_a_bare_linear_or_lstm_and_never_passes_fp32_off_as_int8():
+    torch.manual_seed(0)
+    lstm, x = nn.LSTM(16, 32, batch_first=True), torch.randn(4, 5, 16)
+
+    def forward(m):
+        with torch.inference_mode():
+            return m(x)[0]
+
+    r = torchmagic.compare(forward, model=lstm, variants="eager,int8", runs=3, warmup=0)
+    assert r["int8"].ok and r["int8"].max_rel_err > 0  # really quantized: its output differs a little
+    assert isinstance(lstm, nn.LSTM)  # the user's model is untouched
+    linear = nn.Linear(16, 8)
+    r = torchmagic.compare(lambda m: m(torch.ones(2, 16)), model=linear, variants="eager,int8", runs=2, warmup=0)
+    assert r["int8"].ok and r["int8"].max_rel_err > 0
+
+
+def test_model_must_be_a_module():
+    with pytest.raises(TypeError, match="model= takes the nn.Module"):
+        torchmagic.compare(lambda o: None, model=torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1))

@@ -6,6 +6,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from .cell import Cell
 from .devices import Device
 from .engines.autobatch import AutobatchOptions, run_autobatch
@@ -96,6 +98,9 @@ def compare(fn: Callable[..., Any], *, model: Any = None,
     afterwards; pass ``restore=[...]`` to name the objects, or ``False`` to skip it.
     """
     __tracebackhide__ = True  # noqa: F841
+    if model is not None and not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model= takes the nn.Module the variants change, got a {type(model).__name__}; "
+                        "to time something else, call it from fn (with model=None)")
     options = CompareOptions(variants=tuple(parse_variants(variants)), runs=runs, min_time=min_time,
                              warmup=warmup, dtype=dtype, atol=atol, rtol=rtol, restore=restore is not False)
     if isinstance(restore, list):

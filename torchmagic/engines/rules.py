@@ -201,8 +201,10 @@ def amp(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         {"fp32_matmul_share": round(share, 4), "fp32_matmul_ms": round(fp32 / 1e3, 3),
          "low_precision_matmul_ms": round((s.matmul_low_device_us if on_device else s.matmul_low_us) / 1e3, 3),
          "why": ctx.low_precision_reason},
-        f"Run the forward pass under autocast: matmuls and convolutions in {dtype}, "
-        "reductions and norms stay fp32. Check the accuracy of the result against fp32.",
+        f"Run the forward pass under autocast: matmuls and convolutions in {dtype}; "
+        + ("softmax, norms and losses in fp32. " if device == "cuda" else
+           "losses in fp32, while on CPU softmax and norms follow their input's dtype. ")
+        + "Check the accuracy of the result against fp32 (%%amp_compare does).",
         snippet,
     )
 

@@ -130,7 +130,8 @@ def _autocast(model, env):
 
 def _amp_caveat(env):
     if env.amp_dtype == torch.float16:
-        return "fp16 training needs torch.amp.GradScaler (bf16 does not): gradients can underflow without it"
+        return ("if this code trains: fp16 needs torch.amp.GradScaler (bf16 does not), or small gradients "
+                "underflow to zero")
     return None
 
 
@@ -205,10 +206,27 @@ def _channels_last(model, env) -> Iterator[None]:
                 tensor.data = original
 
 
+class _Root(nn.Module):
+    """quantize_dynamic replaces child modules only: a bare nn.Linear or nn.LSTM is wrapped so
+    that it becomes one (and its calls pass straight through)."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args, **kwargs):
+        return self.inner(*args, **kwargs)
+
+
 def _int8(model, env):
+    copied = copy.deepcopy(model)
+    root = _Root(copied) if isinstance(copied, _INT8_LAYERS) else copied
     with warnings.catch_warnings():  # torch.ao.quantization warns it is deprecated (torchao succeeds it)
         warnings.simplefilter("ignore")
-        return torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), set(_INT8_LAYERS), dtype=torch.qint8)
+        quantized = torch.ao.quantization.quantize_dynamic(root, set(_INT8_LAYERS), dtype=torch.qint8)
+    if not any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in quantized.modules()):
+        raise RuntimeError("int8 dynamic quantization replaced no layer: the model ran in fp32 and is not int8")
+    return quantized
 
 
 def _int8_unsupported(model, env):
