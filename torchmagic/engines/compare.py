@@ -240,6 +240,9 @@ class _Comparison:
                              f"(atol {atol:g} + rtol {rtol:g} × max|eager output|)")
 
     def _peak(self, entry: _Entry) -> int | None:
+        # The peak is counted from the start of the run, so a collection that frees older garbage
+        # inside it would lower it by an amount that has nothing to do with the code: collect first.
+        gc.collect()
         with self.device.peak_scope() as reading:
             with entry.variant.around_call(entry.built, self.env):
                 _bound(self.fn, entry.built)()
