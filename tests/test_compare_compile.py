@@ -133,3 +133,20 @@ original = net
     ns = shell.user_ns
     assert ns["net"] is ns["original"] and ns["r"]["compile"].ok
     assert torch.equal(ns["out"], ns["original"](ns["x"]))  # eager's output, not a compiled one
+
+
+def test_a_second_compare_in_the_notebook_reuses_the_compiled_code(shell):
+    shell.run_cell("""
+from torch import nn
+class Reused(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+    def forward(self, x):
+        return torch.sigmoid(self.fc(x)) * torch.tanh(x)
+m, x = Reused(), torch.randn(4, 16)
+""")
+    for name in ("r1", "r2"):
+        result = shell.run_cell(f"%%amp_compare --variants eager,compile --runs 2 --warmup 0 -q -o {name}\nm(x)")
+        assert result.success, result.error_in_exec
+    assert shell.user_ns["r2"]["compile"].compile_cache == "in memory"  # dynamo's helper globals were kept

@@ -230,7 +230,9 @@ class TorchMagics(Magics):
             if progress:
                 progress.close()
         if after_eager:  # the variables as eager's first run left them, not as the last variant did
-            for key in [k for k in namespace if k not in after_eager]:
+            # (names with two leading underscores stay: dynamo adds its helpers to the globals of the
+            # code it compiles, here the notebook's, and removing them would make it recompile)
+            for key in [k for k in namespace if k not in after_eager and not k.startswith("__")]:
                 del namespace[key]
             namespace.update(after_eager)
         if run.result is not None:
