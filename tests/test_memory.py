@@ -276,3 +276,9 @@ def test_api_twins():
         time.sleep(0.05)
     assert watch.result().samples and not watch.running
     gc.collect()
+
+
+def test_torch_compiles_helper_globals_are_not_listed_as_variables():
+    ns = {"x": torch.zeros(4), "__builtins_dict___3": {"t": torch.zeros(1000)}, "__import_torch": torch}
+    r = memory_report(ns, devices=[])
+    assert [v.name for v in r.variables] == ["x"]

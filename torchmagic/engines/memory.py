@@ -38,10 +38,11 @@ class Holdings:
 
 
 def user_variables(namespace: dict[str, Any], hidden: Iterable[str] = ()) -> dict[str, Any]:
-    """The user's own names: not IPython's history, not hidden set-up names, not dunders."""
+    """The user's own names: not IPython's history, not hidden set-up names, and none starting with
+    two underscores (dunders, and the helper globals torch.compile puts in a notebook's namespace)."""
     hidden = set(hidden)
     return {name: value for name, value in namespace.items()
-            if name not in hidden and not is_history(name) and not (name.startswith("__") and name.endswith("__"))}
+            if name not in hidden and not is_history(name) and not name.startswith("__")}
 
 
 def holdings(variables: dict[str, Any], walker: Walker | None = None) -> Holdings:
