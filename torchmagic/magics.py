@@ -14,7 +14,7 @@ from .cell import Cell
 from .engines.autobatch import AutobatchOptions, run_autobatch
 from .engines.compare import CompareOptions, run_compare
 from .engines import memory as memory_engine
-from .engines.holders import is_history, traceback_locals
+from .engines.holders import is_history, is_internal, traceback_locals
 from .engines.pins import Pin, namespace_pins
 from .engines.loadertune import LoaderTuneOptions, as_loader, run_loadertune
 from .engines.memwatch import MemoryWatch
@@ -44,6 +44,26 @@ def parse_budget(text: str) -> float:
 
 @magics_class
 class TorchMagics(Magics):
+    def _cell_outcome(self, args, result, value, error):
+        """How a cell magic ends: store the result (-o), show it unless -q, then re-raise the
+        cell's own error (so "Run all" stops) or return the cell's value."""
+        __tracebackhide__ = True  # noqa: F841
+        if result is not None:
+            if args.output is not None:
+                self.shell.user_ns[args.output] = result
+            if not args.quiet:
+                display(result)
+        if error is not None:
+            raise error
+        return value
+
+    def _line_outcome(self, args, result):
+        """How a line magic ends: store the result (-o) and return it, shown as Out[n] as any line
+        magic's value is (`r = %magic` shows nothing); -q returns nothing, as %timeit -q does."""
+        if args.output is not None:
+            self.shell.user_ns[args.output] = result
+        return None if args.quiet else result
+
     @staticmethod
     def _check_output_name(name: str | None) -> None:
         """Checked before anything runs, so a typo in -o costs nothing."""
@@ -111,13 +131,7 @@ class TorchMagics(Magics):
         except ProfilerBusyError as exc:
             raise UsageError(f"%%torchprofile: {exc}") from None
         run.result.verify_runner = self._verify_runner(cell)
-        if args.output is not None:
-            self.shell.user_ns[args.output] = run.result
-        if not args.quiet:
-            display(run.result)
-        if run.error is not None:
-            raise run.error
-        return run.value
+        return self._cell_outcome(args, run.result, run.value, run.error)
 
     def _verify_names(self, code: Cell) -> dict[str, str]:
         """The notebook's names for the verify commands' placeholders: the DataLoader the cell uses."""
@@ -230,19 +244,11 @@ class TorchMagics(Magics):
             if progress:
                 progress.close()
         if after_eager:  # the variables as eager's first run left them, not as the last variant did
-            # (names with two leading underscores stay: dynamo adds its helpers to the globals of the
-            # code it compiles, here the notebook's, and removing them would make it recompile)
-            for key in [k for k in namespace if k not in after_eager and not k.startswith("__")]:
+            # (internal names stay: removing dynamo's helper globals would make it recompile)
+            for key in [k for k in namespace if k not in after_eager and not is_internal(k)]:
                 del namespace[key]
             namespace.update(after_eager)
-        if run.result is not None:
-            if args.output is not None:
-                namespace[args.output] = run.result
-            if not args.quiet:
-                display(run.result)
-        if run.error is not None:
-            raise run.error
-        return run.value
+        return self._cell_outcome(args, run.result, run.value, run.error)
 
     def _compare_model(self, name: str | None, names: set[str]) -> str | None:
         import torch
@@ -325,9 +331,7 @@ class TorchMagics(Magics):
         else:
             result = memory_engine.memory_report(namespace, hidden=hidden, top=args.top,
                                                  pins=namespace_pins(namespace) + self._ipython_pins())
-        if args.output is not None:
-            namespace[args.output] = result
-        return None if args.quiet else result
+        return self._line_outcome(args, result)
 
     _watch: MemoryWatch | None = None
 
@@ -379,13 +383,7 @@ class TorchMagics(Magics):
 
         run_result = memory_engine.run_cell_memory(run, namespace, hidden=self.shell.user_ns_hidden,
                                                    device=current_device(), top=args.top)
-        if args.output is not None:
-            namespace[args.output] = run_result.result
-        if not args.quiet:
-            display(run_result.result)
-        if run_result.error is not None:
-            raise run_result.error
-        return run_result.value
+        return self._cell_outcome(args, run_result.result, run_result.value, run_result.error)
 
     @magic_arguments()
     @argument("--workers", metavar="LIST", help="worker counts to try, e.g. 0,1,2,4 (default: 0, powers of two, "
@@ -441,9 +439,7 @@ class TorchMagics(Magics):
         finally:
             if progress:
                 progress.close()
-        if args.output is not None:
-            namespace[args.output] = result
-        return None if args.quiet else result
+        return self._line_outcome(args, result)
 
     def _loader_kwargs(self, items: list[str]) -> dict:
         """key=value pairs: Python literals, or names of the notebook's objects (collate_fn=pad)."""
@@ -511,11 +507,7 @@ class TorchMagics(Magics):
         finally:
             if progress:
                 progress.close()
-        if args.output is not None:
-            self.shell.user_ns[args.output] = result
-        # Shown by being returned (Out[n]), as a line magic's value is; `r = %autobatch step`
-        # shows nothing, like any assignment.  -q returns nothing, as %timeit -q does: use -o.
-        return None if args.quiet else result
+        return self._line_outcome(args, result)
 
     def _autobatch_step(self, name: str | None, expression: str | None):
         if expression is not None:

@@ -203,6 +203,12 @@ def is_history(name: str) -> bool:
     return bool(HISTORY.match(name))
 
 
+def is_internal(name: str) -> bool:
+    """Dunders, and the helper globals torch.compile adds to the globals of the code it compiles
+    (a notebook's namespace): ``__import_torch_dot_nn...``, ``__builtins_dict___3``."""
+    return name.startswith("__")
+
+
 def traceback_locals(tb=None) -> list[Any]:
     """What a traceback's frames hold; by default the last uncaught error's (sys.last_traceback,
     kept for %debug and %tb)."""

@@ -19,7 +19,7 @@ import torch
 from ..devices import CpuDevice, Device, NvmlReading, current_device, host_memory, visible_accelerators
 from ..devices.profiler import ProfilerBusyError
 from ..results.memory import CellMemory, DeviceMemory, Freed, MemoryResult, VariableMemory
-from .holders import Holding, Walker, gc_paused, is_history
+from .holders import Holding, Walker, gc_paused, is_history, is_internal
 from .pins import Pin, drop_pins, namespace_pins
 
 @dataclass
@@ -42,7 +42,7 @@ def user_variables(namespace: dict[str, Any], hidden: Iterable[str] = ()) -> dic
     two underscores (dunders, and the helper globals torch.compile puts in a notebook's namespace)."""
     hidden = set(hidden)
     return {name: value for name, value in namespace.items()
-            if name not in hidden and not is_history(name) and not name.startswith("__")}
+            if name not in hidden and not is_history(name) and not is_internal(name)}
 
 
 def holdings(variables: dict[str, Any], walker: Walker | None = None) -> Holdings:
