@@ -28,7 +28,7 @@ def test_line_magic_returns_the_result_and_lists_variables(shell):
     assert not any(v.name == "r" for v in r.variables)
     result, captured = run(shell, "%gpumem --top 1")  # shown as the cell's output, as a line magic's value is
     assert isinstance(result.result, MemoryResult)
-    assert "weights" in captured.stdout and "… 1 more variables not shown" in captured.stdout
+    assert "weights" in captured.stdout and "… 1 more variable not shown" in captured.stdout
     assert "<table" in result.result._repr_mimebundle_()["text/html"]
 
 
@@ -45,6 +45,19 @@ def test_free_reclaims_what_the_output_history_and_a_traceback_pinned(shell):
     assert any(d.startswith("Out[") for d in r.freed.dropped)
     assert r.freed.reclaimed["host, resident"] > 16 * MiB  # 32 MiB of zeros handed back to the OS
     assert "keep" in shell.user_ns and "big" not in shell.user_ns
+
+
+def test_free_without_names_drops_what_only_the_history_holds(shell):
+    shell.run_cell("import torch\nshown = torch.zeros(4 * 2**20)\nkeep = torch.ones(2)")
+    ref = weakref.ref(shell.user_ns["shown"])
+    run(shell, "shown", store_history=True)
+    run(shell, "del shown", store_history=True)
+    result, _ = run(shell, "%gpumem", store_history=True)
+    assert any("output history" in line and "%gpumem --free drops it" in line for line in result.result.pinned_lines())
+    result, _ = run(shell, "%gpumem --free", store_history=True)  # the hint, followed as printed
+    assert result.success, result.error_in_exec
+    assert ref() is None and "keep" in shell.user_ns
+    assert any(d.startswith("Out[") for d in result.result.freed.dropped)
 
 
 def test_cell_magic_measures_the_cell_and_keeps_its_variables(shell):
@@ -69,7 +82,6 @@ def test_an_error_in_the_cell_shows_the_figures_then_the_users_traceback(shell):
 
 @pytest.mark.parametrize("line, message", [
     ("--top 0", "--top must be at least 1"),
-    ("--free", "expected at least one argument"),
     ("--free nothere", "not defined: nothere"),
     ("--watch -1", "the interval must be a positive number"),
     ("--watch fast", "invalid float value"),

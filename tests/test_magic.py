@@ -168,11 +168,23 @@ def test_trace_is_written_as_chrome_json(shell, tmp_path):
     assert shell.user_ns["r"].trace_path == str(path)
 
 
-def test_stack_ranks_the_users_source_lines(shell):
-    shell.run_cell("def heavy():\n    a = torch.randn(256, 256)\n    return a @ a @ a")
-    run(shell, "%%torchprofile -q -o r --stack\nfor _ in range(3):\n    heavy()")
-    lines = [frame for frame, _ in shell.user_ns["r"].hot_lines]
-    assert lines and "heavy" in lines[0]
+def test_stack_ranks_the_users_functions_by_cell(shell):
+    shell.run_cell("def heavy():\n    a = torch.randn(256, 256)\n    return a @ a @ a", store_history=True)
+    cell = shell.execution_count - 1
+    result, captured = run(shell, "%%torchprofile -q -o r --stack\nfor _ in range(3):\n    heavy()")
+    assert result.success, (result.error_in_exec, captured.stdout, captured.stderr)
+    functions = [frame for frame, _ in shell.user_ns["r"].hot_lines]
+    assert functions[0] == f"heavy  (In [{cell}], line 1)"  # named as IPython's tracebacks name cells
+
+
+def test_frame_labels():
+    from torchmagic.engines.frames import frame_label
+
+    cells = {"/tmp/ipykernel_7/123.py": 8}
+    assert frame_label("/tmp/ipykernel_7/123.py(0): <module>", cells) == "In [8], top level"
+    assert frame_label("/tmp/ipykernel_7/123.py(3): step", cells) == "step  (In [8], line 3)"
+    assert frame_label("/opt/lib/site/models/net.py(40): forward", {}) == "forward  (models/net.py, line 40)"
+    assert frame_label("nn.Module: Linear_0", cells) == "nn.Module: Linear_0"
 
 
 def test_flops_and_memory_columns(shell):

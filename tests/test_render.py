@@ -1,6 +1,7 @@
 """Views of a ProfileResult: text, HTML, widget, dict — built from numbers, no profiler needed."""
 
 import json
+import types
 
 import pytest
 
@@ -78,6 +79,23 @@ def test_mimebundle_adds_widget_only_with_a_kernel(monkeypatch):
     bundle = r._repr_mimebundle_()
     assert {"text/plain", "text/html", base.WIDGET_MIME} <= set(bundle)
     assert "model_id" in bundle[base.WIDGET_MIME]
+
+
+@pytest.mark.parametrize("allow_stdin, forced, expected", [
+    (True, "", True),     # JupyterLab, VS Code: an interactive frontend with a widget manager
+    (False, "", False),   # nbconvert --execute, papermill, nbval: saved as HTML, readable without a kernel
+    (False, "1", True),   # Voila executes headless but renders widgets
+    (True, "0", False),
+])
+def test_widgets_only_for_interactive_kernels(monkeypatch, allow_stdin, forced, expected):
+    import IPython
+
+    kernel_shell = types.SimpleNamespace(kernel=types.SimpleNamespace(_allow_stdin=allow_stdin))
+    monkeypatch.setattr(IPython, "get_ipython", lambda: kernel_shell)
+    monkeypatch.setenv("TORCHMAGIC_WIDGETS", forced)
+    assert base.widget_frontend() is expected
+    monkeypatch.setattr(IPython, "get_ipython", lambda: types.SimpleNamespace())  # terminal IPython
+    assert base.widget_frontend() is False
 
 
 def test_result_without_steps_renders():

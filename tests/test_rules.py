@@ -80,6 +80,21 @@ def test_amp_silent_under_autocast():
     assert "amp" not in rules_of(r)
 
 
+def test_amp_silent_on_tiny_matmuls():
+    # An RNN-like loop of 8x32 @ 32x32 matmuls: most of the step, but each call is a few µs,
+    # where autocast's casts cost more than bf16 saves
+    a, w_ = torch.randn(8, 32), torch.randn(32, 32)
+
+    def step():
+        h = a
+        for _ in range(200):
+            h = h @ w_
+        return h
+
+    r = profile(step, device=FastBf16Cpu(fast=True))
+    assert "amp" not in rules_of(r)
+
+
 def test_amp_silent_without_fast_low_precision():
     r = profile(w.big_matmul_inference_step(), device=FastBf16Cpu(fast=False))
     assert "amp" not in rules_of(r)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -125,7 +126,7 @@ def memory(namespace: dict[str, Any] | None = None, *, top: int = 10) -> MemoryR
     ``namespace`` (e.g. ``globals()``) that hold tensor memory, largest first."""
     from .engines.memory import memory_report
 
-    return memory_report(namespace, top=top)
+    return memory_report(namespace, hidden=_ipython_hidden(namespace), top=top)
 
 
 def measure_memory(fn: Callable[[], Any], namespace: dict[str, Any] | None = None, *,
@@ -145,10 +146,21 @@ def measure_memory(fn: Callable[[], Any], namespace: dict[str, Any] | None = Non
 
 def free(*names: str, namespace: dict[str, Any]) -> MemoryResult:
     """Delete ``names`` from ``namespace``, drop the output-history entries and the last traceback
-    that hold their tensors, collect garbage and empty the caches; report what came back."""
+    that hold their tensors, collect garbage and empty the caches; report what came back.  With
+    no names, drop what only the output history or the last traceback holds."""
     from .engines.memory import free as free_names
 
-    return free_names(list(names), namespace)
+    return free_names(list(names), namespace, hidden=_ipython_hidden(namespace))
+
+
+def _ipython_hidden(namespace: dict[str, Any] | None) -> set[str]:
+    """IPython's own names (In, Out, exit, quit ...) when ``namespace`` is a notebook's globals():
+    they are not the user's variables, and exit/quit reach the whole shell."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None or namespace is not getattr(shell, "user_ns", None):
+        return set()
+    return set(shell.user_ns_hidden)
 
 
 def watch_memory(interval: float = 1.0):

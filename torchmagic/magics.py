@@ -92,7 +92,7 @@ class TorchMagics(Magics):
     @argument("--record-shapes", action="store_true", help="show operators' input shapes")
     @argument("--memory", action="store_true", help="record allocations: peak memory and bytes per operator")
     @argument("--stack", action="store_true",
-              help="trace Python calls to rank source lines by the op time they cause (slower)")
+              help="trace Python calls to rank your functions by the op time they call (slower)")
     @argument("--flops", action="store_true", help="estimate FLOPs of matmuls and convolutions")
     @argument("--trace", metavar="PATH", help="write a Chrome trace JSON (open it in ui.perfetto.dev)")
     @argument("--sort", default="auto", metavar="KEY",
@@ -270,9 +270,10 @@ class TorchMagics(Magics):
         return candidates[0] if candidates else None
 
     @magic_arguments()
-    @argument("--free", nargs="+", metavar="NAME",
+    @argument("--free", nargs="*", metavar="NAME",
               help="delete these variables, drop what IPython keeps of them (Out, _, the last traceback), "
-                   "collect and empty the cache; report what came back")
+                   "collect and empty the cache; report what came back.  With no names: drop what only "
+                   "IPython keeps (the output history and the last traceback)")
     @argument("--reset", action="store_true", help="reset torch's peak memory counters on every GPU")
     @argument("--watch", nargs="?", type=float, const=1.0, metavar="SECONDS",
               help="sample memory and utilisation in the background every SECONDS (default 1) while later "
@@ -288,6 +289,7 @@ class TorchMagics(Magics):
 
         %gpumem                       devices, host, largest variables (r = %gpumem keeps the result)
         %gpumem --free NAME [NAME...] delete them and what pins them in IPython; report what came back
+        %gpumem --free                drop what only IPython's output history or last traceback holds
         %gpumem --reset               reset torch's peak counters
         %gpumem --watch [SECONDS]     sample in the background while later cells run; --stop ends it
         %%gpumem                      the cell's peak and net memory, and the variables holding the net
@@ -326,8 +328,8 @@ class TorchMagics(Magics):
             try:
                 result = memory_engine.free(args.free, namespace, hidden=hidden, top=args.top,
                                             extra_pins=self._ipython_pins)
-            except KeyError as exc:
-                raise UsageError(f"%gpumem --free: not defined: {exc.args[0]}") from None
+            except NameError as exc:
+                raise UsageError(f"%gpumem --free: {exc}") from None
         else:
             result = memory_engine.memory_report(namespace, hidden=hidden, top=args.top,
                                                  pins=namespace_pins(namespace) + self._ipython_pins())
@@ -337,8 +339,8 @@ class TorchMagics(Magics):
 
     def _ipython_pins(self) -> list[Pin]:
         """The shell's own copies of its output history: the display hook keeps _, __ and ___ and
-        pushes them into the namespace after every output, and the table of hidden names keeps
-        the values it was given (_, _N ...)."""
+        pushes them into the namespace after every output, the table of hidden names keeps the
+        values it was given (_, _N ...), and the last execution result keeps the previous value."""
         pins = []
         hook, hidden = self.shell.displayhook, self.shell.user_ns_hidden
         for name in ("_", "__", "___"):
@@ -348,6 +350,9 @@ class TorchMagics(Magics):
         for name in [n for n in hidden if is_history(n) and n not in ("In", "Out", "_ih", "_oh", "_dh")]:
             pins.append(Pin("history", name, hidden[name],
                                           lambda name=name: hidden.__setitem__(name, "")))
+        last = getattr(self.shell, "last_execution_result", None)  # the previous cell's value, until this one ends
+        if getattr(last, "result", None) is not None:
+            pins.append(Pin("history", "the last cell's result", last.result, lambda: setattr(last, "result", None)))
         handler = getattr(self.shell, "InteractiveTB", None)  # keeps the last traceback for %debug
         if getattr(handler, "tb", None) is not None:
             pins.append(Pin("traceback", "the last traceback", traceback_locals(handler.tb),

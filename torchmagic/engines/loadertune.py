@@ -29,6 +29,7 @@ from .state import Snapshot
 
 WORKER_TIMEOUT_S = 120  # a worker that sends nothing for this long is taken as hung
 MIN_BATCHES = 3         # a time-bound pass still times at least this many batches
+MIN_PAIRED_ROUNDS = 5   # fewer paired passes give a bootstrap interval that claims more than it knows
 _END = object()
 
 
@@ -119,7 +120,6 @@ class _Tuner:
         self.start_method = _start_method(loader)
         self.pickle_problem = _pickle_problem(loader)
         self.rows: dict[LoaderSettings, LoaderRow] = {}
-        self.persistent: dict[LoaderSettings, DataLoader] = {}
         self.notes: list[str] = []
         self.step_s: float | None = None
         self._latest = None  # the iterator a pass is on
@@ -142,6 +142,9 @@ class _Tuner:
             # the current settings run again, so every candidate is paired with them in its own rounds
             knobs = [self.current, self.fastest] + [s for s in more if s not in (self.current, self.fastest)]
             self._rounds(knobs, "persistent workers and a deeper prefetch")
+        if self.options.rounds < MIN_PAIRED_ROUNDS:
+            self.notes.append(f"{self.options.rounds} rounds give no confidence interval (it takes "
+                              f"{MIN_PAIRED_ROUNDS}), so no change is recommended: the figures are a first look")
         if self.pickle_problem and self.start_method == "fork":
             self.notes.append(
                 f"workers work here because Linux forks them, but the dataset cannot be pickled "
@@ -183,8 +186,9 @@ class _Tuner:
         except Exception as exc:  # a worker crashed or the dataset raised
             row.error = _describe(exc)
         finally:
-            if not s.persistent_workers:
-                _shutdown(iterator)
+            # Persistent workers too: left running, they would go on filling their prefetch buffer
+            # while the next setting is timed, and slow it.  A pass sees their gain at each new epoch.
+            _shutdown(iterator)
 
     def _steady(self, loader: DataLoader, iterator, s: LoaderSettings) -> tuple[int, float]:
         """Batches and seconds after the start of a pass.  Workers fill a buffer of prefetch_factor
@@ -218,12 +222,7 @@ class _Tuner:
         return done >= MIN_BATCHES and elapsed >= self.options.seconds
 
     def _loader(self, s: LoaderSettings) -> DataLoader:
-        if s.persistent_workers and s in self.persistent:
-            return self.persistent[s]
-        loader = DataLoader(**self._kwargs(s))
-        if s.persistent_workers:
-            self.persistent[s] = loader
-        return loader
+        return DataLoader(**self._kwargs(s))  # fresh each pass: every pass starts its workers, as training does
 
     def _kwargs(self, s: LoaderSettings) -> dict:
         src = self.loader
@@ -250,7 +249,8 @@ class _Tuner:
         n = min(len(a), len(b))
         if n < 2:
             return None, None
-        return summarize(a[:n]).median / summarize(b[:n]).median, bootstrap_ratio_ci(a[:n], b[:n])
+        speedup = summarize(a[:n]).median / summarize(b[:n]).median
+        return speedup, (bootstrap_ratio_ci(a[:n], b[:n]) if n >= MIN_PAIRED_ROUNDS else None)
 
     def recommendation(self) -> tuple[LoaderSettings, float | None, tuple[float, float] | None]:
         """The settings to use, always ones that were measured: among those faster than the current
@@ -312,16 +312,12 @@ class _Tuner:
             self.device.synchronize()
             return done / (time.perf_counter() - start)
         finally:
-            if not s.persistent_workers:
-                _shutdown(iterator)
+            _shutdown(iterator)
 
     # --- the end ----------------------------------------------------------------------
 
     def close(self) -> None:
-        for loader in self.persistent.values():
-            _shutdown(getattr(loader, "_iterator", None))
-        self.persistent.clear()
-        multiprocessing.active_children()  # reaps what has exited
+        multiprocessing.active_children()  # reaps the workers that have exited
 
     def result(self, label: str, seconds: float) -> LoaderTuneResult:
         best, speedup, ci = self.recommendation()

@@ -238,15 +238,22 @@ def free(names: list[str], namespace: dict[str, Any], *, hidden: Iterable[str] =
          devices: list[Device] | None = None, top: int = 10,
          extra_pins: Callable[[], list[Pin]] | None = None) -> MemoryResult:
     """Delete ``names``, drop what else pins their tensors (IPython's output history, the last
-    traceback, and ``extra_pins()``: the shell's own copies), collect, empty the caches."""
+    traceback, and ``extra_pins()``: the shell's own copies), collect, empty the caches.
+
+    With no names, drop the pins that hold memory no variable holds (what the report flags).
+    """
     missing = [n for n in names if n not in namespace]
     if missing:
-        raise KeyError(", ".join(missing))
+        raise NameError(f"not defined: {', '.join(missing)}")
     devices = visible_accelerators() if devices is None else devices
     walker = Walker()
     targets: dict[tuple[str, int], int] = {}
     for name in names:
         targets.update(walker.holding(namespace[name]).storages)
+    if not names:
+        held = set(holdings(user_variables(namespace, hidden), walker).union)
+        for pin in namespace_pins(namespace) + (extra_pins() if extra_pins else []):
+            targets.update({k: n for k, n in walker.holding(pin.value).storages.items() if k not in held})
     tensors = [weakref.ref(t) for t in _tensors_of([namespace[n] for n in names])]
     before = {d.label: d.memory_allocated() for d in devices}
     cpu_before = host_memory().rss_bytes

@@ -20,6 +20,7 @@ from ..devices import Device, current_device
 from ..devices.profiler import ensure_profiler_free, without_profiler_banner
 from ..measure import timed_call
 from ..results.profile import SORT_KEYS, OpRow, ProfileResult
+from .frames import frame_label, ipython_cell_files
 from .rules import RuleContext, diagnose
 from .trace import STEP_PREFIX, TraceSummary, summarize_trace
 
@@ -172,7 +173,8 @@ def _fill_from_summary(result: ProfileResult, s: TraceSummary, ctx: RuleContext)
     result.step_starts_us = list(s.step_start_us)
     result.memory_peak_bytes = dict(s.peak_allocated)
     result.memory_allocated_bytes = dict(s.allocated_total)
-    result.hot_lines = s.hot_lines.most_common(HOT_LINES_KEPT)
+    cells = ipython_cell_files()
+    result.hot_lines = [(frame_label(frame, cells), us) for frame, us in s.hot_lines.most_common(HOT_LINES_KEPT)]
     if s.steps > len(result.step_s):
         result.notes.append("The last profiled step did not finish; it is included up to the failure.")
 

@@ -26,6 +26,10 @@ THRESHOLDS = {
     "dispatch_small_op_share": 0.3,   # share of the step spent in those short ops plus Python between them
     # amp: share of op time in fp32 matmul/conv on hardware with fast 16-bit floats
     "amp_fp32_matmul_share": 0.25,
+    # ... and only when the matmuls are not tiny: below this mean host time per fp32 matmul call,
+    # the casts autocast adds cost more than 16-bit kernels save (an 8x32 @ 32x32 matmul ran 15x
+    # slower in bf16 on CPU)
+    "amp_min_matmul_us": 20.0,
     # copies: copy/conversion share of the step
     "copies_share": 0.10,
     "pageable_h2d_per_step": 1,
@@ -184,6 +188,8 @@ def amp(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     basis = sum(s.device_category_us.values()) if on_device else s.total_step_us
     share = fp32 / basis if basis > 0 else 0.0
     if share < THRESHOLDS["amp_fp32_matmul_share"]:
+        return None
+    if s.matmul_fp32_calls and s.matmul_fp32_us / s.matmul_fp32_calls < THRESHOLDS["amp_min_matmul_us"]:
         return None
     dtype = ctx.low_precision_dtype or "bfloat16"
     device = ctx.device_kind

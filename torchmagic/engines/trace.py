@@ -119,6 +119,7 @@ class TraceSummary:
     pageable_h2d: int = 0
     # matmul/conv time by precision (self CPU µs on CPU traces, device µs on GPU traces)
     matmul_fp32_us: float = 0.0
+    matmul_fp32_calls: int = 0
     matmul_low_us: float = 0.0
     matmul_fp32_device_us: float = 0.0
     matmul_low_device_us: float = 0.0
@@ -218,7 +219,12 @@ def _split(events, trace_start_ns, out):
     for e in events:
         out.event_count += 1
         activity = e.activity_type()
-        name = e.name()
+        try:
+            name = e.name()
+        except UnicodeDecodeError:
+            # torch 2.13's Python tracer sometimes returns a garbled name for its own frames
+            # (seen: torch/profiler/_cupti_monitor.py); such an event is not the user's
+            continue
         kind = _CPU_KINDS.get(activity)
         if kind is None:
             if activity in _DEVICE_ACTIVITIES:
@@ -426,6 +432,7 @@ class _Sweep:
             out.matmul_low_us += self_us
         elif precision == "fp32":
             out.matmul_fp32_us += self_us
+            out.matmul_fp32_calls += 1
         if ev.corr:
             self.op_of_corr[ev.corr] = (name, category, precision)
         if self.flops:

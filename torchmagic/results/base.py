@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import os
 import sys
 from typing import Any
 
@@ -95,19 +96,26 @@ def tabbed(pages: list[tuple[str, Any]]):
 
 
 def widget_frontend() -> bool:
-    """True in a Jupyter kernel with ipywidgets importable: a widget view may be shown.
+    """True where a live widget view can be shown: a Jupyter kernel driven by an interactive frontend.
 
-    Frontends without a widget manager (nbconvert, GitHub) fall back to text/html, which
-    every bundle carries.  Terminal IPython and plain Python get text only.
+    Headless executors (nbconvert --execute, papermill, nbval) send their requests with stdin
+    off and have no widget manager: what they save must read without a kernel, so they get the
+    HTML view, as do frontends without widgets (GitHub, nbviewer), which skip the widget MIME
+    type.  Terminal IPython and plain Python get text only.  TORCHMAGIC_WIDGETS=0 or 1 overrides
+    the guess inside a kernel (1 for Voila, which executes headless but renders widgets).
     """
     ipython = sys.modules.get("IPython")
     if ipython is None:
         return False
     shell = ipython.get_ipython()
-    if shell is None or getattr(shell, "kernel", None) is None:
+    kernel = getattr(shell, "kernel", None) if shell is not None else None
+    if kernel is None:
         return False
     try:
         import ipywidgets  # noqa: F401
     except ImportError:
         return False
-    return True
+    forced = os.environ.get("TORCHMAGIC_WIDGETS", "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    return bool(getattr(kernel, "_allow_stdin", True))

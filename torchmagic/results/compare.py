@@ -134,11 +134,11 @@ class CompareResult(Result):
             Column("median", lambda v: fmt_s(v.median_s)),
             Column("IQR", lambda v: fmt_s(v.iqr_s)),
             Column("speedup (95% CI)", _fmt_speedup),
-            Column("compile", lambda v: fmt_s(v.compile_s)),
-            Column("pays off after", _fmt_break_even),
+            Column("compile", lambda v: fmt_s(v.compile_s), optional=True),
+            Column("pays off after", _fmt_break_even, optional=True),
             Column("peak mem", lambda v: fmt_bytes(v.peak_bytes)),
             Column("max rel err", lambda v: _fmt_err(v.max_rel_err) + ("" if v.numerics_ok is not False else " ✗")),
-            Column("notes", lambda v: "failed" if not v.ok else ", ".join(v.flags()), "left"),
+            Column("notes", lambda v: "failed" if not v.ok else ", ".join(v.flags()), "left", optional=True),
         ], self.variants, noun="variants")
 
     def to_dict(self) -> dict:

@@ -128,9 +128,9 @@ class LoaderTuneResult(Result):
         return Table([
             Column("settings", lambda r: r.settings.label() + ("  (current)" if r.settings == self.current else "")
                    + ("  ← best" if r.settings == self.best and self.best != self.current else ""), "left"),
-            Column("batches/s", lambda r: f"{r.median_batches_per_s:,.1f}" if r.median_batches_per_s else "–"),
+            Column("batches/s", lambda r: _fmt_rate(r.median_batches_per_s)),
             Column("first batch", lambda r: fmt_s(r.median_first_batch_s)),
-            Column("result", lambda r: r.error or "", "left"),
+            Column("result", lambda r: r.error or "", "left", optional=True),
         ], self.rows, noun="settings")
 
     def to_dict(self) -> dict:
@@ -174,3 +174,10 @@ def _median(values: list[float]) -> float | None:
     from statistics import median
 
     return median(values) if values else None
+
+
+def _fmt_rate(per_s: float | None) -> str:
+    """Three significant figures at least, no false precision: 8,078 / 59.2 / 0.41."""
+    if not per_s:
+        return "–"
+    return f"{per_s:,.0f}" if per_s >= 100 else f"{per_s:.3g}"

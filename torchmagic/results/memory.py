@@ -114,7 +114,7 @@ class MemoryResult(Result):
             return f"%%gpumem: the cell peaked at {peak} and kept {fmt_bytes(c.net_bytes)} on {c.device}"
         if self.freed is not None:
             got = ", ".join(f"{fmt_bytes(n)} on {d}" for d, n in self.freed.reclaimed.items()) or "nothing measurable"
-            return f"%gpumem --free {' '.join(self.freed.names)}: reclaimed {got}"
+            return f"{' '.join(['%gpumem --free', *self.freed.names])}: reclaimed {got}"
         if not self.devices:
             return "%gpumem: no GPU found; host memory and CPU tensors below"
         return "%gpumem: " + "; ".join(_device_line(d) for d in self.devices)
@@ -174,9 +174,11 @@ class MemoryResult(Result):
         if self.freed is None:
             return []
         f = self.freed
-        lines = [f"deleted: {', '.join(f.names)}"]
+        lines = [f"deleted: {', '.join(f.names)}"] if f.names else []
         if f.dropped:
-            lines.append(f"also dropped: {', '.join(f.dropped)}")
+            lines.append(f"{'also dropped' if f.names else 'dropped'}: {', '.join(f.dropped)}")
+        elif not f.names:
+            lines.append("dropped nothing: no memory was held by IPython alone")
         if f.still_alive_tensors:
             lines.append(f"{f.still_alive_tensors} of their tensors ({fmt_bytes(f.still_alive_bytes)}) are still "
                          "held elsewhere: another variable, a closure, an object's attribute or a running frame")

@@ -102,10 +102,10 @@ def _rate(op, on_device: bool) -> str:
 def _hot_lines_table(r: ProfileResult) -> Table:
     total = sum(us for _, us in r.hot_lines) or 1.0
     return Table([
-        Column("source line", lambda row: row[0], "left"),
+        Column("function (where it starts)", lambda row: row[0], "left"),
         Column("op time", lambda row: fmt_us(row[1])),
         Column("share", lambda row: fmt_pct(row[1] / total)),
-    ], r.hot_lines, limit=r.options.get("top", 15), noun="lines")
+    ], r.hot_lines, limit=r.options.get("top", 15), noun="functions")
 
 
 def _memory_lines(r: ProfileResult) -> list[str]:
@@ -164,7 +164,7 @@ def profile_text(r: ProfileResult) -> str:
     if r.ops:
         out += ["", f"Top operators by {sort_label(r)}:", _ops_table(r).to_text()]
     if r.hot_lines:
-        out += ["", "Source lines by the op time they call:", _hot_lines_table(r).to_text()]
+        out += ["", "Your functions by the op time they call (the innermost one of your code):", _hot_lines_table(r).to_text()]
     memory = _memory_lines(r)
     if memory:
         out += ["", "Memory (torch allocations during the profile):"] + [f"  {line}" for line in memory]
@@ -231,7 +231,7 @@ def _ops_html(r: ProfileResult) -> str:
 def _extras_html(r: ProfileResult) -> str:
     parts = []
     if r.hot_lines:
-        parts.append("<h4>Source lines by the op time they call</h4>" + _hot_lines_table(r).to_html())
+        parts.append("<h4>Your functions by the op time they call (the innermost one of your code)</h4>" + _hot_lines_table(r).to_html())
     memory = _memory_lines(r)
     if memory:
         parts.append("<h4>Memory (torch allocations during the profile)</h4>"

@@ -13,6 +13,7 @@ class Column:
     header: str
     value: Callable[[Any], str]
     align: str = "right"  # "left" for names
+    optional: bool = False  # left out when no shown row has a value in it ("" or "–")
 
 
 class Table:
@@ -24,22 +25,28 @@ class Table:
         self.noun = noun
         self.hint = hint
 
-    def _cells(self) -> tuple[list[list[str]], int]:
+    def _cells(self) -> tuple[list[Column], list[list[str]], int]:
+        """The columns worth showing, their cells, and how many rows were cut."""
         shown = self.rows if self.limit is None else self.rows[: self.limit]
-        return [[c.value(r) for c in self.columns] for r in shown], len(self.rows) - len(shown)
+        cells = [[c.value(r) for c in self.columns] for r in shown]
+        keep = [i for i, c in enumerate(self.columns)
+                if not c.optional or any(row[i] not in ("", "–") for row in cells)]
+        return ([self.columns[i] for i in keep], [[row[i] for i in keep] for row in cells],
+                len(self.rows) - len(shown))
 
     def _omitted_line(self, omitted: int) -> str:
-        return f"… {omitted} more {self.noun} not shown{self.hint}" if omitted else ""
+        noun = self.noun[:-1] if omitted == 1 and self.noun.endswith("s") else self.noun
+        return f"… {omitted} more {noun} not shown{self.hint}" if omitted else ""
 
     def to_text(self, indent: str = "  ", max_name: int = 60) -> str:
-        cells, omitted = self._cells()
+        columns, cells, omitted = self._cells()
         cells = [[_clip(v, max_name) for v in row] for row in cells]
-        headers = [c.header for c in self.columns]
+        headers = [c.header for c in columns]
         widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
 
         def line(values):
             parts = [v.ljust(w) if c.align == "left" else v.rjust(w)
-                     for v, w, c in zip(values, widths, self.columns)]
+                     for v, w, c in zip(values, widths, columns)]
             return (indent + "  ".join(parts)).rstrip()
 
         lines = [line(headers)] + [line(row) for row in cells]
@@ -48,15 +55,15 @@ class Table:
         return "\n".join(lines)
 
     def to_html(self) -> str:
-        cells, omitted = self._cells()
-        head = "".join(f'<th style="text-align:{c.align}">{html.escape(c.header)}</th>' for c in self.columns)
+        columns, cells, omitted = self._cells()
+        head = "".join(f'<th style="text-align:{c.align}">{html.escape(c.header)}</th>' for c in columns)
         body = "".join(
             "<tr>" + "".join(
-                f'<td style="text-align:{c.align}">{html.escape(v)}</td>' for v, c in zip(row, self.columns)
+                f'<td style="text-align:{c.align}">{html.escape(v)}</td>' for v, c in zip(row, columns)
             ) + "</tr>"
             for row in cells
         )
-        foot = (f'<tr><td colspan="{len(self.columns)}" class="tm-omitted">'
+        foot = (f'<tr><td colspan="{len(columns)}" class="tm-omitted">'
                 f"{html.escape(self._omitted_line(omitted))}</td></tr>") if omitted else ""
         return f'<table class="tm-table"><thead><tr>{head}</tr></thead><tbody>{body}{foot}</tbody></table>'
 

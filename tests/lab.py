@@ -1,0 +1,97 @@
+"""A JupyterLab server on loopback and a headless Chromium on it, for the browser tests.
+
+The browser is the system's Chromium (Debian's `chromium` package), driven by Playwright for
+Python: no browser is downloaded.  Nothing here reaches past localhost.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
+
+
+def find_chromium() -> str | None:
+    for name in CHROMIUM_NAMES:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def jupyterlab(root: Path, timeout: float = 120.0):
+    """Start `jupyter lab` serving `root` on a free loopback port; yield its base URL and token."""
+    port, token = free_port(), secrets.token_hex(16)
+    log = open(root / "jupyterlab.log", "w")
+    # Fresh user settings and workspaces: no state from earlier runs, and no news pop-up over the notebook.
+    settings = root / ".lab-settings"
+    news = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    news.parent.mkdir(parents=True, exist_ok=True)
+    news.write_text('{"fetchNews": "false", "checkForUpdates": false}')
+    env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(settings),
+               JUPYTERLAB_WORKSPACES_DIR=str(root / ".lab-workspaces"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1",
+         f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"jupyter lab exited with {proc.returncode}:\n{(root / 'jupyterlab.log').read_text()}")
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("jupyter lab did not answer within "
+                                       f"{timeout:.0f} s:\n{(root / 'jupyterlab.log').read_text()}")
+                time.sleep(0.5)
+        yield base, token
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@contextmanager
+def chromium_page(executable: str, width: int = 1400, height: int = 1000):
+    """A headless Chromium page; yields (page, errors): JavaScript errors and failed requests seen."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=executable, headless=True,
+            args=["--no-sandbox", "--disable-background-networking", "--disable-component-update",
+                  "--disable-dev-shm-usage"])
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+            page.on("response", lambda r: errors.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
+            yield page, errors
+        finally:
+            browser.close()
