@@ -47,6 +47,19 @@ def test_free_reclaims_what_the_output_history_and_a_traceback_pinned(shell):
     assert "keep" in shell.user_ns and "big" not in shell.user_ns
 
 
+def test_autograd_graphs_are_flagged_on_variables_and_history(shell):
+    shell.run_cell("import torch\nw = torch.randn(256, 256, requires_grad=True)\n"
+                   "loss = (torch.randn(64, 256) @ w).relu().sum()")
+    r = run(shell, "%gpumem", store_history=True)[0].result
+    row = next(v for v in r.variables if v.name == "loss")
+    assert row.graphs == 1 and "Tensor + autograd graph" in r.to_text()
+    run(shell, "loss", store_history=True)
+    run(shell, "del loss", store_history=True)
+    r = run(shell, "%gpumem", store_history=True)[0].result
+    (line,) = [line for line in r.pinned_lines() if "output history" in line]
+    assert "plus the autograd graph of 1 tensor" in line  # one tensor, though Out, _ and _N all hold it
+
+
 def test_free_without_names_drops_what_only_the_history_holds(shell):
     shell.run_cell("import torch\nshown = torch.zeros(4 * 2**20)\nkeep = torch.ones(2)")
     ref = weakref.ref(shell.user_ns["shown"])

@@ -41,6 +41,9 @@ class Holding:
     storages: dict[StorageKey, int] = field(default_factory=dict)
     tensors: dict[str, int] = field(default_factory=dict)  # device -> tensors found there
     partial: bool = False  # a limit was reached: there may be more
+    # tensors with an autograd graph behind them (grad_fn): the graph's saved tensors are not
+    # counted, since reading one runs its unpack hook (user code: checkpointing recomputes there)
+    graphs: set[int] = field(default_factory=set)  # their ids
 
     def bytes_on(self, device: str | None = None) -> int:
         return sum(n for (dev, _), n in self.storages.items() if device is None or dev == device)
@@ -107,6 +110,8 @@ class Walker:
         grad = _grad(tensor)
         if grad is not None:
             self._tensor(grad, found)
+        if _has_graph(tensor):
+            found.graphs.add(id(tensor))
 
     def _children(self, value: Any, depth: int, found: Holding) -> list[tuple[Any, int]]:
         if isinstance(value, nn.Module):  # its own nesting does not use up the depth
@@ -170,6 +175,13 @@ def _grad(tensor: torch.Tensor) -> torch.Tensor | None:
         return torch.Tensor.grad.__get__(tensor) if tensor.is_leaf else None
     except Exception:  # tensor subclasses without autograd metadata
         return None
+
+
+def _has_graph(tensor: torch.Tensor) -> bool:
+    try:
+        return tensor.grad_fn is not None
+    except Exception:  # tensor subclasses without autograd metadata
+        return False
 
 
 def _dense_parts(tensor: torch.Tensor) -> list[torch.Tensor]:

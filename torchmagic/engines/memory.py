@@ -74,7 +74,7 @@ def variable_rows(found: Holdings, variables: dict[str, Any], only: set[tuple[st
         for device, (nbytes, shared) in per_device.items():
             rows.append(VariableMemory(name=name, device=device, bytes=nbytes,
                                        tensors=holding.tensors.get(device, 0), type=type(variables[name]).__name__,
-                                       shared_bytes=shared, partial=holding.partial))
+                                       shared_bytes=shared, partial=holding.partial, graphs=len(holding.graphs)))
     rows.sort(key=lambda r: (-r.bytes, r.name))
     return rows
 
@@ -101,6 +101,7 @@ def _memory_report(namespace, hidden, devices, top, pins) -> MemoryResult:
     readings = [_device_memory(d, per_device_held.get(d.label, 0)) for d in devices]
     host = host_memory()
     notes = [] if devices else ["no GPU found: torch.cuda.is_available() is False"]
+    pinned, pinned_graphs = _pinned(pins, set(union), walker)
     if any(h.partial for h in found.by_name.values()):
         notes.append("some variables were only partly walked (a limit on depth or items was reached)")
     return MemoryResult(
@@ -108,7 +109,7 @@ def _memory_report(namespace, hidden, devices, top, pins) -> MemoryResult:
         host={"rss_bytes": host.rss_bytes, "available_bytes": host.available_bytes, "total_bytes": host.total_bytes,
               "variables_bytes": per_device_held.get("cpu", 0)},
         variables=variable_rows(found, variables),
-        pinned=_pinned(pins, set(union), walker),
+        pinned=pinned, pinned_graphs=pinned_graphs,
         notes=notes, top=top)
 
 
@@ -119,17 +120,22 @@ def _bytes_by_device(storages: dict[tuple[str, int], int]) -> dict[str, int]:
     return out
 
 
-def _pinned(pins: list[Pin], held: set, walker: Walker) -> dict[str, dict[str, int]]:
-    """Memory that only IPython's history or the last traceback keeps alive, by kind and device."""
+def _pinned(pins: list[Pin], held: set, walker: Walker) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """Memory that only IPython's history or the last traceback keeps alive, by kind and device;
+    and, by kind, the tensors there with an autograd graph that no variable holds."""
     storages: dict[str, dict[tuple[str, int], int]] = {}
+    graphs: dict[str, set[int]] = {}
     for pin in pins:
-        storages.setdefault(pin.kind, {}).update(walker.holding(pin.value).storages)
+        holding = walker.holding(pin.value)
+        storages.setdefault(pin.kind, {}).update(holding.storages)
+        if holding.graphs and not set(holding.storages) <= held:
+            graphs.setdefault(pin.kind, set()).update(holding.graphs)
     out = {}
     for kind, found in storages.items():
         only_there = {k: n for k, n in found.items() if k not in held}
         if only_there:
             out[kind] = _bytes_by_device(only_there)
-    return out
+    return out, {kind: len(ids) for kind, ids in graphs.items()}
 
 
 def _device_memory(device: Device, variables_bytes: int) -> DeviceMemory:

@@ -63,6 +63,7 @@ class VariableMemory:
     type: str
     shared_bytes: int = 0   # of these bytes, also held by another variable (views, tied weights)
     partial: bool = False   # the walk stopped at a limit: there may be more
+    graphs: int = 0         # of its tensors, those with an autograd graph behind them (not counted in bytes)
 
 
 @dataclass
@@ -94,6 +95,7 @@ class MemoryResult(Result):
     host: dict[str, Any]
     variables: list[VariableMemory]
     pinned: dict[str, dict[str, int]] = field(default_factory=dict)  # what -> device -> bytes no variable holds
+    pinned_graphs: dict[str, int] = field(default_factory=dict)  # what -> tensors there with an autograd graph
     cell: CellMemory | None = None
     freed: Freed | None = None
     notes: list[str] = field(default_factory=list)
@@ -137,6 +139,10 @@ class MemoryResult(Result):
         lines = []
         for key, per_device in self.pinned.items():
             total = ", ".join(f"{fmt_bytes(n)} on {d}" for d, n in per_device.items() if n)
+            graphs = self.pinned_graphs.get(key, 0)
+            if graphs:
+                total += (f", plus the autograd graph{'s' if graphs > 1 else ''} of {graphs} "
+                          f"tensor{'s' if graphs > 1 else ''} (not counted: often far more)")
             if total:
                 lines.append(f"{what.get(key, key)} holds {total} that no variable holds: "
                              "%gpumem --free drops it")
@@ -148,7 +154,7 @@ class MemoryResult(Result):
             Column("device", lambda v: v.device, "left"),
             Column("memory", lambda v: fmt_bytes(v.bytes)),
             Column("tensors", lambda v: f"{v.tensors:,}"),
-            Column("type", lambda v: v.type, "left"),
+            Column("type", lambda v: v.type + (" + autograd graph" if v.graphs else ""), "left"),
             Column("shared", lambda v: (fmt_bytes(v.shared_bytes) if v.shared_bytes else "")
                    + (" (walk stopped at a limit)" if v.partial else ""), "left"),
         ], self.variables, limit=self.top, noun="variables", hint=" (-o r: r.variables has them all)")
@@ -165,9 +171,12 @@ class MemoryResult(Result):
             lines.append("held by: " + ", ".join(f"{v.name} {fmt_bytes(v.bytes)}" for v in c.new_variables[:8]))
         unheld = c.net_bytes - sum(v.bytes for v in c.new_variables)
         if unheld > max(0.05 * c.net_bytes, 2**20):
+            with_graph = [v.name for v in c.new_variables if v.graphs]
             lines.append(f"{fmt_bytes(unheld)} of the net is held by no variable directly: usually the autograd "
-                         "graph of an output computed with gradients on (the activations a backward would need), "
-                         "or objects the walk does not enter")
+                         "graph of an output computed with gradients on (the activations a backward would need"
+                         + (f"; here {', '.join(with_graph)} {'has' if len(with_graph) == 1 else 'have'} one"
+                            if with_graph else "")
+                         + "), or objects the walk does not enter")
         return lines
 
     def _freed_lines(self) -> list[str]:
