@@ -326,7 +326,7 @@ def bench_analysis(min_events: int = 100_000, reps: int = 3, torch_parse: bool =
     """Figure 2: torchmagic's analysis of one >= min_events profile, and torch's own parse of it."""
     import torch
 
-    from torchmagic.engines.profile import ProfileOptions, _build_result
+    from torchmagic.engines.profile import ProfileOptions, _build_result, _rule_context
     from torchmagic.engines.trace import STEP_PREFIX, summarize_trace
 
     device = CpuDevice()
@@ -376,8 +376,9 @@ def bench_analysis(min_events: int = 100_000, reps: int = 3, torch_parse: bool =
             # _build_result releases the profiler's events when done: hand it a stand-in that
             # holds the same results, so every rep (and torch's parse below) sees them
             holder = types.SimpleNamespace(profiler=types.SimpleNamespace(kineto_results=results))
+            ctx = _rule_context(device, {}, None)
             result, took = _timed(lambda: _build_result(holder, ProfileOptions(), "%%torchprofile", device,
-                                                        [], [body_s], None))
+                                                        [], [body_s], None, ctx))
             build_s.append(took)
         except Exception as exc:
             out["build_result_error"] = f"{type(exc).__name__}: {exc}"

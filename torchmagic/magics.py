@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
 
-from IPython.core.error import UsageError
+from IPython.core import error as ipython_error
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.core.magic_arguments import parse_argstring as _parse_argstring
 from IPython.display import display
 
 from .cell import Cell
@@ -26,6 +28,15 @@ from .devices import current_device, visible_accelerators
 from .results.base import widget_frontend
 from .results.profile import SORT_KEYS
 
+
+def usage_error(message: str) -> ipython_error.UsageError:
+    """IPython's usage error (shown as one line, no traceback), kept to one short line however
+    much input it quotes: IPython expands $name in a magic's line, so a quoted option can hold a
+    whole tensor's repr.  (IPython recognises the exact class, so this is not a subclass.)"""
+    text = " ".join(message.split())
+    return ipython_error.UsageError(text if len(text) <= 300 else text[:299] + "…")
+
+
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, "mib": 2**20,
           "g": 1e9, "gb": 1e9, "gib": 2**30, "t": 1e12, "tb": 1e12, "tib": 2**40}
@@ -35,10 +46,10 @@ def parse_budget(text: str) -> float:
     """'8GiB', '512MB', '2e9' (bytes) or '0.9' (a fraction of memory)."""
     match = _SIZE.match(text)
     if not match:
-        raise UsageError(f"--budget takes bytes such as 8GiB or 512MiB, or a fraction such as 0.9; got {text!r}")
+        raise usage_error(f"--budget takes bytes such as 8GiB or 512MiB, or a fraction such as 0.9; got {text!r}")
     value = float(match.group(1)) * _UNITS[(match.group(2) or "").lower()]
     if value <= 0:
-        raise UsageError(f"--budget must be positive, got {text!r}")
+        raise usage_error(f"--budget must be positive, got {text!r}")
     return value
 
 
@@ -53,6 +64,8 @@ class TorchMagics(Magics):
                 self.shell.user_ns[args.output] = result
             if not args.quiet:
                 display(result)
+        if isinstance(error, KeyboardInterrupt):
+            _raise_as_shown(error)
         if error is not None:
             raise error
         return value
@@ -68,11 +81,11 @@ class TorchMagics(Magics):
     def _check_output_name(name: str | None) -> None:
         """Checked before anything runs, so a typo in -o costs nothing."""
         if name is not None and not name.isidentifier():
-            raise UsageError(f"-o needs a Python variable name, got {name!r}")
+            raise usage_error(f"-o needs a Python variable name, got {name!r}")
 
     def _cell(self, source: str, magic: str) -> Cell:
         if not source.strip():
-            raise UsageError(f"{magic}: there is no code to measure")
+            raise usage_error(f"{magic}: there is no code to measure")
         shell = self.shell
         try:
             return Cell(source, transform=shell.transform_cell,
@@ -82,7 +95,7 @@ class TorchMagics(Magics):
             # Show it as IPython shows a cell's syntax error (the line and a caret, none of our
             # frames), then stop here with one line, so "Run all" stops too.
             shell.showsyntaxerror()
-            raise UsageError(f"{magic}: the code has a syntax error (above); nothing ran") from None
+            raise usage_error(f"{magic}: the code has a syntax error (above); nothing ran") from None
 
     @magic_arguments()
     @argument("--steps", type=int, default=1, metavar="N",
@@ -117,7 +130,7 @@ class TorchMagics(Magics):
                                      memory=args.memory, stack=args.stack, flops=args.flops,
                                      trace=args.trace, sort=args.sort, top=args.top)
         except ValueError as exc:
-            raise UsageError(f"%%torchprofile: {exc}") from None
+            raise usage_error(f"%%torchprofile: {exc}") from None
         self._check_output_name(args.output)
         code = self._cell(cell, "%%torchprofile")
         namespace = self.shell.user_ns
@@ -129,7 +142,7 @@ class TorchMagics(Magics):
         try:
             run = run_profile(step, options, label="%%torchprofile", names=self._verify_names(code))
         except ProfilerBusyError as exc:
-            raise UsageError(f"%%torchprofile: {exc}") from None
+            raise usage_error(f"%%torchprofile: {exc}") from None
         run.result.verify_runner = self._verify_runner(cell)
         return self._cell_outcome(args, run.result, run.value, run.error)
 
@@ -203,7 +216,7 @@ class TorchMagics(Magics):
                 warmup=args.warmup, dtype=args.dtype.lower() if args.dtype else None, atol=args.atol,
                 rtol=args.rtol, restore=not args.no_restore)
         except ValueError as exc:
-            raise UsageError(f"%%amp_compare: {exc}") from None
+            raise usage_error(f"%%amp_compare: {exc}") from None
         code = self._cell(cell, "%%amp_compare")
         namespace = self.shell.user_ns
         name = self._compare_model(args.model, code.names)
@@ -223,13 +236,13 @@ class TorchMagics(Magics):
 
         compared = args.compared
         if compared is not None and not compared.isidentifier():
-            raise UsageError(f"--output needs a variable name, got {compared!r}")
+            raise usage_error(f"--output needs a variable name, got {compared!r}")
 
         def output(value):
             if compared is None:
                 return value
             if compared not in namespace:
-                raise UsageError(f"%%amp_compare: the cell did not define {compared!r} (--output)")
+                raise usage_error(f"%%amp_compare: the cell did not define {compared!r} (--output)")
             return namespace[compared]
 
         after_eager: dict = {}
@@ -239,7 +252,7 @@ class TorchMagics(Magics):
                               on_progress=progress.say if progress else None,
                               after_baseline=lambda: after_eager.update(namespace))
         except ProfilerBusyError as exc:
-            raise UsageError(f"%%amp_compare: {exc}") from None
+            raise usage_error(f"%%amp_compare: {exc}") from None
         finally:
             if progress:
                 progress.close()
@@ -256,16 +269,16 @@ class TorchMagics(Magics):
         namespace = self.shell.user_ns
         if name is not None:
             if name not in namespace:
-                raise UsageError(f"%%amp_compare: --model {name!r} is not defined")
+                raise usage_error(f"%%amp_compare: --model {name!r} is not defined")
             if not isinstance(namespace[name], torch.nn.Module):
-                raise UsageError(f"%%amp_compare: --model {name!r} is a {type(namespace[name]).__name__}, "
+                raise usage_error(f"%%amp_compare: --model {name!r} is a {type(namespace[name]).__name__}, "
                                  "not an nn.Module")
             return name
         modules = sorted(n for n in names if isinstance(namespace.get(n), torch.nn.Module))
         with_params = [n for n in modules if any(True for _ in namespace[n].parameters())]
         candidates = with_params or modules
         if len(candidates) > 1:
-            raise UsageError(f"%%amp_compare: the cell uses several models ({', '.join(candidates)}); "
+            raise usage_error(f"%%amp_compare: the cell uses several models ({', '.join(candidates)}); "
                              "say which one the variants change with --model NAME")
         return candidates[0] if candidates else None
 
@@ -304,12 +317,12 @@ class TorchMagics(Magics):
         self._check_output_name(args.output)
         actions = [a for a in ("free", "reset", "watch", "stop") if getattr(args, a) not in (None, False)]
         if len(actions) > 1:
-            raise UsageError(f"%gpumem: use one of --{', --'.join(actions)} at a time")
+            raise usage_error(f"%gpumem: use one of --{', --'.join(actions)} at a time")
         if args.top < 1:
-            raise UsageError("%gpumem: --top must be at least 1")
+            raise usage_error("%gpumem: --top must be at least 1")
         if cell is not None:
             if actions:
-                raise UsageError(f"%%gpumem measures a cell; --{actions[0]} is for the line magic %gpumem")
+                raise usage_error(f"%%gpumem measures a cell; --{actions[0]} is for the line magic %gpumem")
             return self._gpumem_cell(cell, args)
         action = actions[0] if actions else None
         namespace, hidden = self.shell.user_ns, self.shell.user_ns_hidden
@@ -322,14 +335,14 @@ class TorchMagics(Magics):
             return self._start_watch(args.watch)
         if action == "stop":
             if self._watch is None:
-                raise UsageError("%gpumem: no watch is running (start one with %gpumem --watch)")
+                raise usage_error("%gpumem: no watch is running (start one with %gpumem --watch)")
             result, self._watch = self._watch.stop(), None
         elif action == "free":
             try:
                 result = memory_engine.free(args.free, namespace, hidden=hidden, top=args.top,
                                             extra_pins=self._ipython_pins)
             except NameError as exc:
-                raise UsageError(f"%gpumem --free: {exc}") from None
+                raise usage_error(f"%gpumem --free: {exc}") from None
         else:
             result = memory_engine.memory_report(namespace, hidden=hidden, top=args.top,
                                                  pins=namespace_pins(namespace) + self._ipython_pins())
@@ -361,7 +374,7 @@ class TorchMagics(Magics):
 
     def _start_watch(self, interval: float):
         if not interval > 0:
-            raise UsageError("%gpumem --watch: the interval must be a positive number of seconds")
+            raise usage_error("%gpumem --watch: the interval must be a positive number of seconds")
         if self._watch is not None:
             self._watch.stop()
         view = None
@@ -421,26 +434,28 @@ class TorchMagics(Magics):
         self._check_output_name(args.output)
         namespace = self.shell.user_ns
         if args.loader not in namespace:
-            raise UsageError(f"%loadertune: {args.loader!r} is not defined")
+            raise usage_error(f"%loadertune: {args.loader!r} is not defined")
         try:
             workers = tuple(int(w) for w in args.workers.split(",")) if args.workers else None
         except ValueError:
-            raise UsageError(f"%loadertune: --workers takes counts such as 0,1,2,4; got {args.workers!r}") from None
+            raise usage_error(f"%loadertune: --workers takes counts such as 0,1,2,4; got {args.workers!r}") from None
         try:
             options = LoaderTuneOptions(workers=workers, batches=args.batches, seconds=args.seconds, rounds=args.rounds)
             loader = as_loader(namespace[args.loader], self._loader_kwargs(args.loader_kwargs))
         except ValueError as exc:
-            raise UsageError(f"%loadertune: {exc}") from None
+            raise usage_error(f"%loadertune: {exc}") from None
         step = None
         if args.step is not None:
             step = namespace.get(args.step)
             if not callable(step):
-                raise UsageError(f"%loadertune: --step {args.step!r} is not a function defined in the notebook")
+                raise usage_error(f"%loadertune: --step {args.step!r} is not a function defined in the notebook")
         progress = self._progress("%loadertune", args.quiet)
         try:
             result = run_loadertune(loader, options, step=step, label=args.loader,
                                     state=objects_used_by(step, namespace) if step else None,
                                     on_progress=progress.say if progress else None)
+        except KeyboardInterrupt as exc:
+            _raise_as_shown(exc)
         finally:
             if progress:
                 progress.close()
@@ -452,12 +467,12 @@ class TorchMagics(Magics):
         for item in items:
             key, sep, text = item.partition("=")
             if not sep or not key.isidentifier():
-                raise UsageError(f"%loadertune: DataLoader arguments are written key=value, got {item!r}")
+                raise usage_error(f"%loadertune: DataLoader arguments are written key=value, got {item!r}")
             try:
                 kwargs[key] = ast.literal_eval(text)
             except (ValueError, SyntaxError):
                 if text not in self.shell.user_ns:
-                    raise UsageError(f"%loadertune: {key}={text} is neither a Python literal nor a defined name") from None
+                    raise usage_error(f"%loadertune: {key}={text} is neither a Python literal nor a defined name") from None
                 kwargs[key] = self.shell.user_ns[text]
         return kwargs
 
@@ -500,7 +515,7 @@ class TorchMagics(Magics):
                 min_size=args.min, max_size=args.max, multiple_of=args.multiple_of, margin=args.margin,
                 target_batch=args.target_batch, throughput=args.throughput, estimate=not args.no_estimate)
         except ValueError as exc:
-            raise UsageError(f"%autobatch: {exc}") from None
+            raise usage_error(f"%autobatch: {exc}") from None
         step, label = self._autobatch_step(args.step, expression)
         state = objects_used_by(step, self.shell.user_ns)
         progress = self._progress("%autobatch", args.quiet)
@@ -508,7 +523,9 @@ class TorchMagics(Magics):
             result = run_autobatch(step, options, state=state, label=label,
                                    on_probe=progress.probe if progress else None)
         except ProfilerBusyError as exc:
-            raise UsageError(f"%autobatch: {exc}") from None
+            raise usage_error(f"%autobatch: {exc}") from None
+        except KeyboardInterrupt as exc:
+            _raise_as_shown(exc)
         finally:
             if progress:
                 progress.close()
@@ -517,9 +534,9 @@ class TorchMagics(Magics):
     def _autobatch_step(self, name: str | None, expression: str | None):
         if expression is not None:
             if name is not None:
-                raise UsageError("%autobatch: give a step callable or `-- EXPR`, not both")
+                raise usage_error("%autobatch: give a step callable or `-- EXPR`, not both")
             if not re.search(r"\bBS\b", expression):
-                raise UsageError("%autobatch: the expression after -- must use BS for the batch size")
+                raise usage_error("%autobatch: the expression after -- must use BS for the batch size")
             code = self._cell(expression, "%autobatch")
             namespace = self.shell.user_ns
 
@@ -537,12 +554,12 @@ class TorchMagics(Magics):
 
             return step, expression.strip()
         if name is None:
-            raise UsageError("%autobatch: name a step callable (%autobatch step) or give `-- EXPR` using BS")
+            raise usage_error("%autobatch: name a step callable (%autobatch step) or give `-- EXPR` using BS")
         if name not in self.shell.user_ns:
-            raise UsageError(f"%autobatch: {name!r} is not defined")
+            raise usage_error(f"%autobatch: {name!r} is not defined")
         step = self.shell.user_ns[name]
         if not callable(step):
-            raise UsageError(f"%autobatch: {name!r} is not callable; it should take the batch size")
+            raise usage_error(f"%autobatch: {name!r} is not callable; it should take the batch size")
         return step, name
 
 
@@ -571,6 +588,46 @@ class _Progress:
 
     def close(self) -> None:
         self.handle.update({"text/plain": ""}, raw=True)
+
+
+def parse_argstring(magic, line: str):
+    """IPython's parser, with shlex's errors (an unclosed quote) as usage errors, not tracebacks."""
+    try:
+        return _parse_argstring(magic, line)
+    except ipython_error.UsageError as exc:  # argparse's messages quote the arguments
+        raise usage_error(str(exc)) from None
+    except ValueError as exc:
+        prefix = "%%" if magic.__name__ in ("torchprofile", "amp_compare") else "%"
+        raise usage_error(f"{prefix}{magic.__name__}: {exc} in the options: {line.strip()}") from None
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+# Raised from a code object outside the package: IPython always shows a traceback's innermost
+# frame, hidden or not, and a frame of ours would say nothing to the user.
+_BARE_INTERRUPT = compile("raise KeyboardInterrupt('stopped between runs of your code')", "<interrupted>", "exec")
+
+
+def _raise_as_shown(interrupt: KeyboardInterrupt):
+    """Re-raise a Ctrl-C as the user should see it: where their code was, if it landed there (the
+    traceback from their first frame on); else a bare KeyboardInterrupt (it landed in our code:
+    between their runs, in a restore)."""
+    __tracebackhide__ = True  # noqa: F841
+    tb = interrupt.__traceback__
+    while tb is not None and _ours(tb):
+        tb = tb.tb_next
+    if tb is not None:
+        raise interrupt.with_traceback(tb) from None
+    try:
+        exec(_BARE_INTERRUPT, {})
+    except KeyboardInterrupt as bare:
+        bare.__suppress_context__ = True
+        raise
+
+
+def _ours(tb) -> bool:
+    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep)
 
 
 def _split_expression(line: str) -> tuple[str, str | None]:

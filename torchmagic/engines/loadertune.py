@@ -29,6 +29,7 @@ from .state import Snapshot
 
 WORKER_TIMEOUT_S = 120  # a worker that sends nothing for this long is taken as hung
 MIN_BATCHES = 3         # a time-bound pass still times at least this many batches
+EPOCH_CAP = 10          # a pass runs on to the next epoch's start unless that takes this many times --seconds
 MIN_PAIRED_ROUNDS = 5   # fewer paired passes give a bootstrap interval that claims more than it knows
 _END = object()
 
@@ -127,6 +128,10 @@ class _Tuner:
         self.samples: dict[tuple[int, LoaderSettings], list[float]] = {}
         self.fastest = self.current
         self.with_step_rows: dict[str, float] = {}
+        try:
+            self.epoch_batches: int | None = len(loader)
+        except TypeError:  # an IterableDataset without __len__
+            self.epoch_batches = None
 
     # --- the sweep --------------------------------------------------------------------
 
@@ -217,9 +222,16 @@ class _Tuner:
                 _shutdown(self._latest)
 
     def _pass_done(self, done: int, elapsed: float) -> bool:
+        """A time-bound pass lasts --seconds, and at least an epoch while that takes under
+        EPOCH_CAP times --seconds: the batches buffered at a pass's start go untimed, so a pass
+        shorter than an epoch would never pay an epoch's start (workers refilling their queues,
+        or starting again) and would overstate what workers give on short epochs."""
         if self.options.batches is not None:
             return done >= self.options.batches
-        return done >= MIN_BATCHES and elapsed >= self.options.seconds
+        if done < MIN_BATCHES or elapsed < self.options.seconds:
+            return False
+        epoch = self.epoch_batches
+        return epoch is None or done >= epoch or elapsed >= EPOCH_CAP * self.options.seconds
 
     def _loader(self, s: LoaderSettings) -> DataLoader:
         return DataLoader(**self._kwargs(s))  # fresh each pass: every pass starts its workers, as training does

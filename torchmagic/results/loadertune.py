@@ -115,9 +115,9 @@ class LoaderTuneResult(Result):
         best = self.best
         if best.persistent_workers and not self.current.persistent_workers:
             fresh, kept = self.row(replace(best, persistent_workers=False)), self.row(best)
-            if fresh and kept and fresh.median_first_batch_s and kept.median_first_batch_s:
-                lines.append(f"persistent_workers=True keeps the workers between epochs: an epoch's first batch took "
-                             f"{fmt_s(kept.median_first_batch_s)} instead of {fmt_s(fresh.median_first_batch_s)}")
+            if fresh and kept and fresh.median_batches_per_s and kept.median_batches_per_s:
+                lines.append(f"persistent_workers=True keeps the workers between epochs: {_fmt_rate(kept.median_batches_per_s)} "
+                             f"batches/s with it, {_fmt_rate(fresh.median_batches_per_s)} without (new epochs' starts included)")
         if best.num_workers > 0 and best.num_workers >= self.cpus:
             lines.append("as many workers as cores: torch's own threads compete with them; on a CPU-only machine "
                          "try torch.set_num_threads(1) in the training process")

@@ -140,12 +140,11 @@ class MemoryResult(Result):
         for key, per_device in self.pinned.items():
             total = ", ".join(f"{fmt_bytes(n)} on {d}" for d, n in per_device.items() if n)
             graphs = self.pinned_graphs.get(key, 0)
-            if graphs:
-                total += (f", plus the autograd graph{'s' if graphs > 1 else ''} of {graphs} "
-                          f"tensor{'s' if graphs > 1 else ''} (not counted: often far more)")
-            if total:
-                lines.append(f"{what.get(key, key)} holds {total} that no variable holds: "
-                             "%gpumem --free drops it")
+            if not total:
+                continue
+            graph = (f", plus the autograd graph{'s' if graphs > 1 else ''} of {graphs} tensor{'s' if graphs > 1 else ''} "
+                     "(not counted, often far more)") if graphs else ""
+            lines.append(f"{what.get(key, key)} holds {total} that no variable holds{graph}: %gpumem --free drops it")
         return lines
 
     def _variables_table(self) -> Table:
