@@ -29,7 +29,8 @@ from .state import Snapshot
 
 WORKER_TIMEOUT_S = 120  # a worker that sends nothing for this long is taken as hung
 MIN_BATCHES = 3         # a time-bound pass still times at least this many batches
-EPOCH_CAP = 10          # a pass runs on to the next epoch's start unless that takes this many times --seconds
+SHORT_EPOCH_BUFFERS = 20  # an epoch shorter than this many prefetch buffers is short: its refill shows
+EPOCH_CAP = 4           # a pass runs on to a short epoch's next start unless that takes this many times --seconds
 MIN_PAIRED_ROUNDS = 5   # fewer paired passes give a bootstrap interval that claims more than it knows
 _END = object()
 
@@ -200,13 +201,14 @@ class _Tuner:
         batches each while the first one is awaited: those are taken untimed, or a short pass would
         time the buffer, not the workers.  A pass runs on into new epochs, and those starts are
         timed: a training loop pays them too (less with persistent workers)."""
-        for _ in range(s.num_workers * (s.prefetch_factor or 0)):
+        buffered = s.num_workers * (s.prefetch_factor or 0)
+        for _ in range(buffered):
             if next(iterator, _END) is _END:
                 break
         first, self._latest = iterator, iterator
         done, start, empty = 0, time.perf_counter(), 0
         try:
-            while not self._pass_done(done, time.perf_counter() - start):
+            while not self._pass_done(done, time.perf_counter() - start, buffered):
                 if next(iterator, _END) is not _END:
                     done, empty = done + 1, 0
                     continue
@@ -221,17 +223,19 @@ class _Tuner:
             if self._latest is not first and not s.persistent_workers:
                 _shutdown(self._latest)
 
-    def _pass_done(self, done: int, elapsed: float) -> bool:
-        """A time-bound pass lasts --seconds, and at least an epoch while that takes under
-        EPOCH_CAP times --seconds: the batches buffered at a pass's start go untimed, so a pass
-        shorter than an epoch would never pay an epoch's start (workers refilling their queues,
-        or starting again) and would overstate what workers give on short epochs."""
+    def _pass_done(self, done: int, elapsed: float, buffered: int = 0) -> bool:
+        """A time-bound pass lasts --seconds.  The ``buffered`` batches the workers prefetched at
+        its start go untimed, so on an epoch not much longer than that buffer a pass must also
+        run on past the next epoch's start (up to EPOCH_CAP times --seconds), where the workers
+        refill their queues (or start again) as they do in training: else it would overstate what
+        workers give on short epochs."""
         if self.options.batches is not None:
             return done >= self.options.batches
         if done < MIN_BATCHES or elapsed < self.options.seconds:
             return False
         epoch = self.epoch_batches
-        return epoch is None or done >= epoch or elapsed >= EPOCH_CAP * self.options.seconds
+        short_epoch = epoch is not None and buffered > 0 and epoch < SHORT_EPOCH_BUFFERS * buffered
+        return not short_epoch or done >= epoch or elapsed >= EPOCH_CAP * self.options.seconds
 
     def _loader(self, s: LoaderSettings) -> DataLoader:
         return DataLoader(**self._kwargs(s))  # fresh each pass: every pass starts its workers, as training does
