@@ -93,8 +93,8 @@ def test_each_magic_renders_its_widget_in_jupyterlab(tmp_path):
         for name, spec in {**MAGICS, **LONG_PROFILE}.items():
             cell = _cell(page, name)
             _wait_done(cell)
-            output = cell.locator(".jp-OutputArea-output")
-            assert "Traceback" not in output.all_inner_texts().__str__(), f"{name} raised:\n{output.all_inner_texts()}"
+            shown = "\n".join(cell.locator(".jp-OutputArea-output").all_inner_texts())
+            assert "Traceback" not in shown, f"{name} raised:\n{shown}"
             view = cell.locator(".jupyter-widgets.widget-tab" if spec["tabs"] else ".widget-html")
             view.first.wait_for(timeout=30_000)
             assert view.count() == 1, f"{name}: {view.count()} widget views"
