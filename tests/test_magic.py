@@ -175,6 +175,11 @@ def test_stack_ranks_the_users_functions_by_cell(shell):
     assert result.success, (result.error_in_exec, captured.stdout, captured.stderr)
     functions = [frame for frame, _ in shell.user_ns["r"].hot_lines]
     assert functions[0] == f"heavy  (In [{cell}], line 1)"  # named as IPython's tracebacks name cells
+    with capture_output():
+        result = shell.run_cell("%%torchprofile -q -o r --stack\nfor _ in range(3):\n    torch.randn(64, 64).sum()",
+                                store_history=True)
+    top = [frame for frame, _ in shell.user_ns["r"].hot_lines if "top level" in frame]
+    assert top == [f"In [{result.execution_count}], top level"]  # the profiled cell's own number
 
 
 def test_frame_labels():

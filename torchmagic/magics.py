@@ -83,13 +83,19 @@ class TorchMagics(Magics):
         if name is not None and not name.isidentifier():
             raise usage_error(f"-o needs a Python variable name, got {name!r}")
 
+    def _running_cell_number(self) -> int:
+        """The number of the cell being run, as its prompt shows it: IPython counts a cell that
+        stores history before running it, so execution_count is already the next one's."""
+        running = getattr(self.shell.displayhook, "exec_result", None)
+        return running.execution_count if running is not None else self.shell.execution_count
+
     def _cell(self, source: str, magic: str) -> Cell:
         if not source.strip():
             raise usage_error(f"{magic}: there is no code to measure")
         shell = self.shell
         try:
             return Cell(source, transform=shell.transform_cell,
-                        register_source=lambda code: shell.compile.cache(code, shell.execution_count,
+                        register_source=lambda code: shell.compile.cache(code, self._running_cell_number(),
                                                                          raw_code=source))
         except SyntaxError:
             # Show it as IPython shows a cell's syntax error (the line and a caret, none of our

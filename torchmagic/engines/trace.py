@@ -142,7 +142,7 @@ class TraceSummary:
     memory_recorded: bool = False
     peak_allocated: dict[str, int] = field(default_factory=dict)   # device -> peak bytes above start
     allocated_total: dict[str, int] = field(default_factory=dict)  # device -> bytes allocated
-    # source lines (python tracer): frame -> inclusive µs of the ops it called
+    # the user's innermost functions (python tracer): frame -> inclusive µs of the ops they called
     hot_lines: Counter = field(default_factory=Counter)
     timeline: list[Span] = field(default_factory=list)
 
