@@ -152,7 +152,10 @@ def test_magic_on_a_loader_and_on_a_dataset_with_arguments(shell):
     shell.user_ns.update(loader=DataLoader(Stream(), batch_size=16), ds=Tokenising(n=128, work=10), pad=None)
     result, captured = run(shell, "r = %loadertune loader --workers 0,1 --seconds 0.05 --rounds 2")
     assert result.success, result.error_in_exec
-    assert isinstance(shell.user_ns["r"], LoaderTuneResult) and captured.outputs == []
+    r = shell.user_ns["r"]
+    assert isinstance(r, LoaderTuneResult) and captured.outputs == []
+    assert r.ci is None and r.best == r.current  # 2 rounds: no interval, so no change is recommended
+    assert any("no confidence interval" in note for note in r.notes)
     result, captured = run(shell, "%loadertune ds batch_size=8 shuffle=True collate_fn=pad --workers 0 "
                                   "--seconds 0.05 --rounds 2")
     assert result.success and "batch_size=8, shuffle=True" in result.result.loader_call
