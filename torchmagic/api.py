@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import inspect
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from .cell import Cell
+from .ipython_shell import current_shell
 from .devices import Device
 from .engines.autobatch import AutobatchOptions, run_autobatch
 from .engines.compare import CompareOptions, run_compare
@@ -156,8 +156,7 @@ def free(*names: str, namespace: dict[str, Any]) -> MemoryResult:
 def _ipython_hidden(namespace: dict[str, Any] | None) -> set[str]:
     """IPython's own names (In, Out, exit, quit ...) when ``namespace`` is a notebook's globals():
     they are not the user's variables, and exit/quit reach the whole shell."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
+    shell = current_shell()
     if shell is None or namespace is not getattr(shell, "user_ns", None):
         return set()
     return set(shell.user_ns_hidden)

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import os
 import re
-import sys
+
+from ..ipython_shell import current_shell
 
 _FRAME = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<function>.*)$")
 
 
 def ipython_cell_files() -> dict[str, int]:
     """File name → execution count of the cells compiled in this IPython session (none outside it)."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    return dict(getattr(getattr(shell, "compile", None), "_filename_map", None) or {})
+    return dict(getattr(getattr(current_shell(), "compile", None), "_filename_map", None) or {})
 
 
 def frame_label(name: str, cell_files: dict[str, int]) -> str:

@@ -6,8 +6,9 @@ import base64
 import html
 import json
 import os
-import sys
 from typing import Any
+
+from ..ipython_shell import current_shell
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
@@ -104,11 +105,7 @@ def widget_frontend() -> bool:
     type.  Terminal IPython and plain Python get text only.  TORCHMAGIC_WIDGETS=0 or 1 overrides
     the guess inside a kernel (1 for Voila, which executes headless but renders widgets).
     """
-    ipython = sys.modules.get("IPython")
-    if ipython is None:
-        return False
-    shell = ipython.get_ipython()
-    kernel = getattr(shell, "kernel", None) if shell is not None else None
+    kernel = getattr(current_shell(), "kernel", None)
     if kernel is None:
         return False
     try:
