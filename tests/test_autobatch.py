@@ -282,3 +282,23 @@ def test_throughput_fills_the_trials_samples_per_s():
     assert answer.samples_per_s == next(p.samples_per_s for p in r.throughput if p.batch_size == r.batch_size)
     assert all(t.samples_per_s is None for t in r.trials if t.estimated)
     assert r.plot_png()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("message, error", [
+    ("CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`", RuntimeError),
+    ("CUDA error: out of memory", torch.AcceleratorError),  # the driver's own
+])
+def test_disguised_oom_is_bisected_like_torchs_own(message, error):
+    from .fakes import DisguisedOomCudaDevice
+
+    device = DisguisedOomCudaDevice(message, capacity_bytes=2 * 2**30, error=error)
+
+    def step(bs):
+        need = 100 * MiB + 7 * MiB * bs
+        device.allocate(need)
+        device.free(need)
+
+    # a budget past the device's 2 GiB: the search runs into the device's own limit
+    r = torchmagic.autobatch(step, budget=4 * 2**30, margin=0, device=device, restore=[])
+    assert device.ooms > 0 and any(not t.ok and t.error.startswith(error.__name__) for t in r.trials)
+    assert r.batch_size == (2048 - 100) // 7  # the largest that fits, found through the failures

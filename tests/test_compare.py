@@ -2,6 +2,7 @@
 failures and state safety.  torch.compile has its own module (test_compare_compile.py)."""
 
 import threading
+import weakref
 
 import pytest
 import torch
@@ -353,3 +354,92 @@ def test_int8_quantizes_a_bare_linear_or_lstm_and_never_passes_fp32_off_as_int8(
 def test_model_must_be_a_module():
     with pytest.raises(TypeError, match="model= takes the nn.Module"):
         torchmagic.compare(lambda o: None, model=torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1))
+
+
+class _Activations(nn.Module):
+    """An identity whose eager forward holds 300 bytes of activations on the fake device."""
+
+    def __init__(self, dev):
+        super().__init__()
+        self.dev = dev
+
+    def forward(self, x):
+        self.dev.allocate(300)
+        self.dev.free(300)
+        return x
+
+
+class _FakeGraphs:
+    """What torch.compile(mode="reduce-overhead") does to device memory on CUDA: its first runs
+    (warm-up, then recording) take their memory from a graph pool it keeps while it lives; a replay
+    allocates nothing."""
+
+    def __init__(self, dev, events):
+        self.dev, self.events, self.runs = dev, events, 0
+        weakref.finalize(self, dev.release_pool, id(self))
+
+    def __call__(self, x):
+        self.events.append("graph run")
+        self.runs += 1
+        if self.runs <= 2:
+            self.dev.record_pool(id(self), 4096)
+        return x
+
+
+def _compare_with_fake_graphs(monkeypatch, dev, kept=None):
+    events = []
+
+    def fake_compile(model, mode=None):
+        assert mode == "reduce-overhead"
+        graphs = _FakeGraphs(dev, events)
+        if kept is not None:
+            kept.append(graphs)
+        return graphs
+
+    def step(model):
+        events.append("step")
+        return model(torch.ones(2, 2))
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: events.append("mark"))
+    r = torchmagic.compare(step, model=_Activations(dev), device=dev, runs=4, warmup=2,
+                           variants="eager,compile:reduce-overhead")
+    return r, events
+
+
+def test_cuda_graph_pools_are_reported_and_given_back_at_the_end(monkeypatch):
+    from .fakes import FakeGraphCudaDevice
+
+    dev = FakeGraphCudaDevice()
+    r, events = _compare_with_fake_graphs(monkeypatch, dev)
+    graphs = r["compile:reduce-overhead"]
+    assert graphs.ok and graphs.graph_pool_bytes == 8192 and r.baseline.graph_pool_bytes is None
+    assert graphs.peak_bytes == 0 and r.baseline.peak_bytes == 300  # a replay allocates nothing
+    assert "CUDA graph pool: 8.0 KiB, allocated when its graphs were recorded" in " ".join(graphs.notes)
+    assert "graph pool" in r.to_text() and "8.0 KiB" in r.to_html()
+    assert dev.graph_pool_bytes() == 0 and dev.memory_reserved() == 0  # given back for %gpumem and %autobatch
+    assert not any("still hold" in note for note in r.notes)
+
+    # a new cudagraph-trees step is marked right before every run of the graph variant, never for eager
+    graph_runs = [i for i, e in enumerate(events) if e == "graph run"]
+    assert events.count("mark") == len(graph_runs) >= 1 + 2 + 1 + 4  # first run, warm-up, peak, 4 rounds
+    assert all(events[i - 2: i] == ["mark", "step"] for i in graph_runs)
+
+
+def test_cuda_graph_pools_something_else_keeps_are_named(monkeypatch):
+    from .fakes import FakeGraphCudaDevice
+
+    dev, kept = FakeGraphCudaDevice(), []
+    r, _ = _compare_with_fake_graphs(monkeypatch, dev, kept)
+    assert dev.graph_pool_bytes() == 8192
+    assert any("CUDA graph pools still hold 8.0 KiB" in note and "torch._dynamo.reset()" in note for note in r.notes)
+
+
+def test_no_cuda_graph_steps_off_cuda(monkeypatch):
+    marks = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    monkeypatch.setattr(torch, "compile", lambda model, mode=None: model)
+    r = torchmagic.compare(lambda m: m(torch.ones(2)), model=nn.Identity(), runs=2, warmup=0,
+                           variants="eager,compile:reduce-overhead")
+    assert r["compile:reduce-overhead"].ok and r["compile:reduce-overhead"].graph_pool_bytes is None
+    assert marks == [] and "graph pool" not in r.to_text()

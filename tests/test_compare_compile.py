@@ -150,3 +150,45 @@ m, x = Reused(), torch.randn(4, 16)
         result = shell.run_cell(f"%%amp_compare --variants eager,compile --runs 2 --warmup 0 -q -o {name}\nm(x)")
         assert result.success, result.error_in_exec
     assert shell.user_ns["r2"]["compile"].compile_cache == "in memory"  # dynamo's helper globals were kept
+
+
+def test_code_compiled_here_with_cuda_graphs_is_dropped_and_the_users_own_kept(monkeypatch):
+    """On a (fake) CUDA device: every run of a reduce-overhead variant marks a cudagraph-trees step
+    and the user's step count is put back; afterwards the code the comparison compiled with CUDA
+    graphs has left dynamo's cache (with it go its graphs and their pool), while a model the user
+    compiled with CUDA graphs before runs on without recompiling.  (Inductor records no graphs for
+    CPU tensors, so the pool is 0 here.)"""
+    from torch._inductor import cudagraph_trees
+
+    from torchmagic.engines.compile_watch import compile_counts
+    from torchmagic.engines.variants import _cache_entries, _records_cuda_graphs
+
+    from .fakes import FakeGraphCudaDevice
+
+    class Compared(nn.Sequential):
+        pass
+
+    class Users(nn.Sequential):
+        pass
+
+    def live_graph_entries():
+        return sum(1 for e in _cache_entries() if _records_cuda_graphs(e.backend))
+
+    x = torch.randn(4, 8)
+    users = torch.compile(Users(nn.Linear(8, 8)), mode="reduce-overhead")
+    users(x)
+    before, step = live_graph_entries(), cudagraph_trees.MarkStepBox.mark_step_counter
+    marks, mark = [], torch.compiler.cudagraph_mark_step_begin
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: (marks.append(1), mark()))
+
+    with torch.no_grad():
+        r = torchmagic.compare(lambda m: m(x), model=Compared(nn.Linear(8, 8), nn.ReLU()), runs=2, warmup=1,
+                               variants="eager,compile:reduce-overhead", device=FakeGraphCudaDevice())
+    v = r["compile:reduce-overhead"]
+    assert v.ok and v.graphs >= 1 and not v.fell_back and v.graph_pool_bytes == 0
+    assert any(note.startswith("inductor left 1 of its graphs without CUDA graphs") for note in v.notes), v.notes
+    assert len(marks) >= 1 + 1 + 1 + 2 and cudagraph_trees.MarkStepBox.mark_step_counter == step
+    assert live_graph_entries() == before  # the comparison's compiled code is gone, the user's is not
+    counts = compile_counts()
+    users(x)
+    assert (compile_counts() - counts).frames == 0

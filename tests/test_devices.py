@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import torchmagic
-from torchmagic.devices import CpuDevice, current_device, is_out_of_memory, nvml_reading, use_device
+from torchmagic.devices import CpuDevice, choose_device, is_out_of_memory, nvml_reading, use_device
 
 from .fakes import FakeCudaDevice
 
@@ -42,11 +42,11 @@ def test_fake_device_raises_torch_oom_past_capacity():
 def test_use_device_injects_and_nests():
     outer, inner = FakeCudaDevice(name="A"), FakeCudaDevice(name="B")
     with use_device(outer):
-        assert current_device() is outer
+        assert choose_device() is outer
         with use_device(inner):
-            assert current_device() is inner
-        assert current_device() is outer
-    assert current_device().kind in ("cpu", "cuda", "mps")
+            assert choose_device() is inner
+        assert choose_device() is outer
+    assert choose_device().kind in ("cpu", "cuda", "mps")
 
 
 def test_cpu_device_reports_low_precision_and_note():
@@ -234,3 +234,42 @@ def test_gpumem_on_a_real_gpu():
     run = run_cell_memory(lambda: ns.update(out=torch.ones(32 * 2**20, device="cuda")), ns)
     assert abs(run.result.cell.net_bytes - 128 * 2**20) <= 0.01 * 128 * 2**20
     assert [v.name for v in run.result.cell.new_variables] == ["out"]
+
+
+# Messages as torch 2.x raises them: TORCH_CUDABLAS_CHECK ("CUDA error: <status> when calling `<call>`"),
+# cuDNN's "cuDNN error: <status>", C10_CUDA_CHECK ("CUDA error: <cudaGetErrorString>") as AcceleratorError.
+_CUDA_HINT = "\nCUDA kernel errors might be asynchronously reported at some other API call"
+
+
+@pytest.mark.parametrize("exc", [
+    RuntimeError("CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`"),
+    RuntimeError("CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasLtCreate(handle)`"),
+    RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasSgemm( handle, opa, opb, m, n, k, "
+                 "&alpha, a, lda, b, ldb, &beta, c, ldc)`"),
+    RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED"),
+    RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED"),
+    RuntimeError("cusolver error: CUSOLVER_STATUS_ALLOC_FAILED, when calling `cusolverDnCreate(handle)`"),
+    torch.AcceleratorError("CUDA error: out of memory" + _CUDA_HINT),
+    RuntimeError("HIP error: out of memory"),
+    MemoryError(),
+], ids=lambda exc: str(exc).split("\n")[0][:60] or type(exc).__name__)
+def test_disguised_out_of_memory_is_recognised(exc):
+    assert is_out_of_memory(exc)
+
+
+@pytest.mark.parametrize("exc", [
+    RuntimeError("mat1 and mat2 shapes cannot be multiplied (8x3 and 4x5)"),
+    RuntimeError("cuDNN error: CUDNN_STATUS_BAD_PARAM"),
+    RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR"),
+    RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a "
+                 "non-contiguous input."),
+    torch.AcceleratorError("CUDA error: an illegal memory access was encountered" + _CUDA_HINT),
+    torch.AcceleratorError("CUDA error: device-side assert triggered" + _CUDA_HINT),
+    RuntimeError("CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle, opa, opb, m, n, "
+                 "k, &alpha, a, lda, b, ldb, &beta, c, ldc)`"),
+    RuntimeError("CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasSetStream(handle, stream)`"),
+    RuntimeError("CUDA error: CUBLAS_STATUS_INVALID_VALUE when calling `cublasGemmEx(...)`"),
+    KeyError("CUBLAS_STATUS_ALLOC_FAILED"),  # not an error torch raises
+], ids=lambda exc: str(exc).split("\n")[0][:60])
+def test_real_errors_are_not_out_of_memory(exc):
+    assert not is_out_of_memory(exc)

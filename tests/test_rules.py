@@ -193,18 +193,25 @@ def test_every_verifiable_rule_names_a_command_and_fills_the_notebooks_names():
                                  "copies", "optimizer", "gpu_idle"}
 
 
+def _peaked(fraction, retries=0):
+    """A CUDA context whose step set a new high-water mark at ``fraction`` of a 1000-byte GPU."""
+    counters = rules.AllocatorCounters(total=1000, allocated_before=0, allocated_after=0, peak_before=0,
+                                       peak_after=round(fraction * 1000))
+    return rules.RuleContext("cuda", True, "bfloat16", "t", alloc_retries=retries, allocator=counters)
+
+
 def test_batch_size_fires_on_memory_pressure_and_on_a_small_batch_on_a_gpu():
     s = _gpu_summary(busy_us=19_000.0)
-    pressure = rules.batch_size(s, rules.RuleContext("cuda", True, "bfloat16", "t", alloc_retries=3, peak_fraction=0.6))
+    pressure = rules.batch_size(s, _peaked(0.6, retries=3))
     assert pressure.title.startswith("Memory pressure: the allocator flushed its cache and retried 3 times")
     assert pressure.verify == "%autobatch --throughput step" and "expandable_segments" in pressure.snippet
-    full = rules.batch_size(s, rules.RuleContext("cuda", True, "bfloat16", "t", peak_fraction=0.97))
+    full = rules.batch_size(s, _peaked(0.97))
     assert "97% of the GPU's memory" in full.title
-    small = rules.batch_size(_gpu_summary(busy_us=2_000.0), rules.RuleContext("cuda", True, "bfloat16", "t",
-                                                                              peak_fraction=0.05))
+    small = rules.batch_size(_gpu_summary(busy_us=2_000.0), _peaked(0.05))
     assert small.title == "Small batch: the GPU idles 90% of the step with 5% of its memory in use"
-    assert rules.batch_size(s, rules.RuleContext("cuda", True, "bfloat16", "t", peak_fraction=0.5)) is None
+    assert rules.batch_size(s, _peaked(0.5)) is None
     assert rules.batch_size(s, _ctx("cpu")) is None
+    assert rules.batch_size(s, _ctx("cuda")) is None  # no allocator counters: nothing to judge
 
 
 def test_memory_pressure_is_read_from_the_allocator_during_the_profile():
@@ -218,3 +225,30 @@ def test_memory_pressure_is_read_from_the_allocator_during_the_profile():
 
     f = torchmagic.profile(step, device=dev).finding("batch_size")
     assert f is not None and "98% of the GPU's memory" in f.title
+
+
+def test_memory_peak_of_the_step_not_of_earlier_work():
+    from .fakes import FakeCudaDevice
+
+    dev = FakeCudaDevice(capacity_bytes=1000)
+    dev.allocate(990)  # earlier work set the high-water mark, and the cache keeps what it reserved
+    dev.free(990)
+
+    def step():
+        dev.allocate(100)
+        dev.free(100)
+
+    # reserved memory (990) would say "pressure"; the step held at most the old mark and at least 0
+    r = torchmagic.profile(step, device=dev)
+    assert r.finding("batch_size") is None
+    assert dev.high_water == 990  # the user's peak counter is left alone
+
+
+def test_a_cuda_profile_without_kernels_says_so_in_its_notes():
+    # the fake device's profiles record the CPU only, as on a machine where CUPTI records nothing
+    from .fakes import FakeCudaDevice
+
+    x = torch.randn(64, 64)
+    r = torchmagic.profile(lambda: (x @ x).relu(), device=FakeCudaDevice())
+    assert any(n.startswith("No GPU kernels in this profile of a CUDA device, though its steps ran 2 ops")
+               for n in r.notes)

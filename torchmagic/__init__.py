@@ -14,7 +14,7 @@ _API = {"profile": "api", "profile_code": "api", "autobatch": "api", "compare": 
         "loadertune": "api", "LoaderTuneResult": "results.loadertune",
         "ProfileResult": "results.profile", "AutobatchResult": "results.autobatch", "CompareResult": "results.compare",
         "Variant": "engines.variants", "Technique": "engines.variants",
-        "Finding": "results.profile", "use_device": "devices", "current_device": "devices"}
+        "Finding": "results.profile", "use_device": "devices", "choose_device": "devices"}
 __all__ = ["__version__", "load_ipython_extension", *_API]
 
 

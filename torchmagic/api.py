@@ -10,11 +10,11 @@ import torch
 
 from .cell import Cell
 from .ipython_shell import current_shell
-from .devices import Device
+from .devices import Device, choose_device
 from .engines.autobatch import AutobatchOptions, run_autobatch
 from .engines.compare import CompareOptions, run_compare
 from .engines.profile import ProfileOptions, run_profile
-from .engines.state import objects_for_model, objects_used_by
+from .engines.state import objects_for_model, objects_used_by, referenced_values, values_named
 from .engines.variants import DEFAULT_VARIANTS, Variant, parse_variants
 from .results.autobatch import AutobatchResult
 from .results.compare import CompareResult
@@ -24,7 +24,7 @@ from .results.profile import ProfileResult
 
 def profile(fn: Callable[[], Any], *, steps: int = 1, warmup: int = 0, record_shapes: bool = False,
             memory: bool = False, stack: bool = False, flops: bool = False, trace: str | None = None,
-            sort: str = "auto", top: int = 15, device: Device | None = None,
+            sort: str = "auto", top: int = 15, device: Device | str | None = None,
             label: str | None = None) -> ProfileResult:
     """Profile ``fn()`` (a training or inference step) and diagnose its bottlenecks.
 
@@ -36,7 +36,8 @@ def profile(fn: Callable[[], Any], *, steps: int = 1, warmup: int = 0, record_sh
     __tracebackhide__ = True  # noqa: F841
     options = ProfileOptions(steps=steps, warmup=warmup, record_shapes=record_shapes, memory=memory,
                              stack=stack, flops=flops, trace=trace, sort=sort, top=top)
-    run = run_profile(fn, options, label=label or getattr(fn, "__name__", "profile"), device=device)
+    run = run_profile(fn, options, label=label or getattr(fn, "__name__", "profile"),
+                      device=choose_device(device, referenced_values(fn)))
     if run.error is not None:
         _attach(run.error, run.result)
         raise run.error
@@ -57,6 +58,7 @@ def profile_code(code: str, namespace: dict[str, Any] | None = None, **options) 
         return cell.run(namespace)
 
     options.setdefault("label", "code")
+    options["device"] = choose_device(options.get("device"), values_named(cell.names, namespace))
     return profile(step, **options)
 
 
@@ -64,7 +66,7 @@ def autobatch(step: Callable[[int], Any], *, budget: float | None = None, min: i
               max: int = 65536, multiple_of: int = 1, margin: float = 0.1,  # noqa: A002
               target_batch: int | None = None, throughput: bool = False, estimate: bool = True,
               restore: list[Any] | None = None,
-              device: Device | None = None) -> AutobatchResult:
+              device: Device | str | None = None) -> AutobatchResult:
     """The largest batch size ``step(batch_size)`` runs with, predicted from a fitted memory law
     and verified by real runs; the answer always ran.
 
@@ -78,14 +80,14 @@ def autobatch(step: Callable[[int], Any], *, budget: float | None = None, min: i
                                margin=margin, target_batch=target_batch, throughput=throughput,
                                estimate=estimate)
     state = objects_used_by(step) if restore is None else restore
-    return run_autobatch(step, options, state=state, device=device,
-                         label=getattr(step, "__name__", "autobatch"))
+    device = choose_device(device, [*state, *referenced_values(step)])
+    return run_autobatch(step, options, state=state, device=device, label=getattr(step, "__name__", "autobatch"))
 
 
 def compare(fn: Callable[..., Any], *, model: Any = None,
             variants: str | list[str | Variant] = DEFAULT_VARIANTS, runs: int | None = None,
             min_time: float = 1.0, warmup: int = 3, dtype: str | None = None, atol: float | None = None,
-            rtol: float | None = None, restore: bool | list[Any] = True, device: Device | None = None,
+            rtol: float | None = None, restore: bool | list[Any] = True, device: Device | str | None = None,
             label: str | None = None) -> CompareResult:
     """Time ``fn`` under several execution variants and compare them with eager fp32.
 
@@ -112,6 +114,7 @@ def compare(fn: Callable[..., Any], *, model: Any = None,
             scope = getattr(inspect.unwrap(fn), "__globals__", {})
             state = [o for o in objects_for_model(model, [], scope) if not any(o is s for s in state)] + state
     call = fn if model is not None else (lambda _model: fn())
+    device = choose_device(device, [model, *referenced_values(fn)])
     run = run_compare(call, model, options, state=state, device=device,
                       label=label or getattr(fn, "__name__", "compare"))
     if run.error is not None:
@@ -130,13 +133,14 @@ def memory(namespace: dict[str, Any] | None = None, *, top: int = 10) -> MemoryR
 
 
 def measure_memory(fn: Callable[[], Any], namespace: dict[str, Any] | None = None, *,
-                   device: Device | None = None) -> MemoryResult:
+                   device: Device | str | None = None) -> MemoryResult:
     """Run ``fn()`` and report its peak and net allocations on the device (no peak counter is
     reset), and which variables of ``namespace`` hold the net memory.  If ``fn`` raises, the
     exception propagates with the result in ``exc.torchmagic_result``."""
     __tracebackhide__ = True  # noqa: F841
     from .engines.memory import run_cell_memory
 
+    device = choose_device(device, referenced_values(fn))
     run = run_cell_memory(fn, {} if namespace is None else namespace, device=device)
     if run.error is not None:
         _attach(run.error, run.result)
@@ -173,7 +177,7 @@ def watch_memory(interval: float = 1.0):
 
 def loadertune(loader: Any, *, workers: list[int] | None = None, batches: int | None = None,
                seconds: float = 0.5, rounds: int = 5, step: Callable[[Any], Any] | None = None,
-               restore: list[Any] | None = None, device: Device | None = None, **loader_kwargs):
+               restore: list[Any] | None = None, device: Device | str | None = None, **loader_kwargs):
     """The DataLoader settings that feed batches fastest: worker counts compared with persistent
     workers, then the fastest without them and with a deeper prefetch (``pin_memory`` with a GPU).
 
@@ -187,6 +191,7 @@ def loadertune(loader: Any, *, workers: list[int] | None = None, batches: int | 
     options = LoaderTuneOptions(workers=tuple(workers) if workers else None, batches=batches, seconds=seconds,
                                 rounds=rounds)
     state = restore if restore is not None else (objects_used_by(step) if step is not None else None)
+    device = choose_device(device, referenced_values(step) if step is not None else [])
     return run_loadertune(as_loader(loader, loader_kwargs), options, step=step, state=state, device=device,
                           label=getattr(loader, "__name__", type(loader).__name__))
 

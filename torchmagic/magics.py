@@ -22,9 +22,9 @@ from .engines.loadertune import LoaderTuneOptions, as_loader, run_loadertune
 from .engines.memwatch import MemoryWatch
 from .devices.profiler import ProfilerBusyError
 from .engines.profile import ProfileOptions, run_profile
-from .engines.state import is_stateful, objects_for_model, objects_used_by
+from .engines.state import is_stateful, objects_for_model, objects_used_by, referenced_values, values_named
 from .engines.variants import DEFAULT_VARIANTS, TECHNIQUES, parse_variants
-from .devices import current_device, visible_accelerators
+from .devices import Device, choose_device, visible_accelerators
 from .results.base import widget_frontend
 from .results.profile import SORT_KEYS
 
@@ -53,8 +53,21 @@ def parse_budget(text: str) -> float:
     return value
 
 
+# Every magic that runs code measures one device: the one named here, else where its tensors are.
+_DEVICE_ARGUMENT = argument(
+    "--device", metavar="DEV", help="the device to measure: cpu, cuda, cuda:N, mps (default: where the "
+    "code's model and tensors are; the CPU when none is on a GPU and this process has not used CUDA)")
+
+
 @magics_class
 class TorchMagics(Magics):
+    @staticmethod
+    def _device(spec: str | None, values: list, magic: str) -> Device:
+        try:
+            return choose_device(spec, values)
+        except ValueError as exc:
+            raise usage_error(f"{magic}: {exc}") from None
+
     def _cell_outcome(self, args, result, value, error):
         """How a cell magic ends: store the result (-o), show it unless -q, then re-raise the
         cell's own error (so "Run all" stops) or return the cell's value."""
@@ -118,6 +131,7 @@ class TorchMagics(Magics):
               help="order operators by: auto (GPU time when present, else CPU), "
                    + ", ".join(sorted(set(SORT_KEYS))))
     @argument("--top", type=int, default=15, metavar="K", help="operators shown (default 15)")
+    @_DEVICE_ARGUMENT
     @argument("-o", dest="output", metavar="NAME", help="store the ProfileResult in variable NAME")
     @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
     @cell_magic
@@ -140,13 +154,14 @@ class TorchMagics(Magics):
         self._check_output_name(args.output)
         code = self._cell(cell, "%%torchprofile")
         namespace = self.shell.user_ns
+        device = self._device(args.device, values_named(code.names, namespace), "%%torchprofile")
 
         def step():
             __tracebackhide__ = True  # noqa: F841
             return code.run(namespace)
 
         try:
-            run = run_profile(step, options, label="%%torchprofile", names=self._verify_names(code))
+            run = run_profile(step, options, label="%%torchprofile", device=device, names=self._verify_names(code))
         except ProfilerBusyError as exc:
             raise usage_error(f"%%torchprofile: {exc}") from None
         run.result.verify_runner = self._verify_runner(cell)
@@ -199,6 +214,7 @@ class TorchMagics(Magics):
                    "tf32 5e-3, fp16 1e-2, bf16 5e-2, int8 0.1)")
     @argument("--no-restore", action="store_true",
               help="do not snapshot and restore the model and optimizer (saves host memory; the runs train them)")
+    @_DEVICE_ARGUMENT
     @argument("-o", dest="output", metavar="NAME", help="store the CompareResult in variable NAME")
     @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
     @cell_magic
@@ -229,6 +245,7 @@ class TorchMagics(Magics):
         model = namespace[name] if name else None
         state = (objects_for_model(model, code.names, namespace) if model is not None
                  else [namespace[n] for n in sorted(code.names) if is_stateful(namespace.get(n))])
+        device = self._device(args.device, [model, *values_named(code.names, namespace)], "%%amp_compare")
 
         def run_cell(variant_model):
             __tracebackhide__ = True  # noqa: F841
@@ -254,7 +271,8 @@ class TorchMagics(Magics):
         after_eager: dict = {}
         progress = self._progress("%%amp_compare", args.quiet)
         try:
-            run = run_compare(run_cell, model, options, state=state, label="%%amp_compare", output=output,
+            run = run_compare(run_cell, model, options, state=state, device=device, label="%%amp_compare",
+                              output=output,
                               on_progress=progress.say if progress else None,
                               after_baseline=lambda: after_eager.update(namespace))
         except ProfilerBusyError as exc:
@@ -299,6 +317,7 @@ class TorchMagics(Magics):
                    "cells run; a live chart in JupyterLab")
     @argument("--stop", action="store_true", help="stop the watch and show what it saw")
     @argument("--top", type=int, default=10, metavar="K", help="variables listed (default 10)")
+    @_DEVICE_ARGUMENT
     @argument("-o", dest="output", metavar="NAME", help="store the result in variable NAME")
     @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
     @line_cell_magic
@@ -330,12 +349,16 @@ class TorchMagics(Magics):
             if actions:
                 raise usage_error(f"%%gpumem measures a cell; --{actions[0]} is for the line magic %gpumem")
             return self._gpumem_cell(cell, args)
+        if args.device is not None:
+            raise usage_error("%gpumem shows every device; --device is for %%gpumem, which measures a cell")
         action = actions[0] if actions else None
         namespace, hidden = self.shell.user_ns, self.shell.user_ns_hidden
         if action == "reset":
-            reset = [d.label for d in visible_accelerators() if d.reset_peak_stats()]
+            gpus = visible_accelerators()
+            reset = [d.label for d in gpus if d.reset_peak_stats()]
             print("%gpumem: peak counters reset on " + ", ".join(reset) if reset
-                  else "%gpumem: nothing to reset: torch keeps no peak counters on the CPU")
+                  else "%gpumem: nothing to reset: " + ("torch keeps no peak counters on the CPU" if not gpus else
+                                                        "this process has not used a GPU yet"))
             return None
         if action == "watch":
             return self._start_watch(args.watch)
@@ -400,13 +423,14 @@ class TorchMagics(Magics):
         __tracebackhide__ = True  # noqa: F841
         code = self._cell(cell, "%%gpumem")
         namespace = self.shell.user_ns
+        device = self._device(args.device, values_named(code.names, namespace), "%%gpumem")
 
         def run():
             __tracebackhide__ = True  # noqa: F841
             return code.run(namespace)
 
         run_result = memory_engine.run_cell_memory(run, namespace, hidden=self.shell.user_ns_hidden,
-                                                   device=current_device(), top=args.top)
+                                                   device=device, top=args.top)
         return self._cell_outcome(args, run_result.result, run_result.value, run_result.error)
 
     @magic_arguments()
@@ -417,6 +441,7 @@ class TorchMagics(Magics):
     @argument("--rounds", type=int, default=5, metavar="N", help="passes per setting, interleaved (default 5)")
     @argument("--step", metavar="NAME", help="a function taking a batch (a training step): also time it with the "
               "loaders, to tell whether the loader or the model is the bottleneck")
+    @_DEVICE_ARGUMENT
     @argument("-o", dest="output", metavar="NAME", help="store the LoaderTuneResult in variable NAME")
     @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
     @argument("loader", help="a DataLoader, or a dataset followed by DataLoader arguments: ds batch_size=64 shuffle=True")
@@ -455,9 +480,10 @@ class TorchMagics(Magics):
             step = namespace.get(args.step)
             if not callable(step):
                 raise usage_error(f"%loadertune: --step {args.step!r} is not a function defined in the notebook")
+        device = self._device(args.device, referenced_values(step) if step else [], "%loadertune")
         progress = self._progress("%loadertune", args.quiet)
         try:
-            result = run_loadertune(loader, options, step=step, label=args.loader,
+            result = run_loadertune(loader, options, step=step, label=args.loader, device=device,
                                     state=objects_used_by(step, namespace) if step else None,
                                     on_progress=progress.say if progress else None)
         except KeyboardInterrupt as exc:
@@ -496,6 +522,7 @@ class TorchMagics(Magics):
               help="also time samples/s at the answer and smaller sizes, and name the knee")
     @argument("--no-estimate", action="store_true",
               help="fit on real runs only, not on fake-tensor estimates")
+    @_DEVICE_ARGUMENT
     @argument("-o", dest="output", metavar="NAME", help="store the AutobatchResult in variable NAME")
     @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
     @argument("step", nargs="?", help="a callable taking the batch size; or write `-- EXPR` with BS in it")
@@ -522,11 +549,12 @@ class TorchMagics(Magics):
                 target_batch=args.target_batch, throughput=args.throughput, estimate=not args.no_estimate)
         except ValueError as exc:
             raise usage_error(f"%autobatch: {exc}") from None
-        step, label = self._autobatch_step(args.step, expression)
+        step, label, values = self._autobatch_step(args.step, expression)
         state = objects_used_by(step, self.shell.user_ns)
+        device = self._device(args.device, values, "%autobatch")
         progress = self._progress("%autobatch", args.quiet)
         try:
-            result = run_autobatch(step, options, state=state, label=label,
+            result = run_autobatch(step, options, state=state, device=device, label=label,
                                    on_probe=progress.probe if progress else None)
         except ProfilerBusyError as exc:
             raise usage_error(f"%autobatch: {exc}") from None
@@ -558,7 +586,7 @@ class TorchMagics(Magics):
                     else:
                         namespace["BS"] = saved
 
-            return step, expression.strip()
+            return step, expression.strip(), values_named(code.names, namespace)
         if name is None:
             raise usage_error("%autobatch: name a step callable (%autobatch step) or give `-- EXPR` using BS")
         if name not in self.shell.user_ns:
@@ -566,7 +594,7 @@ class TorchMagics(Magics):
         step = self.shell.user_ns[name]
         if not callable(step):
             raise usage_error(f"%autobatch: {name!r} is not callable; it should take the batch size")
-        return step, name
+        return step, name, referenced_values(step)
 
 
 _MISSING = object()

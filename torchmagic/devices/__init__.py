@@ -9,7 +9,7 @@ from .base import AllocatorStats, CpuDevice, Device, HostMemory, LowPrecision, h
 from .cuda import CudaDevice, MpsDevice
 from .nvml import NvmlProcess, NvmlReading, nvml_reading
 from .oom import is_out_of_memory
-from .select import current_device, use_device, visible_accelerators
+from .select import choose_device, parse_device, use_device, visible_accelerators
 
 __all__ = [
     "AllocatorStats",
@@ -23,7 +23,8 @@ __all__ = [
     "LowPrecision",
     "MpsDevice",
     "NvmlReading",
-    "current_device",
+    "choose_device",
+    "parse_device",
     "is_out_of_memory",
     "nvml_reading",
     "use_device",

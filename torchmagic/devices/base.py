@@ -51,6 +51,7 @@ class Device:
     """A compute device as torchmagic sees it.  Subclasses override what differs."""
 
     kind = "cpu"
+    chosen: str | None = None  # why a run measures this device (set by choose_device)
 
     def __init__(self, index: int | None = None):
         self.index = index
@@ -79,6 +80,14 @@ class Device:
         return None
 
     def memory_reserved(self) -> int | None:
+        return None
+
+    def has_context(self) -> bool:
+        """Whether this process holds a context on the device (memory NVML counts as its own)."""
+        return False
+
+    def graph_pool_bytes(self) -> int | None:
+        """Bytes the allocator holds in private pools, where CUDA graphs record; None where there are none."""
         return None
 
     def memory_capacity(self) -> tuple[int, int]:
@@ -130,8 +139,13 @@ class Device:
         """What a profile on this device cannot see, in one line."""
         return None
 
+    def choice_note(self) -> str | None:
+        """Which device was measured and why, where the machine offered a choice."""
+        return f"Measured on {self.label} ({self.name}): {self.chosen}." if self.chosen else None
+
     def describe(self) -> dict:
-        return {"kind": self.kind, "label": self.label, "name": self.name}
+        described = {"kind": self.kind, "label": self.label, "name": self.name}
+        return {**described, "chosen": self.chosen} if self.chosen else described
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.label}: {self.name}>"
@@ -141,7 +155,8 @@ class CpuDevice(Device):
     kind = "cpu"
 
     def profile_note(self) -> str | None:
-        return "CPU-only profile: no CUDA device found."
+        # with a GPU present, the choice note says why the CPU was measured instead
+        return None if torch.cuda.is_available() else "CPU-only profile: no CUDA device found."
 
     def memory_capacity(self) -> tuple[int, int]:
         return _host_memory()

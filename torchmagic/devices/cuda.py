@@ -1,13 +1,20 @@
 """CUDA and MPS devices.  Kept thin: each method is one torch call, so the logic
-above runs unchanged against the fake device the tests inject."""
+above runs unchanged against the fake device the tests inject.
+
+A CudaDevice may describe a GPU this process has not used (``%gpumem`` lists every visible
+GPU): until CUDA is initialised, it reads only what needs no CUDA context (NVML, and torch's
+allocator counters, which are zero then), so looking never creates one.
+"""
 
 from __future__ import annotations
+
+import os
 
 import torch
 
 from .base import AllocatorStats, Device, LowPrecision
 from .profiler import allocation_peak
-from .nvml import NvmlSampler, nvml_reading
+from .nvml import NvmlReading, NvmlSampler, nvml_reading
 
 
 class CudaDevice(Device):
@@ -18,7 +25,10 @@ class CudaDevice(Device):
 
     @property
     def name(self) -> str:
-        return torch.cuda.get_device_name(self.index)
+        if torch.cuda.is_initialized():
+            return torch.cuda.get_device_name(self.index)
+        reading = self.nvml()
+        return reading.name if isinstance(reading, NvmlReading) else f"CUDA device {self.index}"
 
     @property
     def is_accelerator(self) -> bool:
@@ -37,6 +47,19 @@ class CudaDevice(Device):
     def memory_reserved(self) -> int | None:
         return torch.cuda.memory_reserved(self.index)
 
+    def has_context(self) -> bool:
+        if not torch.cuda.is_initialized():
+            return False
+        has_primary = getattr(torch._C, "_cuda_hasPrimaryContext", None)  # CUDA builds: per device, creates none
+        return has_primary(self.index) if has_primary is not None else True
+
+    def graph_pool_bytes(self) -> int:
+        if not torch.cuda.is_initialized():
+            return 0
+        segments = torch.cuda.memory_snapshot(include_traces=False)  # (0, 0) is the ordinary pool
+        return sum(s["total_size"] for s in segments
+                   if s["device"] == self.index and tuple(s["segment_pool_id"]) != (0, 0))
+
     def memory_capacity(self) -> tuple[int, int]:
         free, total = torch.cuda.mem_get_info(self.index)  # free counts other processes' use
         return int(free), int(total)
@@ -54,14 +77,16 @@ class CudaDevice(Device):
         )
 
     def reset_peak_stats(self) -> bool:
+        if not torch.cuda.is_initialized():
+            return False  # nothing allocated, nothing to reset
         torch.cuda.reset_peak_memory_stats(self.index)
         return True
 
     def sampler(self) -> NvmlSampler:
-        return NvmlSampler(self.uuid(), self.index)
+        return NvmlSampler(self.uuid(), _nvml_index(self.index))
 
     def peak_scope(self):
-        return allocation_peak(torch.autograd.DeviceType.CUDA)
+        return allocation_peak(torch.autograd.DeviceType.CUDA, self.index)
 
     def empty_cache(self) -> None:
         torch.cuda.empty_cache()
@@ -74,7 +99,10 @@ class CudaDevice(Device):
         torch.cuda.set_rng_state(state[1], self.index)
 
     def uuid(self) -> str | None:
-        """The device UUID, which NVML also knows: the one safe key under CUDA_VISIBLE_DEVICES."""
+        """The device UUID, which NVML also knows: the one safe key under CUDA_VISIBLE_DEVICES.
+        None before CUDA is initialised (reading it would initialise CUDA)."""
+        if not torch.cuda.is_initialized():
+            return None
         uuid = getattr(torch.cuda.get_device_properties(self.index), "uuid", None)
         return None if uuid is None else f"GPU-{uuid}"
 
@@ -87,10 +115,23 @@ class CudaDevice(Device):
         return LowPrecision(False, torch.float16, f"compute capability {major}.{minor}: no tensor cores")
 
     def nvml(self):
-        return nvml_reading(self.uuid(), self.index)
+        return nvml_reading(self.uuid(), _nvml_index(self.index))
 
     def describe(self) -> dict:
         return {**super().describe(), "uuid": self.uuid()}
+
+
+def _nvml_index(index: int) -> int:
+    """NVML's index of CUDA device ``index``, for when no UUID can be read: CUDA_VISIBLE_DEVICES
+    renumbers CUDA's devices but not NVML's (a list of indices maps through; PCI order assumed)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if not visible:
+        return index
+    entries = [e.strip() for e in visible.split(",")]
+    try:
+        return int(entries[index])
+    except (IndexError, ValueError):  # UUIDs or MIG names: the index is all we have
+        return index
 
 
 class MpsDevice(Device):

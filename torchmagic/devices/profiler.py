@@ -69,8 +69,9 @@ class PeakReading:
 
 
 @contextlib.contextmanager
-def allocation_peak(device_type: torch.autograd.DeviceType) -> Iterator[PeakReading]:
-    """Measure the scope's allocations on ``device_type`` from the profiler's memory events.
+def allocation_peak(device_type: torch.autograd.DeviceType, index: int | None = None) -> Iterator[PeakReading]:
+    """Measure the scope's allocations on ``device_type`` (device ``index`` of it, when given:
+    peaks are per device, never summed across GPUs) from the profiler's memory events.
 
     Unlike the CUDA allocator's peak counters this resets nothing the user may be watching,
     and it works on CPU, where torch keeps no allocator statistics at all.
@@ -86,7 +87,8 @@ def allocation_peak(device_type: torch.autograd.DeviceType) -> Iterator[PeakRead
             prof.stop()
         level = 0
         for event in prof.profiler.kineto_results.events():
-            if event.name() == "[memory]" and event.device_type() == device_type:
+            if (event.name() == "[memory]" and event.device_type() == device_type
+                    and (index is None or event.device_index() == index)):
                 level += event.nbytes()
                 reading.peak_bytes = max(reading.peak_bytes, level)
         reading.net_bytes = level

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..devices import Device, current_device, is_out_of_memory
+from ..devices import Device, choose_device, is_out_of_memory
 from ..devices.profiler import ensure_profiler_free
 from ..measure import timed_call
 from ..results.autobatch import AutobatchResult, ThroughputPoint, Trial
@@ -87,7 +87,7 @@ def run_autobatch(step: Callable[[int], Any], options: AutobatchOptions = Autoba
     """
     __tracebackhide__ = True  # noqa: F841
     ensure_profiler_free()
-    device = device or current_device()
+    device = device or choose_device()
     space = SearchSpace(options.min_size, options.max_size, options.multiple_of)
     snapshot = Snapshot(state, device)
     _release(device)
@@ -189,7 +189,7 @@ FRAGMENTATION_SHARE = 0.1  # unallocated at an OOM, as a share of the budget, wo
 
 
 def _notes(outcome, budget: int, state, device: Device) -> list[str]:
-    notes = []
+    notes = [note for note in (device.choice_note(),) if note]
     gaps = [p.unallocated_bytes for p in (outcome.probes if outcome else []) if p.unallocated_bytes]
     if gaps and max(gaps) > FRAGMENTATION_SHARE * budget:
         notes.append(f"When a run ran out of memory, {max(gaps) / 2**20:.0f} MiB were reserved by the caching "

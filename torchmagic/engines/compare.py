@@ -21,15 +21,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..devices import Device, current_device, is_out_of_memory
+from ..devices import Device, choose_device, is_out_of_memory
 from ..devices.profiler import ensure_profiler_free
 from ..measure import Rounds, bootstrap_ratio_ci, calls_per_block, summarize, timed_block, timed_call
 from ..results.compare import CompareResult, VariantResult
+from ..results.format import fmt_bytes
 from . import numerics
 from .compile_watch import CompileCounts, compile_counts, is_recompile_limit, loud_recompile_limit
 from .settings import TorchSettings
 from .state import Snapshot
-from .variants import Env, Variant
+from .variants import CudaGraphs, Env, Variant, graph_steps
 
 PROGRESS_INTERVAL_S = 0.25
 AMP_DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
@@ -101,7 +102,7 @@ def run_compare(fn: Callable[[Any], Any], model: nn.Module | None, options: Comp
     """
     __tracebackhide__ = True  # noqa: F841  (a failing cell shows the user's frames only)
     ensure_profiler_free()  # peaks are read with a profiler, and profiled timings would mean little
-    return _Comparison(fn, model, options, state, device or current_device(), output, on_progress,
+    return _Comparison(fn, model, options, state, device or choose_device(), output, on_progress,
                        after_baseline).run(label)
 
 
@@ -117,6 +118,7 @@ class _Comparison:
         self.snapshot: Snapshot | None = None
         self.reference: numerics.Reference | None = None
         self.recompile_limit: int | None = None  # the user's setting (raised while comparing)
+        self.graph_notes: list[str] = []
 
     @property
     def device(self) -> Device:
@@ -128,6 +130,8 @@ class _Comparison:
         started = time.perf_counter()
         self.snapshot = Snapshot(self.state, self.device) if self.options.restore else None
         compiled = sum(v.compiles for v in self.options.variants)
+        graphs = CudaGraphs(list(self.options.variants), self.env)
+        pools_at_start = self.device.graph_pool_bytes() if graphs.active else None
         run = CompareRun(None)
         rounds, measured = None, []
         try:
@@ -147,17 +151,21 @@ class _Comparison:
             if self.snapshot is not None:
                 self.snapshot.restore()
             settings.restore()
+            if graphs.active:
+                self._release_graphs(graphs, pools_at_start)
         if rounds is None:  # eager failed on its first run (the user's code is broken), or an interrupt came first
             return run
         _summarise(measured, rounds)
         run.result = CompareResult(label=label, device=self.device.describe(), variants=[e.out for e in self.entries],
                                    rounds=rounds.done, seconds=time.perf_counter() - started,
                                    amp_dtype=str(self.env.amp_dtype).removeprefix("torch."),
-                                   options=_options_dict(self.options), notes=self._notes(run, rounds))
+                                   options=_options_dict(self.options),
+                                   notes=self._notes(run, rounds) + self.graph_notes)
         return run
 
     def _notes(self, run: CompareRun, rounds: Rounds) -> list[str]:
-        notes = [] if self.options.restore else [
+        notes = [note for note in (self.device.choice_note(),) if note]
+        notes += [] if self.options.restore else [
             "--no-restore: the model and optimizer keep what the runs did to them, and variants started from "
             "different weights (the errors are only meaningful for code that does not train)"]
         if isinstance(run.error, KeyboardInterrupt):
@@ -178,13 +186,14 @@ class _Comparison:
         self.progress(f"{variant.name}: {'compiling (first run)' if variant.compiles else 'first run'}…")
         if self.snapshot is not None:
             self.snapshot.restore()
+        pools_before = self.device.graph_pool_bytes() if variant.uses_cuda_graphs(env) else None
         try:
             start = time.perf_counter()
             entry.built = variant.build(self.model, env)
             build_s = time.perf_counter() - start
             before = compile_counts()
             inductor_loaded = "torch._inductor.compile_fx" in sys.modules
-            call = _bound(self.fn, entry.built)
+            call = self._runner(entry)
             with variant.around_call(entry.built, env):
                 value, first_s = timed_call(call, self.device)
             first = compile_counts() - before
@@ -204,6 +213,8 @@ class _Comparison:
             entry.calls = calls_per_block(fastest)
             entry.counts = compile_counts() - before - first
             out.peak_bytes = self._peak(entry)
+            if pools_before is not None:
+                self._record_graph_pool(entry, pools_before, (first + entry.counts).cudagraph_skips)
         except Exception as exc:  # noqa: BLE001
             if variant.is_baseline:
                 raise  # the user's code fails on its own: show their traceback
@@ -245,12 +256,12 @@ class _Comparison:
         gc.collect()
         with self.device.peak_scope() as reading:
             with entry.variant.around_call(entry.built, self.env):
-                _bound(self.fn, entry.built)()
+                self._runner(entry)()
             self.device.synchronize()
         return reading.peak_bytes
 
     def _block(self, entry: _Entry) -> Callable[[], tuple[float, int]]:
-        call = _bound(self.fn, entry.built)
+        call = self._runner(entry)
 
         def run_block() -> tuple[float, int]:
             __tracebackhide__ = True  # noqa: F841
@@ -262,6 +273,43 @@ class _Comparison:
             return seconds, entry.calls
 
         return run_block
+
+    def _runner(self, entry: _Entry) -> Callable[[], Any]:
+        call = _bound(self.fn, entry)
+        return graph_steps(call) if entry.variant.uses_cuda_graphs(self.env) else call
+
+    def _record_graph_pool(self, entry: _Entry, before: int, skips: int) -> None:
+        """The CUDA graph pool the variant grew: allocated while its graphs were recorded (its first
+        runs) and kept while they live, where its peak, read over one replay, sees nothing."""
+        after = self.device.graph_pool_bytes()
+        if after is None:
+            return
+        out = entry.out
+        out.graph_pool_bytes = max(after - before, 0)
+        shared = [e.variant.name for e in self.entries if e is not entry and e.out.graph_pool_bytes is not None]
+        out.notes.append(f"CUDA graph pool: {fmt_bytes(out.graph_pool_bytes)}, allocated when its graphs were "
+                         "recorded and held while they live; a replay allocates nothing, so peak mem leaves it out"
+                         + (f" (one pool per device, shared with {', '.join(shared)}: this is what it added)"
+                            if shared else ""))
+        if skips:
+            out.notes.append(f"inductor left {skips} of its graphs without CUDA graphs (as it does for CPU tensors, "
+                             "mutated inputs, dynamic shapes and more; TORCH_LOGS=cudagraphs says why): those run "
+                             "as ordinary kernel launches")
+
+    def _release_graphs(self, graphs: CudaGraphs, pools_at_start: int | None) -> None:
+        """Give back the CUDA graph pools recorded here, so later magics see the memory; say what stays."""
+        note = graphs.release()
+        gc.collect()  # the dropped code and the functions it recorded; their graph tree goes in the next pass
+        _release(self.device)  # which then hands the pool's memory back
+        held = (self.device.graph_pool_bytes() or 0) - (pools_at_start or 0)
+        if note:
+            self.graph_notes.append(note)
+        elif held > 0:
+            self.graph_notes.append(
+                f"CUDA graph pools still hold {fmt_bytes(held)} more than before the comparison: something in this "
+                "process keeps them (code compiled elsewhere with CUDA graphs shares the device's graph tree, or "
+                "tensors a graph returned are still referenced); torch._dynamo.reset() frees them, and makes "
+                "all compiled code compile again on its next call")
 
     def _timed_rounds(self, rounds: Rounds, measured: list[_Entry]) -> None:
         __tracebackhide__ = True  # noqa: F841
@@ -303,10 +351,10 @@ def _amp_dtype(name: str | None, device: Device) -> torch.dtype:
     return device.low_precision().dtype or torch.bfloat16
 
 
-def _bound(fn, model) -> Callable[[], Any]:
+def _bound(fn, entry: _Entry) -> Callable[[], Any]:
     def call():
         __tracebackhide__ = True  # noqa: F841
-        return fn(model)
+        return fn(entry.built)  # read at each call: the timed blocks must not keep a dropped variant alive
 
     return call
 

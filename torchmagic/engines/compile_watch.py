@@ -20,18 +20,21 @@ class CompileCounts:
     cache_hits: int = 0     # inductor's FX graph cache (on disk): a warm compile
     cache_misses: int = 0
     break_reasons: tuple[str, ...] = ()
+    cudagraph_skips: int = 0  # graphs inductor left without CUDA graphs (reduce-overhead, max-autotune)
 
     def __add__(self, other: CompileCounts) -> CompileCounts:
         reasons = self.break_reasons + tuple(r for r in other.break_reasons if r not in self.break_reasons)
         return CompileCounts(self.frames + other.frames, self.graphs + other.graphs,
                              self.graph_breaks + other.graph_breaks, self.cache_hits + other.cache_hits,
-                             self.cache_misses + other.cache_misses, reasons)
+                             self.cache_misses + other.cache_misses, reasons,
+                             self.cudagraph_skips + other.cudagraph_skips)
 
     def __sub__(self, before: CompileCounts) -> CompileCounts:
         reasons = tuple(r for r in self.break_reasons if r not in before.break_reasons)
         return CompileCounts(self.frames - before.frames, self.graphs - before.graphs,
                              self.graph_breaks - before.graph_breaks, self.cache_hits - before.cache_hits,
-                             self.cache_misses - before.cache_misses, reasons)
+                             self.cache_misses - before.cache_misses, reasons,
+                             self.cudagraph_skips - before.cudagraph_skips)
 
 
 def compile_counts() -> CompileCounts:
@@ -49,6 +52,7 @@ def compile_counts() -> CompileCounts:
         cache_hits=inductor.get("fxgraph_cache_hit", 0),
         cache_misses=inductor.get("fxgraph_cache_miss", 0),
         break_reasons=tuple(_first_line(reason) for reason in breaks),
+        cudagraph_skips=inductor.get("cudagraph_skips", 0),
     )
 
 

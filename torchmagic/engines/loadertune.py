@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from ..devices import Device, current_device
+from ..devices import Device, choose_device
 from ..measure import bootstrap_ratio_ci, summarize
 from ..results.loadertune import DATALOADER_DEFAULTS, LoaderRow, LoaderSettings, LoaderTuneResult
 from .state import Snapshot
@@ -95,7 +95,7 @@ def run_loadertune(loader: DataLoader, options: LoaderTuneOptions = LoaderTuneOp
     optimizers in ``state`` are restored afterwards.
     """
     __tracebackhide__ = True  # noqa: F841
-    device = device or current_device()
+    device = device or choose_device()
     progress = on_progress or (lambda text: None)
     started = time.perf_counter()
     # every new iterator draws a seed (and a shuffle) from torch's generator, or the loader's own
@@ -122,7 +122,7 @@ class _Tuner:
         self.start_method = _start_method(loader)
         self.pickle_problem = _pickle_problem(loader)
         self.rows: dict[LoaderSettings, LoaderRow] = {}
-        self.notes: list[str] = []
+        self.notes: list[str] = [note for note in (device.choice_note(),) if note]
         self.step_s: float | None = None
         self._latest = None  # the iterator a pass is on
         self.stages: list[list[LoaderSettings]] = []  # the settings each stage ran side by side

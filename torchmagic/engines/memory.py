@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..devices import CpuDevice, Device, NvmlReading, current_device, host_memory, visible_accelerators
+from ..devices import CpuDevice, Device, NvmlReading, choose_device, host_memory, visible_accelerators
 from ..devices.profiler import ProfilerBusyError
 from ..results.memory import CellMemory, DeviceMemory, Freed, MemoryResult, VariableMemory
 from .holders import Holding, Walker, gc_paused, is_history, is_internal
@@ -152,43 +152,103 @@ def _device_memory(device: Device, variables_bytes: int) -> DeviceMemory:
     if isinstance(reading, NvmlReading):
         d.total_bytes, d.used_bytes = reading.total_bytes, reading.used_bytes
         d.utilization_pct, d.temperature_c, d.power_w = reading.utilization_pct, reading.temperature_c, reading.power_w
-        _explain_gap(d, reading)
+        _explain_gap(d, reading, device.has_context())
     elif isinstance(reading, str):
         d.notes.append(reading)
     return d
 
 
-def _explain_gap(d: DeviceMemory, reading: NvmlReading) -> None:
-    """Why NVML shows more in use than torch reserved."""
+def _explain_gap(d: DeviceMemory, reading: NvmlReading, has_context: bool) -> None:
+    """Why NVML shows more in use than torch reserved: the driver's reserve, this process's
+    CUDA context and libraries, other processes; each counted once, none guessed."""
     from ..results.format import fmt_bytes
 
+    d.driver_reserved_bytes = reading.driver_reserved_bytes
     if reading.mig:
         d.notes.append("a MIG slice: memory is the slice's own; NVML reports no utilisation per slice")
     gap = d.gap_bytes
     if gap is None:
         return
+    # v2 memory info tells apart what the driver sets aside: neither this process's nor another's
+    parts = [f"driver-reserved {fmt_bytes(reading.driver_reserved_bytes)}"] if reading.driver_reserved_bytes else []
     if reading.processes is None:
-        d.notes.append(f"NVML used − torch reserved = {fmt_bytes(gap)}: this process's CUDA context (typically "
-                       f"300–600 MiB), libraries' workspaces, and any other processes; {reading.processes_note}")
+        parts.append(f"this process's CUDA context (typically 300–600 MiB), libraries' workspaces, and any other "
+                     f"processes; {reading.processes_note}")
+        d.notes.append(f"NVML used − torch reserved = {fmt_bytes(gap)}: " + "; ".join(parts))
         return
-    me = os.getpid()
-    mine = [p for p in reading.processes if p.pid == me]
-    others = [p for p in reading.processes if p.pid != me]
+    reserved = d.reserved_bytes or 0
+    uses_cuda = reserved > 0 or has_context
+    mine, others, unsure = _this_process(reading.processes, reserved, uses_cuda)
     d.other_processes = [(p.pid, p.used_bytes) for p in others]
-    others_bytes = sum(p.used_bytes or 0 for p in others)
-    parts = []
-    if mine and mine[0].used_bytes is not None:
-        d.this_process_bytes = mine[0].used_bytes
+    if mine is not None and mine.used_bytes is not None:
+        d.this_process_bytes = mine.used_bytes
+        host_pid = f" (pid {mine.pid} on the host, where NVML counts)" if mine.pid != os.getpid() else ""
         parts.append(f"this process's CUDA context, libraries and memory outside torch's allocator "
-                     f"{fmt_bytes(max(mine[0].used_bytes - (d.reserved_bytes or 0), 0))}")
-    elif not mine:
-        parts.append("NVML does not list this process (in a container its PID differs from the host's), so its "
-                     "CUDA context is in the rest")
+                     f"{fmt_bytes(max(mine.used_bytes - reserved, 0))}{host_pid}")
+    elif mine is not None:
+        parts.append("NVML lists this process without its memory")
+    elif unsure:
+        listed = ", ".join(f"pid {p.pid} {fmt_bytes(p.used_bytes)}" for p in unsure[:4])
+        which = f"whether {listed} is" if len(unsure) == 1 else f"which of {len(unsure)} processes ({listed}) is"
+        parts.append(f"NVML lists host PIDs and cannot tell {which} this process: counted neither as this "
+                     f"process nor as others")
+    elif uses_cuda:
+        parts.append("NVML does not list this process, so its CUDA context is in the rest")
     if others:
         listed = ", ".join(f"pid {p.pid} {fmt_bytes(p.used_bytes)}" for p in others[:4])
-        parts.append(f"{len(others)} other process{'es' if len(others) != 1 else ''} {fmt_bytes(others_bytes)} "
-                     f"({listed})")
+        parts.append(f"{len(others)} other process{'es' if len(others) != 1 else ''} "
+                     f"{fmt_bytes(sum(p.used_bytes or 0 for p in others))} ({listed})")
+    if reading.processes_note:
+        parts.append(reading.processes_note)
     d.notes.append(f"NVML used − torch reserved = {fmt_bytes(gap)}: " + "; ".join(parts))
+
+
+def _this_process(processes, reserved: int, uses_cuda: bool):
+    """(this process's entry or None, other processes, entries that may be this process) in NVML's list.
+
+    NVML lists host PIDs, so in a container (another PID namespace) this process's PID is not
+    there, or names a different host process.  It is then found by elimination: of the entries
+    whose PIDs do not exist here, the only one using at least what torch has reserved here.
+    Where no single entry qualifies, the candidates are kept apart rather than guessed.
+    """
+    me, contained = os.getpid(), _in_pid_namespace()
+    listed = next((p for p in processes if p.pid == me), None)
+    # in a container the same number can be a host process; this one holds at least torch's reserve
+    if listed and (not contained or listed.used_bytes is None or listed.used_bytes >= reserved):
+        return listed, [p for p in processes if p is not listed], []
+    if not (uses_cuda and contained):  # no CUDA context here, or no namespace to see through
+        return None, list(processes), []
+    candidates = [p for p in processes if not _pid_exists_here(p.pid)
+                  and (p.used_bytes is None or p.used_bytes >= reserved)]
+    others = [p for p in processes if p not in candidates]
+    if len(candidates) == 1 and reserved > 0:  # with nothing reserved, any process would fit
+        return candidates[0], others, []
+    return None, others, candidates
+
+
+def _in_pid_namespace() -> bool | None:
+    """Whether this process runs in a PID namespace other than the host's (a container); None
+    where /proc cannot tell.  The kernel numbers the initial namespace 0xEFFFFFFC
+    (PROC_PID_INIT_INO).  /proc/self/status's NSpid does not help: it starts at the namespace
+    /proc was mounted from, the container's own, so it never shows the host's PID."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino != 0xEFFFFFFC
+    except OSError:
+        return None
+
+
+def _pid_exists_here(pid: int) -> bool:
+    """Whether a process with this number exists in this PID namespace (signal 0 sends nothing;
+    only called on Linux, where it is safe)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        return True
+    return True
 
 
 # --- %%gpumem: one cell ------------------------------------------------------------------
@@ -205,7 +265,7 @@ def run_cell_memory(fn: Callable[[], Any], namespace: dict[str, Any], *, hidden:
     """Run ``fn`` and measure its peak and net allocations on the device, then name the new
     variables that hold the net memory."""
     __tracebackhide__ = True  # noqa: F841
-    device = device or current_device()
+    device = device or choose_device()
     before = holdings(user_variables(namespace, hidden))
     value, error, reading, note, net = None, None, None, None, 0
     start = time.perf_counter()
@@ -235,6 +295,7 @@ def run_cell_memory(fn: Callable[[], Any], namespace: dict[str, Any], *, hidden:
     report = memory_report(namespace, hidden=hidden, devices=[d for d in [device] if d.is_accelerator], top=top)
     report.cell = CellMemory(device=device.label, peak_bytes=peak, net_bytes=net, seconds=seconds,
                              new_variables=rows, note=note)
+    report.notes += [n for n in (device.choice_note(),) if n]
     return CellRun(report, value, error)
 
 

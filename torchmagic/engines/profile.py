@@ -16,12 +16,12 @@ from typing import Any
 
 import torch
 
-from ..devices import Device, current_device
+from ..devices import Device, choose_device
 from ..devices.profiler import ensure_profiler_free, without_profiler_banner
 from ..measure import timed_call
 from ..results.profile import SORT_KEYS, OpRow, ProfileResult
 from .frames import frame_label, ipython_cell_files
-from .rules import RuleContext, diagnose
+from .rules import AllocatorCounters, RuleContext, diagnose, missing_kernels_note
 from .trace import STEP_PREFIX, TraceSummary, summarize_trace
 
 HOT_LINES_KEPT = 50
@@ -70,7 +70,7 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
     """Profile ``step``; ``names`` fill the verify commands' placeholders ({loader}, {step})."""
     __tracebackhide__ = True  # noqa: F841
     ensure_profiler_free()
-    device = device or current_device()
+    device = device or choose_device()
     memory_before = device.allocator_stats()
     warmup_s: list[float] = []
     step_s: list[float] = []
@@ -106,20 +106,22 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
 def _rule_context(device: Device, names: dict[str, str], before) -> RuleContext:
     low = device.low_precision()
     after = device.allocator_stats()
-    retries, peak_fraction = 0, None
+    retries, counters = 0, None
     if before is not None and after is not None:
         retries = after.num_alloc_retries - before.num_alloc_retries
-        total = device.memory_capacity()[1]
-        # the caching allocator keeps what it reserved, so afterwards is about the peak
-        peak_fraction = max(before.reserved_bytes, after.reserved_bytes) / total if total else None
+        # the steps' own peak is read from these and the trace's memory events: rules.step_peak says how
+        counters = AllocatorCounters(total=device.memory_capacity()[1],
+                                     allocated_before=before.allocated_bytes, allocated_after=after.allocated_bytes,
+                                     peak_before=before.peak_allocated_bytes, peak_after=after.peak_allocated_bytes,
+                                     device=device.label)
     return RuleContext(device_kind=device.kind, low_precision_fast=low.fast,
                        low_precision_dtype=str(low.dtype).removeprefix("torch.") if low.dtype else None,
                        low_precision_reason=low.reason, names=names, alloc_retries=retries,
-                       peak_fraction=peak_fraction)
+                       allocator=counters)
 
 
 def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: RuleContext) -> ProfileResult:
-    notes = [note for note in (device.profile_note(),) if note]
+    notes = [note for note in (device.choice_note(), device.profile_note()) if note]
     if options.warmup == 0:
         notes.append("The first run includes one-time costs (lazy initialisation, allocator warm-up); "
                      "--warmup 1 leaves them out.")
@@ -160,6 +162,8 @@ def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: Ru
 
 def _fill_from_summary(result: ProfileResult, s: TraceSummary, ctx: RuleContext) -> None:
     result.findings = diagnose(s, ctx)
+    if note := missing_kernels_note(s, ctx):
+        result.notes.append(note)
     result.event_count = s.event_count
     result.ops = [
         OpRow(o.name, o.calls, o.self_cpu_us, o.total_cpu_us, o.self_device_us, o.flops,

@@ -26,9 +26,9 @@ THRESHOLDS = {
     "dispatch_small_op_share": 0.3,   # share of the step spent in those short ops plus Python between them
     # amp: share of op time in fp32 matmul/conv on hardware with fast 16-bit floats
     "amp_fp32_matmul_share": 0.25,
-    # ... and only when the matmuls are not tiny: below this mean host time per fp32 matmul call,
-    # the casts autocast adds cost more than 16-bit kernels save (an 8x32 @ 32x32 matmul ran 15x
-    # slower in bf16 on CPU)
+    # ... and only when the matmuls are not tiny: below this mean time per fp32 matmul call (its kernels'
+    # time on a GPU, where the host only launches them; its host time on CPU), the casts autocast adds
+    # cost more than 16-bit kernels save (an 8x32 @ 32x32 matmul ran 15x slower in bf16 on CPU)
     "amp_min_matmul_us": 20.0,
     # copies: copy/conversion share of the step
     "copies_share": 0.10,
@@ -41,9 +41,10 @@ THRESHOLDS = {
     "optimizer_ops_per_step": 8,
     # gpu_idle: share of the step the device sits idle
     "gpu_idle_share": 0.30,
-    # batch_size: memory pressure (allocator retries, or the peak this close to the device's size), or
-    # a small batch: the device mostly idle with most of its memory unused
-    "batch_pressure_peak_fraction": 0.95,
+    # batch_size: memory pressure (allocator retries, or the step's peak allocation this close to the
+    # device's size: allocated, not reserved, so below 1 by the allocator's cache and the CUDA context),
+    # or a small batch: the device mostly idle with most of its memory unused
+    "batch_pressure_peak_fraction": 0.90,
     "batch_small_idle_share": 0.50,
     "batch_small_peak_fraction": 0.25,
     # severity from the share of the step a finding could win back
@@ -72,6 +73,18 @@ VERIFY = {
 
 
 @dataclass(frozen=True)
+class AllocatorCounters:
+    """The GPU caching allocator's counters (bytes) before the cell's first run and after the profile."""
+
+    total: int                 # the device's size
+    allocated_before: int
+    allocated_after: int
+    peak_before: int           # the high-water mark, which torchmagic never resets (it is the user's)
+    peak_after: int
+    device: str = "cuda:0"     # which GPU: the trace's memory events are read for this one only
+
+
+@dataclass(frozen=True)
 class RuleContext:
     device_kind: str                 # "cpu", "cuda", "mps"
     low_precision_fast: bool         # the device has fast bf16/fp16 matmuls
@@ -80,7 +93,28 @@ class RuleContext:
     available_magics: frozenset[str] = AVAILABLE_MAGICS
     names: dict[str, str] = field(default_factory=dict)    # {loader} and {step} in verify commands
     alloc_retries: int = 0                   # allocator cache flushes during the profile (CUDA)
-    peak_fraction: float | None = None       # peak reserved memory over the device's size
+    allocator: AllocatorCounters | None = None  # for the profiled steps' peak (CUDA)
+
+
+def step_peak(s: TraceSummary, ctx: RuleContext) -> tuple[int, int] | None:
+    """The profiled steps' peak allocated bytes on the GPU, as (at least, at most).
+
+    The allocator's peak counter is the user's and is not reset, so the peak is read where it is known:
+    * with the profiler's memory events (--memory), exactly: the level at the profile's start (allocated
+      after it, less what it allocated net) plus the highest level the events reach above it;
+    * else, if the high-water mark rose, the cell's runs (warm-up and profiled: the same code) set it;
+    * else only bounds: what was held around the runs, and the older high-water mark.
+    """
+    a = ctx.allocator
+    if a is None:
+        return None
+    if s.memory_recorded:
+        start = max(a.allocated_after - s.allocated_net.get(a.device, 0), 0)
+        peak = start + s.peak_allocated.get(a.device, 0)
+        return peak, peak
+    if a.peak_after > a.peak_before:
+        return a.peak_after, a.peak_after
+    return max(a.allocated_before, a.allocated_after), a.peak_before
 
 
 def severity(share: float) -> str:
@@ -183,34 +217,52 @@ def dispatch_bound(s: TraceSummary, ctx: RuleContext) -> Finding | None:
 def amp(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     if not ctx.low_precision_fast:
         return None
+    if ctx.device_kind == "cuda" and not s.has_device_events:
+        return None  # a CUDA op's host time is its launch: without kernel times there is nothing to judge
+    # on a GPU, by kernel time: share of all kernel time, and time per call (the host only launches)
     on_device = s.has_device_events
     fp32 = s.matmul_fp32_device_us if on_device else s.matmul_fp32_us
+    calls = s.matmul_fp32_device_calls if on_device else s.matmul_fp32_calls
     basis = sum(s.device_category_us.values()) if on_device else s.total_step_us
     share = fp32 / basis if basis > 0 else 0.0
     if share < THRESHOLDS["amp_fp32_matmul_share"]:
         return None
-    if s.matmul_fp32_calls and s.matmul_fp32_us / s.matmul_fp32_calls < THRESHOLDS["amp_min_matmul_us"]:
+    if calls and fp32 / calls < THRESHOLDS["amp_min_matmul_us"]:
         return None
     dtype = ctx.low_precision_dtype or "bfloat16"
     device = ctx.device_kind
     training = s.backward_events > 0
-    if training:
-        scaler = ("\nscaler = torch.amp.GradScaler()  # fp16 only: scale the loss to keep small gradients"
-                  if dtype == "float16" else "")
-        snippet = f"with torch.autocast('{device}', dtype=torch.{dtype}):\n    loss = loss_fn(model(x), y){scaler}"
+    fp16_training = training and dtype == "float16"
+    if fp16_training:
+        snippet = (f"scaler = torch.amp.GradScaler('{device}')   # once, before the loop\n"
+                   f"with torch.autocast('{device}', dtype=torch.float16):\n    loss = loss_fn(model(x), y)\n"
+                   "scaler.scale(loss).backward()\nscaler.step(optimizer)\nscaler.update()")
+    elif training:
+        snippet = (f"with torch.autocast('{device}', dtype=torch.{dtype}):\n    loss = loss_fn(model(x), y)\n"
+                   "loss.backward()   # outside autocast")
     else:
         snippet = f"with torch.inference_mode(), torch.autocast('{device}', dtype=torch.{dtype}):\n    out = model(x)"
+    if device == "cuda":
+        fix = (f"Run the forward pass under autocast: matmuls and convolutions in {dtype} on the tensor cores; "
+               "softmax, norms and losses stay in fp32. "
+               + ("bfloat16 (Ampere and newer GPUs) keeps fp32's range, so no loss scaling is needed. "
+                  if dtype == "bfloat16" else
+                  "This GPU has fp16 but not bf16 tensor cores (those came with Ampere): "
+                  + ("scale the loss with a GradScaler so small fp16 gradients do not flush to zero. "
+                     if training else "fp16 suits inference as is. ")))
+    else:
+        fix = (f"Run the forward pass under autocast: matmuls and convolutions in {dtype}; losses in fp32, "
+               "while on CPU softmax and norms follow their input's dtype. ")
+    per_call = fp32 / calls if calls else None
     return _finding(
         "amp", ctx, share,
-        f"{share:.0%} of the {'device' if on_device else 'step'} time is fp32 matmul/conv; "
+        f"{share:.0%} of the {'GPU kernel' if on_device else 'step'} time is fp32 matmul/conv; "
         f"this device runs {dtype} faster",
         {"fp32_matmul_share": round(share, 4), "fp32_matmul_ms": round(fp32 / 1e3, 3),
+         "fp32_matmul_us_per_call": round(per_call, 1) if per_call is not None else None,
          "low_precision_matmul_ms": round((s.matmul_low_device_us if on_device else s.matmul_low_us) / 1e3, 3),
          "why": ctx.low_precision_reason},
-        f"Run the forward pass under autocast: matmuls and convolutions in {dtype}; "
-        + ("softmax, norms and losses in fp32. " if device == "cuda" else
-           "losses in fp32, while on CPU softmax and norms follow their input's dtype. ")
-        + "Check the accuracy of the result against fp32 (%%amp_compare does).",
+        fix + "Check the accuracy of the result against fp32 (%%amp_compare does).",
         snippet,
     )
 
@@ -293,18 +345,24 @@ def gpu_idle(s: TraceSummary, ctx: RuleContext, others: list[Finding] = ()) -> F
 
 
 def batch_size(s: TraceSummary, ctx: RuleContext) -> Finding | None:
-    """Memory pressure (the allocator had to flush its cache, or the peak nearly fills the device),
-    or the opposite: a batch so small the device idles with most of its memory unused."""
-    if ctx.device_kind != "cuda" or ctx.peak_fraction is None:
+    """Memory pressure (the allocator had to flush its cache, or the step's peak nearly fills the device),
+    or the opposite: a batch so small the device idles with most of its memory unused.  Where only
+    bounds of the peak are known (see :func:`step_peak`), pressure needs the lower bound high and a
+    small batch the upper bound low."""
+    peak = step_peak(s, ctx) if ctx.device_kind == "cuda" else None
+    if peak is None or ctx.allocator.total <= 0:
         return None
-    peak = ctx.peak_fraction
-    if ctx.alloc_retries > 0 or peak >= THRESHOLDS["batch_pressure_peak_fraction"]:
+    least, most = (p / ctx.allocator.total for p in peak)
+    evidence = {"alloc_retries": ctx.alloc_retries, "peak_fraction": round(least, 3)}
+    if most != least:
+        evidence["peak_fraction_at_most"] = round(most, 3)
+    if ctx.alloc_retries > 0 or least >= THRESHOLDS["batch_pressure_peak_fraction"]:
         why = (f"the allocator flushed its cache and retried {ctx.alloc_retries} times (each a cudaFree and a "
-               "synchronisation)" if ctx.alloc_retries else f"the peak reaches {peak:.0%} of the GPU's memory")
+               "synchronisation)" if ctx.alloc_retries else f"the step's peak reaches {least:.0%} of the GPU's memory")
         return _finding(
             "batch_size", ctx, 0.10 if ctx.alloc_retries else 0.05,
             f"Memory pressure: {why}",
-            {"alloc_retries": ctx.alloc_retries, "peak_fraction": round(peak, 3)},
+            evidence,
             "Use a batch that leaves headroom (measure the largest that fits with %autobatch), reach the batch you "
             "want with gradient accumulation, and let the allocator grow segments instead of fragmenting.",
             "import os\nos.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'  # before CUDA starts",
@@ -312,16 +370,30 @@ def batch_size(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     if not s.has_device_events or s.total_step_us <= 0:
         return None
     idle = max(s.total_step_us - s.device_busy_us, 0.0) / s.total_step_us
-    if idle >= THRESHOLDS["batch_small_idle_share"] and peak < THRESHOLDS["batch_small_peak_fraction"]:
+    if idle >= THRESHOLDS["batch_small_idle_share"] and most < THRESHOLDS["batch_small_peak_fraction"]:
+        in_use = f"{most:.0%}" if most == least else f"at most {most:.0%}"
         return _finding(
             "batch_size", ctx, idle * 0.5,
-            f"Small batch: the GPU idles {idle:.0%} of the step with {peak:.0%} of its memory in use",
-            {"idle_share": round(idle, 3), "peak_fraction": round(peak, 3)},
+            f"Small batch: the GPU idles {idle:.0%} of the step with {in_use} of its memory in use",
+            {"idle_share": round(idle, 3), **evidence},
             "A bigger batch gives each kernel more work and the GPU less waiting; %autobatch --throughput finds "
             "the largest that fits and where samples/s stop growing (the knee).",
             "def step(batch_size):\n    x = make_batch(batch_size)   # your batch\n    train_step(x)",
         )
     return None
+
+
+def missing_kernels_note(s: TraceSummary, ctx: RuleContext) -> str | None:
+    """One line for a CUDA profile whose steps ran ops that launch kernels, but whose trace has none.
+    The device is where the code's tensors live, so its ops ran there and CUPTI (the source of every
+    kernel and runtime event) recorded nothing; unless the device was a guess (the code named no
+    tensor) and the ops ran on the CPU."""
+    if ctx.device_kind != "cuda" or s.has_device_events or s.launching_ops == 0:
+        return None
+    return (f"No GPU kernels in this profile of a CUDA device, though its steps ran {s.launching_ops} ops: CUPTI "
+            "recorded none (another profiler such as Nsight attached, or no CUPTI access in this container), "
+            "or the ops ran on the CPU (then --device cpu); the GPU rules (GPU idle time, small batch, amp by "
+            "kernel time) were skipped.")
 
 
 RULES: tuple[Callable[[TraceSummary, RuleContext], Finding | None], ...] = (

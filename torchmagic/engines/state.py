@@ -72,29 +72,37 @@ class Snapshot:
         self.device.set_rng_state(self._rng)
 
 
-def objects_used_by(fn: Callable, namespace: dict[str, Any] | None = None) -> list[Any]:
-    """Modules and optimizers a step can reach: its closure, the globals it names, the object
-    a bound method belongs to, and (for a magic) the notebook's top-level variables."""
-    found: list[Any] = []
-
-    def add(value):
-        if is_stateful(value) and not any(value is f for f in found):
-            found.append(value)
-
+def referenced_values(fn: Callable) -> list[Any]:
+    """What a function can reach without arguments: the object a bound method belongs to, its
+    closure, and the globals its code names."""
     target = inspect.unwrap(fn)
-    add(getattr(target, "__self__", None))
+    found = [getattr(target, "__self__", None)]
     code = getattr(target, "__code__", None)
     if code is not None:
         for cell in getattr(target, "__closure__", None) or ():
             try:
-                add(cell.cell_contents)
+                found.append(cell.cell_contents)
             except ValueError:  # an empty cell
                 pass
         scope = getattr(target, "__globals__", {})
-        for name in code.co_names:
-            add(scope.get(name))
-    for value in (namespace or {}).values():
-        add(value)
+        found += [scope.get(name) for name in code.co_names]
+    return [v for v in found if v is not None]
+
+
+def values_named(names: Iterable[str], namespace: dict[str, Any]) -> list[Any]:
+    """The values a cell's names refer to, and what the functions among them reach: where the
+    cell's work happens (its model and tensors, or those of the step it calls)."""
+    values = [namespace[n] for n in sorted(names) if n in namespace]
+    return values + [v for f in values if inspect.isfunction(f) or inspect.ismethod(f) for v in referenced_values(f)]
+
+
+def objects_used_by(fn: Callable, namespace: dict[str, Any] | None = None) -> list[Any]:
+    """Modules and optimizers a step can reach: its closure, the globals it names, the object
+    a bound method belongs to, and (for a magic) the notebook's top-level variables."""
+    found: list[Any] = []
+    for value in [*referenced_values(fn), *(namespace or {}).values()]:
+        if is_stateful(value) and not any(value is f for f in found):
+            found.append(value)
     return _outermost(found)
 
 

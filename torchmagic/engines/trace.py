@@ -69,6 +69,14 @@ MATMUL_OPS = frozenset({
     "aten::mkldnn_rnn_layer", "aten::_thnn_fused_lstm_cell", "aten::linear_backward", "aten::_mm",
 })
 LOW_PRECISION_DTYPES = frozenset({"c10::BFloat16", "c10::Half", "c10::Float8_e4m3fn", "c10::Float8_e5m2"})
+# Ops that never launch device work (views, metadata, allocation): a step of only these on a GPU has no kernels
+NO_KERNEL_OPS = frozenset({
+    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::view", "aten::_unsafe_view",
+    "aten::reshape", "aten::_reshape_alias", "aten::as_strided", "aten::t", "aten::transpose", "aten::permute",
+    "aten::expand", "aten::squeeze", "aten::unsqueeze", "aten::select", "aten::slice", "aten::narrow",
+    "aten::alias", "aten::detach", "aten::detach_", "aten::lift_fresh", "aten::resolve_conj", "aten::resolve_neg",
+    "aten::split", "aten::chunk", "aten::unbind", "aten::flatten", "aten::requires_grad_", "aten::size",
+})
 # the profiler's own bookkeeping around record_function ranges
 _SKIPPED_NAMES = frozenset({"profiler::_record_function_enter", "profiler::_record_function_enter_new",
                             "profiler::_record_function_exit"})
@@ -122,6 +130,7 @@ class TraceSummary:
     matmul_fp32_calls: int = 0
     matmul_low_us: float = 0.0
     matmul_fp32_device_us: float = 0.0
+    matmul_fp32_device_calls: int = 0  # fp32 matmul/conv calls whose kernels are in the trace
     matmul_low_device_us: float = 0.0
     # autograd: sequence numbers of graph nodes created outside backward (one per recorded op)
     graph_nodes: set = field(default_factory=set)
@@ -138,10 +147,14 @@ class TraceSummary:
     has_device_events: bool = False
     device_busy_us: float = 0.0
     device_kernels: int = 0
+    # ops in the steps that put work on the device when their tensors live there: those called from
+    # Python, a phase or a user range (not from another op), less views, allocations and data loading
+    launching_ops: int = 0
     # memory (profile_memory)
     memory_recorded: bool = False
     peak_allocated: dict[str, int] = field(default_factory=dict)   # device -> peak bytes above start
     allocated_total: dict[str, int] = field(default_factory=dict)  # device -> bytes allocated
+    allocated_net: dict[str, int] = field(default_factory=dict)    # device -> bytes still held at the end
     # the user's innermost functions (python tracer): frame -> inclusive µs of the ops they called
     hot_lines: Counter = field(default_factory=Counter)
     timeline: list[Span] = field(default_factory=list)
@@ -207,6 +220,7 @@ def _summarize(events, trace_start_ns: int, shapes: bool, flops: bool) -> TraceS
     for tid, evs in by_thread.items():
         sweep.run(evs, "CPU main thread" if tid == main_tid else f"CPU thread {tid}")
     _discount_waiting(out, sweep, windows)
+    _memory_levels(out, sweep.memory)
     _attribute_device(device, out, sweep, windows)
     _bound_timeline(out)
     return out
@@ -316,7 +330,9 @@ class _Sweep:
         self.windows = windows
         self.marker_index = marker_index
         self.op_of_corr: dict[int, tuple[str, str, str | None]] = {}  # corr -> (op, category, precision)
-        self.memory_level: dict[str, int] = defaultdict(int)
+        # CUPTI correlation id of a launch no op encloses -> (its innermost user range or None, category)
+        self.launches: dict[int, tuple[str | None, str]] = {}
+        self.memory: list[tuple[float, str, int]] = []  # (time, device, bytes) of each allocation/free
         self.bars: dict[str, list[tuple[float, float]]] = defaultdict(list)  # lane -> top-level intervals
         self.data_intervals: list[tuple[float, float]] = []
         self.main_lane = "CPU main thread"
@@ -366,16 +382,30 @@ class _Sweep:
                 in_copy = in_copy or (name in COPY_OPS and not under_op)
                 if step is not None:
                     self._op_opened(ev, phase, frame, under_op)
-            elif (kind == _RUNTIME and name in SYNC_RUNTIME and step is not None
-                  and phase is None and not in_sync):
-                out.sync_runtime_calls += 1  # explicit torch.cuda.synchronize() and friends
-                out.sync_runtime_us += ev.end - ev.start
+            elif kind == _RUNTIME and step is not None:
+                if name in SYNC_RUNTIME and phase is None and not in_sync:
+                    out.sync_runtime_calls += 1  # explicit torch.cuda.synchronize() and friends
+                    out.sync_runtime_us += ev.end - ev.start
+                if not under_op:
+                    self._launch_outside_ops(ev, stack, _category(kind, name, phase, in_sync, in_copy))
             stack.append([ev, 0.0, phase, in_sync, in_copy, step, top, frame, under_op or kind == _OP])
         while stack:
             self._close(stack.pop(), lane)
 
+    def _launch_outside_ops(self, ev: _Ev, stack: list[list], category: str) -> None:
+        """A runtime call no op encloses (a custom extension's or a hand-written Triton kernel's launch
+        under record_function): kineto links kernels to ops only, so remember the launch's innermost
+        user range and category for its kernels, found by CUPTI's correlation id that they share."""
+        corr = ev.raw.correlation_id()
+        if corr:
+            user_range = next((entry[0].name for entry in reversed(stack)
+                               if entry[0].kind == _ANNOTATION and id(entry[0]) not in self.marker_index), None)
+            self.launches[corr] = (user_range, category)
+
     def _op_opened(self, ev: _Ev, phase, frame, under_op) -> None:
         out, name, dur = self.out, ev.name, ev.end - ev.start
+        if not under_op and phase != DATA and name not in NO_KERNEL_OPS:
+            out.launching_ops += 1
         if phase is None and not under_op:  # called straight from Python
             out.python_ops += 1
             out.python_op_us.append(dur)
@@ -444,11 +474,11 @@ class _Sweep:
         out = self.out
         out.memory_recorded = True
         device_type = ev.raw.device_type()
-        device = "cpu" if device_type == DeviceType.CPU else str(device_type).rsplit(".", 1)[-1].lower()
+        # per device, never summed across GPUs: "cuda:1", as a Device's label reads
+        device = ("cpu" if device_type == DeviceType.CPU
+                  else f"{str(device_type).rsplit('.', 1)[-1].lower()}:{max(ev.raw.device_index(), 0)}")
         nbytes = ev.raw.nbytes()
-        level = self.memory_level
-        level[device] += nbytes
-        out.peak_allocated[device] = max(out.peak_allocated.get(device, 0), level[device])
+        self.memory.append((ev.start, device, nbytes))
         if nbytes > 0:
             out.allocated_total[device] = out.allocated_total.get(device, 0) + nbytes
             if parent is not None and parent[0].kind == _OP:
@@ -456,6 +486,16 @@ class _Sweep:
                 if stats is None:
                     stats = out.ops[parent[0].name] = OpStats(parent[0].name)
                 stats.allocated_bytes += nbytes
+
+
+def _memory_levels(out: TraceSummary, records: list[tuple[float, str, int]]) -> None:
+    """Peak and final allocation level per device above the profile's start, in time order across
+    threads: on CUDA, backward allocates on the autograd thread while the main thread's tensors live."""
+    level: dict[str, int] = defaultdict(int)
+    for _, device, nbytes in sorted(records, key=lambda r: r[0]):
+        level[device] += nbytes
+        out.peak_allocated[device] = max(out.peak_allocated.get(device, 0), level[device])
+    out.allocated_net = dict(level)
 
 
 def _discount_waiting(out: TraceSummary, sweep: _Sweep, windows) -> None:
@@ -473,26 +513,35 @@ def _shape_text(shapes) -> str:
 
 
 def _attribute_device(device: list[_Ev], out: TraceSummary, sweep: _Sweep, windows) -> None:
-    """Give each kernel/memcpy to the op that launched it; measure device busy time in steps."""
+    """Give each kernel/memcpy to the op that launched it, or where no op did, to the user range
+    around its launch; measure device busy time in steps."""
     if not device:
         return
     out.has_device_events = True
     intervals = []
+    fp32_calls = set()
     for ev in device:
         dur = ev.end - ev.start
         op, category, precision = sweep.op_of_corr.get(ev.corr, (None, OTHER, None))
+        if op is None and sweep.launches:
+            op, category = sweep.launches.get(ev.raw.correlation_id(), (None, OTHER))
         if op is not None:
-            out.ops[op].self_device_us += dur
+            stats = out.ops.get(op)
+            if stats is None:
+                stats = out.ops[op] = OpStats(op)
+            stats.self_device_us += dur
         if precision == "low":
             out.matmul_low_device_us += dur
         elif precision == "fp32":
             out.matmul_fp32_device_us += dur
+            fp32_calls.add(ev.corr)
         out.device_category_us[category] += dur
         out.device_kernels += 1
         if "HtoD" in ev.name and "Pageable" in ev.name:
             out.pageable_h2d += 1
         intervals.append((ev.start, ev.end))
         out.timeline.append(Span(f"GPU stream {ev.tid}", ev.start, dur, category, ev.name))
+    out.matmul_fp32_device_calls = len(fp32_calls)
     busy = _union(intervals)
     out.device_busy_us = _overlap(busy, _union(windows))
     data = _union(sweep.data_intervals)

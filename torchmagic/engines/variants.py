@@ -20,6 +20,7 @@ from torch import nn
 
 from ..devices import Device
 from .numerics import PRECISION_ORDER
+from .settings import tf32_enabled
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DEFAULT_VARIANTS = "eager,compile,amp,compile+amp"
@@ -53,6 +54,7 @@ class Technique:
     build_order: int = 50          # quantize before compiling
     unsupported: Callable[[Any, Env], str | None] | None = None
     caveat: Callable[[Env], str | None] | None = None
+    cuda_graphs: bool = False      # records CUDA graphs when it runs on CUDA
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,9 @@ class Variant:
             if reason:
                 return reason
         return None
+
+    def uses_cuda_graphs(self, env: Env) -> bool:
+        return env.device.kind == "cuda" and any(t.cuda_graphs for t in self.techniques)
 
     def caveats(self, env: Env) -> list[str]:
         return [c for t in self.techniques if t.caveat and (c := t.caveat(env))]
@@ -121,7 +126,86 @@ def _compile(mode: str) -> Technique:
         return None
 
     name = "compile" if mode == "default" else f"compile:{mode}"
-    return Technique(name, build=build, compiles=True, needs_model=True, build_order=90, caveat=caveat)
+    return Technique(name, build=build, compiles=True, needs_model=True, build_order=90, caveat=caveat,
+                     cuda_graphs=mode in ("reduce-overhead", "max-autotune"))  # inductor's triton.cudagraphs
+
+
+def graph_steps(call: Callable[[], Any]) -> Callable[[], Any]:
+    """``call`` with a new cudagraph-trees step marked before each run.
+
+    A run of the code is one step (an inference, or a forward and its backward).  cudagraph trees
+    guess steps from compiled calls, and guess wrong when a backward is pending or the code calls
+    the model twice; marked once, they start steps only when marked, so every run is marked,
+    inside timed blocks too (a real loop pays the same).
+    """
+    def run():
+        __tracebackhide__ = True  # noqa: F841
+        torch.compiler.cudagraph_mark_step_begin()
+        return call()
+
+    return run
+
+
+class CudaGraphs:
+    """The CUDA graphs a comparison records (reduce-overhead and max-autotune, on CUDA), let go at its end.
+
+    cudagraph trees record into one private memory pool per device and keep it while any function
+    they recorded lives, and dynamo's cache keeps those functions as long as the model lives.
+    ``release()`` invalidates the cache entries compiled during the comparison with CUDA graphs, as
+    dynamo does itself when an object its guards name dies: their code goes, then their recorded
+    functions, and with the last of those the tree and its pool.  Code the user compiled before
+    keeps its entries: torch._dynamo.reset() would recompile all of it, and reset_cudagraph_trees()
+    alone would leave it calling a shut-down tree.
+    """
+
+    def __init__(self, variants: list[Variant], env: Env):
+        self.active = any(v.uses_cuda_graphs(env) for v in variants)
+        self._known: list[Any] = []  # guard managers of entries that predate the comparison (held: ids stay unique)
+        self._step = 0
+        if self.active:
+            from torch._inductor import cudagraph_trees
+
+            self._known = [entry.guard_manager for entry in _cache_entries()]
+            self._step = cudagraph_trees.MarkStepBox.mark_step_counter
+
+    def release(self) -> str | None:
+        """Drop the code compiled here with CUDA graphs; a note when that could not be done."""
+        if not self.active:
+            return None
+        from torch._inductor import cudagraph_trees
+
+        # Trees that were ever marked stop starting steps on their own: put the user's count back.
+        cudagraph_trees.MarkStepBox.mark_step_counter = self._step
+        known, self._known = {id(m) for m in self._known}, []
+        try:
+            from torch._dynamo.guards import DeletedGuardManagerWrapper
+
+            for entry in _cache_entries():
+                manager = entry.guard_manager
+                if id(manager) in known or not _records_cuda_graphs(entry.backend):
+                    continue
+                if manager.cache_entry is not None and manager.extra_state is not None:  # else invalidated already
+                    reason = "compiled by torchmagic.compare, dropped to free its CUDA graph pool"
+                    manager.extra_state.invalidate(manager.cache_entry, DeletedGuardManagerWrapper(reason))
+        except Exception as exc:  # noqa: BLE001  private dynamo API: a newer torch may differ
+            return (f"could not drop the code compiled here with CUDA graphs ({type(exc).__name__}: {exc}); "
+                    "torch._dynamo.reset() frees their memory pool, and makes all compiled code compile again")
+        return None
+
+
+def _cache_entries() -> Iterator[Any]:
+    """Every entry in dynamo's code cache (compiled code and its guards)."""
+    from torch._dynamo import convert_frame
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    for ref in list(convert_frame.input_codes.seen):
+        code = ref()
+        if code is not None:
+            yield from _debug_get_cache_entry_list(code)
+
+
+def _records_cuda_graphs(backend) -> bool:
+    return bool((getattr(backend, "config", None) or {}).get("triton.cudagraphs"))
 
 
 def _autocast(model, env):
@@ -139,21 +223,13 @@ def _inference_mode(model, env):
     return torch.inference_mode()
 
 
-@contextlib.contextmanager
-def _tf32(model, env) -> Iterator[None]:
-    saved = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
-    torch.set_float32_matmul_precision("high")
-    torch.backends.cudnn.allow_tf32 = True
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(saved[0])
-        torch.backends.cudnn.allow_tf32 = saved[1]
+def _tf32(model, env) -> AbstractContextManager:
+    return tf32_enabled()
 
 
 def _tf32_caveat(env):
-    return None if env.device.kind == "cuda" else "TF32 is an NVIDIA (Ampere and newer) format; elsewhere 'high' " \
-                                                  "matmul precision may change nothing"
+    return None if env.device.kind == "cuda" else "TF32 is an NVIDIA (Ampere and newer) format; elsewhere allowing " \
+                                                  "it may change nothing"
 
 
 def _four_d(model) -> list[torch.Tensor]:

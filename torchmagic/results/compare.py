@@ -30,6 +30,7 @@ class VariantResult:
     compile_cache: str | None = None    # "cold", "warm disk cache" or "in memory" (compiled earlier)
     break_even_runs: int | None = None  # runs after which the one-time cost is paid back
     peak_bytes: int | None = None       # peak of torch's allocations in one run, above its start
+    graph_pool_bytes: int | None = None  # CUDA graph pool memory it recorded into and holds (a replay allocates none)
     max_abs_err: float | None = None
     max_rel_err: float | None = None    # max_abs_err / max |eager output|
     numerics_ok: bool | None = None     # None: not compared (see notes)
@@ -137,6 +138,7 @@ class CompareResult(Result):
             Column("compile", lambda v: fmt_s(v.compile_s), optional=True),
             Column("pays off after", _fmt_break_even, optional=True),
             Column("peak mem", lambda v: fmt_bytes(v.peak_bytes)),
+            Column("graph pool", lambda v: fmt_bytes(v.graph_pool_bytes), optional=True),
             Column("max rel err", lambda v: _fmt_err(v.max_rel_err) + ("" if v.numerics_ok is not False else " ✗")),
             Column("notes", lambda v: "failed" if not v.ok else ", ".join(v.flags()), "left", optional=True),
         ], self.variants, noun="variants")

@@ -16,7 +16,8 @@ class DeviceMemory:
     label: str                                  # cuda:0
     name: str
     total_bytes: int | None = None              # NVML (or the device's own report)
-    used_bytes: int | None = None               # NVML: all processes
+    used_bytes: int | None = None               # NVML: all processes, and the driver's reserve
+    driver_reserved_bytes: int | None = None    # NVML (v2 drivers): of used_bytes, what the driver sets aside
     allocated_bytes: int | None = None          # torch's tensors
     reserved_bytes: int | None = None           # torch's caching allocator (allocated + cached)
     peak_bytes: int | None = None               # peak allocated since the last reset
