@@ -20,7 +20,7 @@ class FakeCudaDevice(Device):
     def __init__(self, capacity_bytes: int = 80 * 2**30, nvml: NvmlReading | str | None = None,
                  name: str = "Fake H100", index: int = 0):
         super().__init__(index)
-        self.context = False  # a CUDA context: created by the first allocation, as CUDA's is
+        self.context = True  # this process has a CUDA context there (False: a GPU it has not used)
         self._name = name
         self.capacity_bytes = capacity_bytes
         self.allocated = 0
@@ -53,7 +53,6 @@ class FakeCudaDevice(Device):
                 f"CUDA out of memory. Tried to allocate {nbytes} bytes (fake device, "
                 f"{self.capacity_bytes - self.allocated} bytes free)")
         self.allocated += nbytes
-        self.context = True
         self.reserved = max(self.reserved, self.allocated)
         self.high_water = max(self.high_water, self.allocated)
 

@@ -164,3 +164,12 @@ def test_the_second_gpu_is_measured_and_named_as_itself():
     b = torchmagic.autobatch(lambda bs: (second.allocate(bs * 1024), second.free(bs * 1024)), device=second,
                              budget=2**19, max=4096, estimate=False, restore=[])
     assert b.device["label"] == "cuda:1" and 0 < b.batch_size * 1024 <= 2**19
+
+
+def test_gpumem_lists_gpus_this_process_has_not_used_without_starting_cuda(cuda_present):
+    import torchmagic
+
+    r = torchmagic.memory({"x": torch.randn(4)})
+    assert [d.label for d in r.devices] == ["cuda:0", "cuda:1"] and not any(d.in_use for d in r.devices)
+    text = r.to_text()
+    assert "cuda:0 not used by this process" in r.headline() and "peak allocated" not in text

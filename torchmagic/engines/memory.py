@@ -148,17 +148,18 @@ def _device_memory(device: Device, variables_bytes: int) -> DeviceMemory:
         d.num_ooms, d.num_alloc_retries = stats.num_ooms, stats.num_alloc_retries
     else:
         d.allocated_bytes, d.reserved_bytes = device.memory_allocated(), device.memory_reserved()
+    d.in_use = device.has_context() or bool(d.reserved_bytes)
     reading = device.nvml()
     if isinstance(reading, NvmlReading):
         d.total_bytes, d.used_bytes = reading.total_bytes, reading.used_bytes
         d.utilization_pct, d.temperature_c, d.power_w = reading.utilization_pct, reading.temperature_c, reading.power_w
-        _explain_gap(d, reading, device.has_context())
+        _explain_gap(d, reading)
     elif isinstance(reading, str):
         d.notes.append(reading)
     return d
 
 
-def _explain_gap(d: DeviceMemory, reading: NvmlReading, has_context: bool) -> None:
+def _explain_gap(d: DeviceMemory, reading: NvmlReading) -> None:
     """Why NVML shows more in use than torch reserved: the driver's reserve, this process's
     CUDA context and libraries, other processes; each counted once, none guessed."""
     from ..results.format import fmt_bytes
@@ -177,8 +178,7 @@ def _explain_gap(d: DeviceMemory, reading: NvmlReading, has_context: bool) -> No
         d.notes.append(f"NVML used − torch reserved = {fmt_bytes(gap)}: " + "; ".join(parts))
         return
     reserved = d.reserved_bytes or 0
-    uses_cuda = reserved > 0 or has_context
-    mine, others, unsure = _this_process(reading.processes, reserved, uses_cuda)
+    mine, others, unsure = _this_process(reading.processes, reserved, d.in_use)
     d.other_processes = [(p.pid, p.used_bytes) for p in others]
     if mine is not None and mine.used_bytes is not None:
         d.this_process_bytes = mine.used_bytes
@@ -192,7 +192,7 @@ def _explain_gap(d: DeviceMemory, reading: NvmlReading, has_context: bool) -> No
         which = f"whether {listed} is" if len(unsure) == 1 else f"which of {len(unsure)} processes ({listed}) is"
         parts.append(f"NVML lists host PIDs and cannot tell {which} this process: counted neither as this "
                      f"process nor as others")
-    elif uses_cuda:
+    elif d.in_use:
         parts.append("NVML does not list this process, so its CUDA context is in the rest")
     if others:
         listed = ", ".join(f"pid {p.pid} {fmt_bytes(p.used_bytes)}" for p in others[:4])

@@ -32,6 +32,7 @@ class DeviceMemory:
     other_processes: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, bytes)
     variables_bytes: int = 0                    # held by notebook variables (storages counted once)
     notes: list[str] = field(default_factory=list)
+    in_use: bool = True                         # this process holds a context there (has used the GPU)
 
     @property
     def cached_bytes(self) -> int | None:
@@ -120,7 +121,9 @@ class MemoryResult(Result):
             return f"{' '.join(['%gpumem --free', *self.freed.names])}: reclaimed {got}"
         if not self.devices:
             return "%gpumem: no GPU found; host memory and CPU tensors below"
-        return "%gpumem: " + "; ".join(_device_line(d) for d in self.devices)
+        if len(self.devices) == 1:
+            return f"%gpumem: {_device_line(self.devices[0])}"
+        return "%gpumem: " + "; ".join(f"{d.label} {_device_line(d)}" for d in self.devices)
 
     def device_lines(self) -> list[str]:
         lines = []
@@ -220,7 +223,9 @@ def _device_line(d: DeviceMemory) -> str:
     parts = []
     if d.used_bytes is not None and d.total_bytes:
         parts.append(f"{fmt_bytes(d.used_bytes)} of {fmt_bytes(d.total_bytes)} used (all processes)")
-    if d.allocated_bytes is not None:
+    if not d.in_use:
+        parts.append("not used by this process")
+    elif d.allocated_bytes is not None:
         parts.append(f"torch {fmt_bytes(d.allocated_bytes)} allocated, {fmt_bytes(d.reserved_bytes)} reserved")
     if d.utilization_pct is not None:
         parts.append(f"{d.utilization_pct:.0f}% busy")
@@ -229,7 +234,7 @@ def _device_line(d: DeviceMemory) -> str:
 
 def _device_details(d: DeviceMemory) -> list[str]:
     lines = []
-    if d.peak_bytes is not None:
+    if d.peak_bytes is not None and d.in_use:
         lines.append(f"peak allocated {fmt_bytes(d.peak_bytes)} (reserved {fmt_bytes(d.peak_reserved_bytes)}) "
                      "since the last reset (%gpumem --reset)")
     if d.cached_bytes:
