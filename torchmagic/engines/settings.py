@@ -33,9 +33,9 @@ _FP32_FAMILIES: tuple[tuple[Node, tuple[Node, ...]], ...] = (  # parents before 
 
 @contextlib.contextmanager
 def _fp32_for_a_moment(values: dict[Node, str], own: dict[Node, str]) -> Iterator[None]:
-    for node, value in values.items():
-        _set_fp32(*node, value)
-    try:
+    try:  # the sets too: a Ctrl-C between two of them still puts every node back
+        for node, value in values.items():
+            _set_fp32(*node, value)
         yield
     finally:
         for node in values:
