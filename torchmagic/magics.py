@@ -7,9 +7,9 @@ import os
 import re
 
 from IPython.core import error as ipython_error
-from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
-from IPython.core.magic_arguments import parse_argstring as _parse_argstring
+from IPython.utils.process import arg_split
 from IPython.display import display
 
 from .cell import Cell
@@ -526,6 +526,7 @@ class TorchMagics(Magics):
     @argument("-o", dest="output", metavar="NAME", help="store the AutobatchResult in variable NAME")
     @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
     @argument("step", nargs="?", help="a callable taking the batch size; or write `-- EXPR` with BS in it")
+    @no_var_expand  # the line holds code: "{n}" and $name are the step's, not IPython's to fill in
     @line_magic
     def autobatch(self, line):
         """Find the largest batch size that runs without running out of memory.
@@ -625,9 +626,10 @@ class _Progress:
 
 
 def parse_argstring(magic, line: str):
-    """IPython's parser, with shlex's errors (an unclosed quote) as usage errors, not tracebacks."""
+    """The magic's options split as a shell splits them (quotes removed: --variants 'eager,amp'),
+    with shlex's errors (an unclosed quote) as usage errors, not tracebacks."""
     try:
-        return _parse_argstring(magic, line)
+        return magic.parser.parse_args(arg_split(line, posix=True))
     except ipython_error.UsageError as exc:  # argparse's messages quote the arguments
         raise usage_error(str(exc)) from None
     except ValueError as exc:

@@ -22,6 +22,7 @@ from ..measure import timed_call
 from ..results.autobatch import AutobatchResult, ThroughputPoint, Trial
 from .batchsearch import Probe, SearchSpace, search
 from .estimate import fake_estimator
+from .limits import describe_error
 from .state import Snapshot
 
 CPU_DEFAULT_BUDGET = 0.5   # of available RAM: the rest of the notebook (and the OS) needs some
@@ -40,8 +41,8 @@ class AutobatchOptions:
     estimate: bool = True         # fit on fake-tensor estimates where the step allows it
 
     def __post_init__(self):
-        if self.budget is not None and self.budget <= 0:
-            raise ValueError(f"budget must be positive, got {self.budget}")
+        if self.budget is not None and not 0 < self.budget < math.inf:
+            raise ValueError(f"budget must be a positive number (bytes, or a fraction of memory), got {self.budget}")
         if not 0 <= self.margin < 1:
             raise ValueError(f"margin must be in [0, 1), got {self.margin}")
         if self.target_batch is not None and self.target_batch < 1:
@@ -166,7 +167,7 @@ def _probe(step: Callable[[int], Any], size: int, device: Device) -> Probe:
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
-            error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            error = describe_error(exc, width=200)
             unallocated = _unallocated(device)
     seconds = time.perf_counter() - start
     # Out here, past the except block, the failed step's frames and the tensors they hold are

@@ -28,6 +28,7 @@ from ..results.compare import CompareResult, VariantResult
 from ..results.format import fmt_bytes
 from . import numerics
 from .compile_watch import CompileCounts, compile_counts, is_recompile_limit, loud_recompile_limit
+from .limits import check_count, check_seconds, describe_error
 from .settings import TorchSettings
 from .state import Snapshot
 from .variants import CudaGraphs, Env, Variant, graph_steps
@@ -51,15 +52,18 @@ class CompareOptions:
     def __post_init__(self):
         if self.runs is not None and self.runs < 2:
             raise ValueError("--runs needs at least 2 rounds (a confidence interval needs more than one)")
+        check_count("--runs", self.runs)
         if not self.min_time > 0:
             raise ValueError("--min-time must be positive")
+        check_seconds("--min-time", self.min_time)
         if self.warmup < 0:
             raise ValueError("--warmup cannot be negative")
+        check_count("--warmup", self.warmup)
         if self.dtype is not None and self.dtype not in AMP_DTYPES:
             raise ValueError(f"--dtype is bf16 or fp16, got {self.dtype!r}")
         for name in ("atol", "rtol"):
             value = getattr(self, name)
-            if value is not None and not value >= 0:
+            if value is not None and not 0 <= value < math.inf:
                 raise ValueError(f"--{name} must be a non-negative number")
         if not self.variants or not self.variants[0].is_baseline:
             raise ValueError("the first variant must be the eager baseline")
@@ -420,8 +424,7 @@ def _summarise(measured: list[_Entry], rounds: Rounds) -> None:
 def _describe(exc: BaseException, variant: Variant) -> str:
     if is_out_of_memory(exc):
         return "out of memory"
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    message = f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+    message = describe_error(exc)
     inference_only = [t.name for t in variant.techniques if t.name in ("inference_mode", "int8")]
     if inference_only and any(w in str(exc) for w in ("grad", "backward", "Inference")):
         message += f" — {inference_only[0]} is for inference, and this code seems to train"

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from ..devices import Device, choose_device
 from ..measure import bootstrap_ratio_ci, summarize
 from ..results.loadertune import DATALOADER_DEFAULTS, LoaderRow, LoaderSettings, LoaderTuneResult
+from .limits import check_count, check_seconds, check_workers, describe_error
 from .state import Snapshot
 
 WORKER_TIMEOUT_S = 120  # a worker that sends nothing for this long is taken as hung
@@ -45,12 +46,16 @@ class LoaderTuneOptions:
     def __post_init__(self):
         if self.workers is not None and (not self.workers or any(w < 0 for w in self.workers)):
             raise ValueError("--workers takes worker counts such as 0,1,2,4 (0 or more)")
+        check_workers(self.workers)
         if self.batches is not None and self.batches < 1:
             raise ValueError("--batches must be at least 1")
+        check_count("--batches", self.batches)
         if not self.seconds > 0:
             raise ValueError("--seconds must be positive")
+        check_seconds("--seconds", self.seconds)
         if self.rounds < 2:
             raise ValueError("rounds must be at least 2 (a confidence interval needs more than one)")
+        check_count("--rounds", self.rounds)
 
 
 def default_workers(cpus: int | None = None) -> tuple[int, ...]:
@@ -391,7 +396,7 @@ def _pickle_problem(loader: DataLoader) -> str | None:
         try:
             _NoData(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
         except Exception as exc:  # PicklingError, AttributeError ("Can't pickle local object"), TypeError
-            return f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            return f"{what}: {describe_error(exc)}"
     return None
 
 

@@ -21,6 +21,7 @@ from ..devices.profiler import ensure_profiler_free, without_profiler_banner
 from ..measure import timed_call
 from ..results.profile import SORT_KEYS, OpRow, ProfileResult
 from .frames import frame_label, ipython_cell_files
+from .limits import check_count, describe_error
 from .rules import AllocatorCounters, RuleContext, diagnose, missing_kernels_note
 from .trace import STEP_PREFIX, TraceSummary, summarize_trace
 
@@ -46,6 +47,8 @@ class ProfileOptions:
             raise ValueError(f"warmup must be 0 or more, got {self.warmup}")
         if self.top < 1:
             raise ValueError(f"top must be at least 1, got {self.top}")
+        for name in ("steps", "warmup", "top"):
+            check_count(name, getattr(self, name))
         if self.sort != "auto" and self.sort not in SORT_KEYS:
             raise ValueError(f"unknown sort key {self.sort!r}; choose from auto, {', '.join(SORT_KEYS)}")
         if self.trace is not None:
@@ -184,7 +187,4 @@ def _fill_from_summary(result: ProfileResult, s: TraceSummary, ctx: RuleContext)
 
 
 def _describe(error: BaseException | None) -> str | None:
-    if error is None:
-        return None
-    message = str(error)
-    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return None if error is None else describe_error(error, width=10_000)

@@ -1,0 +1,47 @@
+"""Bounds on the numbers a magic is given: values no one can mean are refused before anything runs.
+
+A count of 10^20 steps or a time limit of ``inf`` is a typo, not a request, and would otherwise
+run until interrupted (or, for worker counts, fork far more processes than the machine can hold).
+"""
+
+from __future__ import annotations
+
+import os
+
+MAX_COUNT = 10**6          # steps, rounds, runs, warm-ups, batches
+MAX_SECONDS = 24 * 3600.0  # a time limit past a day
+WORKERS_PER_CORE = 4       # DataLoader workers beyond this many per usable core only contend
+
+
+def check_count(name: str, value: int | None) -> None:
+    """The upper bound of a count (callers check the lower one, with their own words)."""
+    if value is not None and value > MAX_COUNT:
+        raise ValueError(f"{name} must be at most {MAX_COUNT:,}, got {value}")
+
+
+def check_seconds(name: str, value: float) -> None:
+    """A time limit's upper bound, NaN included (callers check that it is positive)."""
+    if not value <= MAX_SECONDS:
+        raise ValueError(f"{name} must be a number of seconds up to a day, got {value}")
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def check_workers(workers: tuple[int, ...] | None) -> None:
+    if not workers:
+        return
+    most = WORKERS_PER_CORE * usable_cores()
+    if max(workers) > most:
+        raise ValueError(f"--workers {max(workers)} is more than {WORKERS_PER_CORE}x the {usable_cores()} usable "
+                         f"cores ({most}): each worker is a process with its own copy of the dataset")
+
+
+def describe_error(exc: BaseException, width: int = 300) -> str:
+    """'TypeName: first line of the message', or the type alone for an empty message (MemoryError())."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:width]}" if text else type(exc).__name__
