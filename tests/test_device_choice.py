@@ -20,6 +20,10 @@ from .fakes import FakeCudaDevice
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
+# These tests make a GPU machine out of a CPU one; on a real one, fake CUDA tensors start CUDA
+# themselves (FakeTensor initialises the device's context) and the gpu tier tests the real thing.
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="simulates CUDA; a real GPU is present")
+
 
 class CudaTouched(BaseException):
     pass

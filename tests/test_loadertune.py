@@ -11,6 +11,9 @@ import torchmagic
 from torchmagic.engines.loadertune import default_workers
 from torchmagic.results.loadertune import LoaderSettings, LoaderTuneResult
 
+# CPU batches: on a GPU machine whose CUDA is in use the sweep would add pinned memory
+CPU = "cpu"
+
 
 class Tokenising(Dataset):
     """A GIL-bound per-item transform, like pure-Python tokenising: workers can run it in parallel."""
@@ -59,7 +62,7 @@ def children():
 def test_workers_are_recommended_for_a_cpu_heavy_transform_with_a_ci_excluding_one():
     loader = DataLoader(Tokenising(n=1024, work=30_000), batch_size=16, shuffle=True)
     rng = torch.get_rng_state()
-    r = torchmagic.loadertune(loader, workers=[0, 2], seconds=0.4, rounds=6)
+    r = torchmagic.loadertune(loader, workers=[0, 2], seconds=0.4, rounds=6, device=CPU)
     assert isinstance(r, LoaderTuneResult) and r.current == LoaderSettings(0)
     assert r.best.num_workers == 2 and r.speedup > 1 and r.ci[0] > 1, r.to_text()
     assert r.headline().startswith("Set num_workers=2") and "num_workers=2" in r.loader_call
@@ -77,7 +80,7 @@ def test_workers_are_recommended_for_a_cpu_heavy_transform_with_a_ci_excluding_o
 
 def test_an_unpicklable_dataset_under_spawn_gives_the_clear_message_and_no_hang():
     loader = DataLoader(Transformed(lambda t: t * 2), batch_size=8, num_workers=1, multiprocessing_context="spawn")
-    r = torchmagic.loadertune(loader, workers=[0, 1], seconds=0.05, rounds=2)
+    r = torchmagic.loadertune(loader, workers=[0, 1], seconds=0.05, rounds=2, device=CPU)
     failed = r.row(r.current)
     assert "cannot be pickled" in failed.error and "if __name__ == \"__main__\":" in failed.error
     assert "lambda" in failed.error and "spawn" in failed.error
@@ -88,25 +91,25 @@ def test_an_unpicklable_dataset_under_spawn_gives_the_clear_message_and_no_hang(
 
 def test_an_unpicklable_dataset_under_fork_still_runs_but_warns_about_macos_and_windows():
     loader = DataLoader(Transformed(lambda t: t * 2), batch_size=8, num_workers=1, multiprocessing_context="fork")
-    r = torchmagic.loadertune(loader, workers=[0, 1], seconds=0.05, rounds=2)
+    r = torchmagic.loadertune(loader, workers=[0, 1], seconds=0.05, rounds=2, device=CPU)
     assert r.row(LoaderSettings(1, False, True, 2)).batches_per_s
     assert any("on macOS and Windows" in note for note in r.notes)
 
 
 def test_a_crashing_worker_fails_its_setting_and_the_rest_goes_on():
     loader = DataLoader(Failing(n=64, work=10), batch_size=4)
-    r = torchmagic.loadertune(loader, workers=[0, 2], seconds=0.05, rounds=2)
+    r = torchmagic.loadertune(loader, workers=[0, 2], seconds=0.05, rounds=2, device=CPU)
     assert "item" in r.row(LoaderSettings(2, False, True, 2)).error
     assert r.row(LoaderSettings(0)).batches_per_s and r.best == r.current
     assert children() == []
 
 
 def test_iterable_datasets_and_custom_samplers():
-    r = torchmagic.loadertune(DataLoader(Stream(), batch_size=32), workers=[0, 1], seconds=0.05, rounds=2)
+    r = torchmagic.loadertune(DataLoader(Stream(), batch_size=32), workers=[0, 1], seconds=0.05, rounds=2, device=CPU)
     assert r.row(LoaderSettings(0)).batches_per_s and any("IterableDataset" in n for n in r.notes)
     sampler = SubsetRandomSampler(range(0, 200, 2))
     loader = DataLoader(Tokenising(n=200, work=10), batch_size=5, sampler=sampler)
-    r = torchmagic.loadertune(loader, workers=[0, 1], seconds=0.05, rounds=2)
+    r = torchmagic.loadertune(loader, workers=[0, 1], seconds=0.05, rounds=2, device=CPU)
     assert all(row.error is None for row in r.rows) and "sampler=sampler" in r.loader_call
     assert children() == []
 
@@ -124,7 +127,7 @@ def test_with_a_training_step_the_bottleneck_is_named_and_the_model_restored():
         opt.step()
 
     loader = DataLoader(Tokenising(n=512, work=2000), batch_size=16)
-    r = torchmagic.loadertune(loader, workers=[0, 2], seconds=0.1, rounds=2, step=step)
+    r = torchmagic.loadertune(loader, workers=[0, 2], seconds=0.1, rounds=2, step=step, device=CPU)
     assert r.step_s > 0 and set(r.with_step) == {"current", "best"}
     assert "the bottleneck is the loader" in r.to_text()
     assert torch.equal(model.weight, before) and children() == []

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from torch.autograd import DeviceType
 
 from ..measure.timing import DEVICE_WAIT_MARKER
+from .activity import activity_reader, is_hidden
 from ..results.profile import TimelineSpan as Span  # a bar: a step's top-level event, or a kernel
 
 DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, OTHER = (
@@ -230,11 +231,12 @@ def _split(events, trace_start_ns, out):
     """Convert raw events to light records (µs since trace start), CPU and device apart."""
     cpu, device = [], []
     t0 = trace_start_ns
+    activity_of = activity_reader(events[0] if events else None)
     for e in events:
         out.event_count += 1
-        activity = e.activity_type()
         try:
             name = e.name()
+            activity = activity_of(e)
         except UnicodeDecodeError:
             # torch 2.13's Python tracer sometimes returns a garbled name for its own frames
             # (seen: torch/profiler/_cupti_monitor.py); such an event is not the user's
@@ -253,7 +255,7 @@ def _split(events, trace_start_ns, out):
             if not activity.endswith(("_runtime", "_driver")):
                 continue  # profiler overhead markers, GPU-side annotations, sync records
             kind = _RUNTIME  # a CUDA/HIP runtime or driver call, linked to the op that made it
-        if name in _SKIPPED_NAMES or e.is_async() or e.is_hidden_event():
+        if name in _SKIPPED_NAMES or e.is_async() or is_hidden(e):
             continue
         start = (e.start_ns() - t0) / 1000.0
         ev = _Ev(name, start, start + e.duration_ns() / 1000.0, e.start_thread_id(), kind, e)

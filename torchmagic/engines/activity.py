@@ -1,0 +1,63 @@
+"""The kineto activity type of a profiler event, on every torch we support.
+
+torch 2.13 tells it (``_KinetoEvent.activity_type()``); torch 2.4 to 2.12 do not, and a CUDA build of
+2.11 is what many GPU users have. There it is inferred from what those versions do expose, the way
+torch's own ``_parse_kineto_results`` tells events apart: the device the event ran on, the
+annotation and Python-function flags, and the names CUDA/HIP runtime calls and copies always have.
+"""
+
+from torch._C._autograd import DeviceType, _KinetoEvent
+
+# kineto's own CPU-side bookkeeping (activity type "overhead"), never the user's work
+_OVERHEAD_NAMES = frozenset({"CUPTI Overhead", "Instrumentation", "Resource", "Buffer Flush",
+                             "Activity Buffer Request", "Runtime Triggered Module Loading",
+                             "Lazy Function Loading", "COMMAND_BUFFER_FULL"})
+_RUNTIME_PREFIXES = ("cuda", "cu", "hip")  # cudaLaunchKernel, cuLaunchKernel, hipMemcpyAsync, ...
+_SYNC_SUFFIXES = ("Sync", "Wait Event")  # CUPTI synchronization records: Stream Sync, Event Sync, ...
+
+
+def activity_reader(sample=None):
+    """A function event -> activity type, using torch's own answer where the events (``sample`` is one
+    of them) or, without a sample, this torch build have one."""
+    if hasattr(_KinetoEvent if sample is None else sample, "activity_type"):
+        return lambda e: e.activity_type()
+    return inferred_activity
+
+
+def inferred_activity(e) -> str:
+    """The activity type of an event from a torch without ``activity_type()``."""
+    name = e.name()
+    if name == "[memory]":  # an allocation or free, on whichever device it happened
+        return "cpu_instant_event"
+    if e.device_type() == DeviceType.CPU:
+        if _flag(e, "is_python_function"):
+            return "python_function"
+        if _flag(e, "is_user_annotation"):
+            return "user_annotation"
+        if name in _OVERHEAD_NAMES:
+            return "overhead"
+        # runtime and driver calls are kineto activities, linked to the op that made them; torch ops
+        # are named with a namespace (aten::mm) or a phrase, never cudaXxx/cuXxx/hipXxx
+        if name.startswith(_RUNTIME_PREFIXES) and "::" not in name and e.linked_correlation_id():
+            return "hip_runtime" if name.startswith("hip") else "cuda_runtime"
+        return "cpu_op"
+    if _flag(e, "is_user_annotation"):
+        return "gpu_user_annotation"
+    if name.startswith("Memcpy"):
+        return "gpu_memcpy"
+    if name.startswith("Memset"):
+        return "gpu_memset"
+    if name.endswith(_SYNC_SUFFIXES):
+        return "cuda_sync"
+    return "kernel"
+
+
+def _flag(e, method: str) -> bool:
+    """An event's boolean flag; False where this torch's events lack the method."""
+    read = getattr(e, method, None)
+    return bool(read()) if read is not None else False
+
+
+def is_hidden(e) -> bool:
+    """Whether torch hides the event from its own tables (torch 2.5+ only marks some)."""
+    return _flag(e, "is_hidden_event")
