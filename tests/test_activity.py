@@ -93,3 +93,27 @@ class _Event:
 ])
 def test_device_and_runtime_events_are_told_apart_by_device_and_name(event, expected):
     assert activity.inferred_activity(event) == expected
+
+
+@needs_activity_type
+def test_python_calls_from_the_event_tree_give_the_same_hot_lines(monkeypatch):
+    """torch before is_python_function() keeps the Python tracer's calls out of events(); read from
+    the event tree instead, they rank the user's functions as the events do on torch 2.13."""
+    def heavy():
+        a = torch.randn(128, 128)
+        return a @ a @ a
+
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        for i in range(2):
+            with record_function(f"ProfilerStep#{i}"):
+                heavy()
+    results = prof.profiler.kineto_results
+    events = [e for e in results.events() if _readable(e)]
+    exact = trace.summarize_trace(events, results.trace_start_ns())
+    monkeypatch.setattr(activity, "_KinetoEvent", type("OldKinetoEvent", (), {}))  # torch 2.11's
+    calls = activity.python_calls(results)
+    assert any(name.endswith(": heavy") for name, *_ in calls)
+    without_python = [e for e in events if e.activity_type() != "python_function"]
+    rebuilt = trace.summarize_trace(without_python, results.trace_start_ns(), python_calls=calls)
+    assert exact.hot_lines and rebuilt.hot_lines.most_common(1)[0][0] == exact.hot_lines.most_common(1)[0][0]
+    assert {n: o.calls for n, o in rebuilt.ops.items()} == {n: o.calls for n, o in exact.ops.items()}

@@ -200,13 +200,20 @@ def test_sigint_from_a_timer_thread_interrupts_cleanly():
 
     net, x = mlp(), torch.randn(8, 64)
     settings = TorchSettings.capture()
-    timer = threading.Timer(0.5, _thread.interrupt_main)
-    timer.start()
+    done = threading.Event()
+
+    def press_ctrl_c():  # again every half second, as a user would: Python drops a KeyboardInterrupt
+        while not done.wait(0.5):  # that lands in a gc callback (hypothesis leaves one installed)
+            _thread.interrupt_main()
+
+    presser = threading.Thread(target=press_ctrl_c)
+    presser.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             torchmagic.compare(lambda m: m(x), model=net, variants="eager,amp,inference_mode", min_time=30)
     finally:
-        timer.cancel()
+        done.set()
+        presser.join()
     assert TorchSettings.capture() == settings and not torch.is_inference_mode_enabled()
 
 

@@ -20,9 +20,10 @@ from .fakes import FakeCudaDevice
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
-# These tests make a GPU machine out of a CPU one; on a real one, fake CUDA tensors start CUDA
-# themselves (FakeTensor initialises the device's context) and the gpu tier tests the real thing.
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="simulates CUDA; a real GPU is present")
+# These tests make a GPU machine out of a CPU one, which takes a CPU build of torch: a CUDA build's
+# fake CUDA tensors start CUDA themselves (FakeTensor initialises the device's context). On a GPU
+# machine the gpu tier tests the real thing.
+pytestmark = pytest.mark.skipif(torch.backends.cuda.is_built(), reason="simulates CUDA on a CPU build of torch")
 
 
 class CudaTouched(BaseException):

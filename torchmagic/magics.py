@@ -24,6 +24,7 @@ from .devices.profiler import ProfilerBusyError
 from .engines.profile import ProfileOptions, run_profile
 from .engines.state import is_stateful, objects_for_model, objects_used_by, referenced_values, values_named
 from .engines.variants import DEFAULT_VARIANTS, TECHNIQUES, parse_variants
+from .interrupts import signal_handler_code
 from .devices import Device, choose_device, visible_accelerators
 from .results.base import widget_frontend
 from .results.profile import SORT_KEYS
@@ -654,12 +655,23 @@ def _raise_as_shown(interrupt: KeyboardInterrupt):
     while tb is not None and _ours(tb):
         tb = tb.tb_next
     if tb is not None:
+        _drop_signal_handler_frame(tb)
         raise interrupt.with_traceback(tb) from None
     try:
         exec(_BARE_INTERRUPT, {})
     except KeyboardInterrupt as bare:
         bare.__suppress_context__ = True
         raise
+
+
+def _drop_signal_handler_frame(tb) -> None:
+    """The Ctrl-C was raised by torchmagic's SIGINT handler (interrupts.py), called on top of the
+    user's frame: end the traceback at the user's frame, where Python's own handler would."""
+    while tb.tb_next is not None:
+        if tb.tb_next.tb_frame.f_code is signal_handler_code():
+            tb.tb_next = None
+            return
+        tb = tb.tb_next
 
 
 def _ours(tb) -> bool:

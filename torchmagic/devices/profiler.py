@@ -10,15 +10,15 @@ on (after the scope: C-level stderr output of the code inside comes out at its e
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+
+from ..interrupts import HeldScope, deliver_pending, uninterruptible
 
 # kineto's start/stop banner, and the warning that a block allocated before profiling was freed
 # (harmless: the profiler just cannot pair that free with an allocation)
@@ -26,27 +26,50 @@ _BANNER = re.compile(r"^USDT:.*\] profiler_(start|stop)\s*$"
                      r"|^\[W.*\] Memory block of unknown size was allocated before the profiling started")
 
 
-@contextlib.contextmanager
-def without_profiler_banner() -> Iterator[None]:
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError, AttributeError):  # no real fd 2 (embedded interpreters)
-        yield
-        return
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
+class without_profiler_banner(HeldScope):
+    """Send fd 2 to a temporary file for the scope, then pass on all but the banner lines.  A Ctrl-C
+    can never leave fd 2 pointing at a deleted file (HeldScope)."""
+
+    __slots__ = ("_saved", "_captured")
+
+    def acquire(self) -> None:
+        self._saved = self._captured = None
         try:
-            yield
-        finally:
-            os.dup2(saved, 2)
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError, AttributeError):  # no real fd 2 (embedded interpreters)
+            return
+        try:
+            captured = tempfile.TemporaryFile()
+        except OSError:  # no writable temporary directory: keep the banner rather than fail
             os.close(saved)
+            return
+        os.dup2(captured.fileno(), 2)
+        self._saved, self._captured = saved, captured
+
+    def release(self) -> None:
+        saved, captured = self._saved, self._captured
+        if saved is None:
+            return
+        self._saved = self._captured = None
+        os.dup2(saved, 2)
+        os.close(saved)
+        with captured:
             captured.seek(0)
             lines = captured.read().decode(errors="replace").splitlines(keepends=True)
-            kept = "".join(line for line in lines if not _BANNER.match(line))
-            if kept:
-                sys.stderr.write(kept)
-                sys.stderr.flush()
+        kept = "".join(line for line in lines if not _BANNER.match(line))
+        if kept:
+            sys.stderr.write(kept)
+            sys.stderr.flush()
+
+
+@uninterruptible
+def stop_profiler(prof) -> None:
+    """Stop ``prof`` if it is running: checked, not assumed, since an interrupt may have landed
+    before its start() finished."""
+    if torch.autograd._profiler_enabled():
+        prof.stop()
+    deliver_pending()
 
 
 class ProfilerBusyError(RuntimeError):
@@ -68,27 +91,44 @@ class PeakReading:
     net_bytes: int = 0    # still in use at the end, above the start
 
 
-@contextlib.contextmanager
-def allocation_peak(device_type: torch.autograd.DeviceType, index: int | None = None) -> Iterator[PeakReading]:
+class allocation_peak(HeldScope):
     """Measure the scope's allocations on ``device_type`` (device ``index`` of it, when given:
     peaks are per device, never summed across GPUs) from the profiler's memory events.
 
     Unlike the CUDA allocator's peak counters this resets nothing the user may be watching,
-    and it works on CPU, where torch keeps no allocator statistics at all.
+    and it works on CPU, where torch keeps no allocator statistics at all.  A Ctrl-C in the
+    scope always finds the profiler stopped and fd 2 back (HeldScope).
     """
-    ensure_profiler_free()
-    reading = PeakReading()
-    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
-    with without_profiler_banner():  # the whole scope: the free-before-start warning comes mid-run
-        prof.start()
+
+    __slots__ = ("_device_type", "_index", "_reading", "_quiet", "_prof")
+
+    def __init__(self, device_type: torch.autograd.DeviceType, index: int | None = None):
+        self._device_type, self._index = device_type, index
+
+    def acquire(self) -> PeakReading:
+        ensure_profiler_free()
+        self._reading = PeakReading()
+        self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
+        self._quiet = without_profiler_banner()  # the whole scope: the free-before-start warning comes mid-run
+        self._quiet.__enter__()
         try:
-            yield reading
+            self._prof.start()
+        except BaseException:
+            stop_profiler(self._prof)
+            self._quiet.__exit__(None, None, None)
+            raise
+        return self._reading
+
+    def release(self) -> None:
+        prof = self._prof
+        try:
+            stop_profiler(prof)
         finally:
-            prof.stop()
-        level = 0
+            self._quiet.__exit__(None, None, None)
+        reading, level = self._reading, 0
         for event in prof.profiler.kineto_results.events():
-            if (event.name() == "[memory]" and event.device_type() == device_type
-                    and (index is None or event.device_index() == index)):
+            if (event.name() == "[memory]" and event.device_type() == self._device_type
+                    and (self._index is None or event.device_index() == self._index)):
                 level += event.nbytes()
                 reading.peak_bytes = max(reading.peak_bytes, level)
         reading.net_bytes = level

@@ -61,3 +61,20 @@ def _flag(e, method: str) -> bool:
 def is_hidden(e) -> bool:
     """Whether torch hides the event from its own tables (torch 2.5+ only marks some)."""
     return _flag(e, "is_hidden_event")
+
+
+def python_calls(results) -> list[tuple[str, int, int, int]]:
+    """The Python tracer's calls, (name, start ns, end ns, thread), where this torch leaves them out
+    of ``results.events()``: before ``is_python_function()`` existed they are only in the event tree
+    (and in the exported trace).  Empty where the events already hold them."""
+    if hasattr(_KinetoEvent, "is_python_function"):
+        return []
+    from torch._C._profiler import _EventType
+    python = (_EventType.PyCall, _EventType.PyCCall)
+    calls, pending = [], list(results.experimental_event_tree())
+    while pending:
+        event = pending.pop()
+        pending.extend(event.children)
+        if event.tag in python:
+            calls.append((event.name, event.start_time_ns, event.end_time_ns, event.start_tid))
+    return calls

@@ -18,6 +18,7 @@ import torch
 
 from ..devices import Device, choose_device, is_out_of_memory
 from ..devices.profiler import ensure_profiler_free
+from ..interrupts import guards
 from ..measure import timed_call
 from ..results.autobatch import AutobatchResult, ThroughputPoint, Trial
 from .batchsearch import Probe, SearchSpace, search
@@ -77,6 +78,7 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
+@guards
 def run_autobatch(step: Callable[[int], Any], options: AutobatchOptions = AutobatchOptions(), *,
                   state: list[Any] = (), device: Device | None = None, label: str = "autobatch",
                   on_probe: Callable[[Probe], None] | None = None) -> AutobatchResult:

@@ -23,6 +23,7 @@ from torch import nn
 
 from ..devices import Device, choose_device, is_out_of_memory
 from ..devices.profiler import ensure_profiler_free
+from ..interrupts import guards
 from ..measure import Rounds, bootstrap_ratio_ci, calls_per_block, summarize, timed_block, timed_call
 from ..results.compare import CompareResult, VariantResult
 from ..results.format import fmt_bytes
@@ -92,6 +93,7 @@ class _Entry:
         self.built = None
 
 
+@guards
 def run_compare(fn: Callable[[Any], Any], model: nn.Module | None, options: CompareOptions, *,
                 state: list[Any], device: Device | None = None, label: str = "compare",
                 output: Callable[[Any], Any] | None = None,

@@ -10,17 +10,18 @@ the containers' own items, fetched with the base types' methods.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import re
 import sys
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
+
+from ..interrupts import HeldScope
 
 MAX_DEPTH = 6              # containers and objects inside a variable (modules' own nesting is free)
 MAX_ITEMS = 10_000         # items read from one container
@@ -55,17 +56,19 @@ class Holding:
         return out
 
 
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
+class gc_paused(HeldScope):
     """Pause the cycle collector, as timeit does.  A report makes thousands of small objects and
     no cycles; a full collection they trigger in a big process (torch, IPython) costs ~200 ms,
-    20 times the report itself."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
+    20 times the report itself.  A Ctrl-C never leaves the collector off (HeldScope)."""
+
+    __slots__ = ("_was_enabled",)
+
+    def acquire(self) -> None:
+        self._was_enabled = gc.isenabled()
+        gc.disable()
+
+    def release(self) -> None:
+        if self._was_enabled:
             gc.enable()
 
 

@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import pickle
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -23,6 +24,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from ..devices import Device, choose_device
+from ..interrupts import deliver_pending, guards, uninterruptible
 from ..measure import bootstrap_ratio_ci, summarize
 from ..results.loadertune import DATALOADER_DEFAULTS, LoaderRow, LoaderSettings, LoaderTuneResult
 from .limits import check_count, check_seconds, check_workers, describe_error
@@ -89,6 +91,7 @@ def current_settings(loader: DataLoader) -> LoaderSettings:
                           prefetch_factor=(loader.prefetch_factor or 2) if workers > 0 else None)
 
 
+@guards
 def run_loadertune(loader: DataLoader, options: LoaderTuneOptions = LoaderTuneOptions(), *,
                    step: Callable[[Any], Any] | None = None, state: list[Any] | None = None,
                    device: Device | None = None, label: str = "loader",
@@ -103,9 +106,6 @@ def run_loadertune(loader: DataLoader, options: LoaderTuneOptions = LoaderTuneOp
     device = device or choose_device()
     progress = on_progress or (lambda text: None)
     started = time.perf_counter()
-    # every new iterator draws a seed (and a shuffle) from torch's generator, or the loader's own
-    rng = device.rng_state()
-    generator = loader.generator.get_state() if loader.generator is not None else None
     tuner = _Tuner(loader, options, device, progress)
     try:
         tuner.sweep()
@@ -113,9 +113,6 @@ def run_loadertune(loader: DataLoader, options: LoaderTuneOptions = LoaderTuneOp
             tuner.with_step(step, state or [])
     finally:
         tuner.close()
-        device.set_rng_state(rng)
-        if generator is not None:
-            loader.generator.set_state(generator)
     return tuner.result(label, time.perf_counter() - started)
 
 
@@ -128,6 +125,11 @@ class _Tuner:
         self.pickle_problem = _pickle_problem(loader)
         self.rows: dict[LoaderSettings, LoaderRow] = {}
         self.notes: list[str] = [note for note in (device.choice_note(),) if note]
+        # every new iterator draws a seed (and a shuffle) from torch's generator, or the loader's own
+        self._rng = device.rng_state()
+        self._generator = loader.generator.get_state() if loader.generator is not None else None
+        # every iterator made, until close(): one an interrupt left in a traceback still has workers
+        self._iterators: weakref.WeakSet = weakref.WeakSet()
         self.step_s: float | None = None
         self._latest = None  # the iterator a pass is on
         self.stages: list[list[LoaderSettings]] = []  # the settings each stage ran side by side
@@ -188,7 +190,7 @@ class _Tuner:
         try:
             loader = self._loader(s)
             start = time.perf_counter()
-            iterator = iter(loader)
+            iterator = self._iter(loader)
             next(iterator)
             row.first_batch_s.append(time.perf_counter() - start)
             done, timed = self._steady(loader, iterator, s)
@@ -222,7 +224,7 @@ class _Tuner:
                     break
                 if not s.persistent_workers:
                     _shutdown(iterator)
-                iterator = self._latest = iter(loader)
+                iterator = self._latest = self._iter(loader)
             return done, time.perf_counter() - start
         finally:
             if self._latest is not first and not s.persistent_workers:
@@ -321,7 +323,7 @@ class _Tuner:
     def _steps_per_s(self, s: LoaderSettings, step) -> float:
         iterator = None
         try:
-            iterator = iter(self._loader(s))
+            iterator = self._iter(self._loader(s))
             step(next(iterator))
             done, start = 0, time.perf_counter()
             while not self._pass_done(done, time.perf_counter() - start):
@@ -337,8 +339,24 @@ class _Tuner:
 
     # --- the end ----------------------------------------------------------------------
 
+    @uninterruptible
+    def _iter(self, loader: DataLoader):
+        """A new iterator (its workers started), known to close() before anyone can lose it."""
+        iterator = iter(loader)
+        self._iterators.add(iterator)
+        deliver_pending()
+        return iterator
+
+    @uninterruptible
     def close(self) -> None:
+        """Stop every worker still running and put back the random state the iterators drew from."""
+        for iterator in list(self._iterators):
+            _shutdown(iterator)
         multiprocessing.active_children()  # reaps the workers that have exited
+        self.device.set_rng_state(self._rng)
+        if self._generator is not None:
+            self.loader.generator.set_state(self._generator)
+        deliver_pending()
 
     def result(self, label: str, seconds: float) -> LoaderTuneResult:
         best, speedup, ci = self.recommendation()
@@ -363,11 +381,13 @@ def _settings(workers: int, pin: bool) -> LoaderSettings:
     return LoaderSettings(workers, pin, workers > 0, 2 if workers > 0 else None)
 
 
+@uninterruptible
 def _shutdown(iterator) -> None:
     """Stop an iterator's worker processes now, not whenever it is garbage-collected."""
     shutdown = getattr(iterator, "_shutdown_workers", None)
     if shutdown is not None:
         shutdown()
+    deliver_pending()
 
 
 def _start_method(loader: DataLoader) -> str:

@@ -18,6 +18,7 @@ import torch
 
 from ..devices import CpuDevice, Device, NvmlReading, choose_device, host_memory, visible_accelerators
 from ..devices.profiler import ProfilerBusyError
+from ..interrupts import guards
 from ..results.memory import CellMemory, DeviceMemory, Freed, MemoryResult, VariableMemory
 from .holders import Holding, Walker, gc_paused, is_history, is_internal
 from .pins import Pin, drop_pins, namespace_pins
@@ -260,6 +261,7 @@ class CellRun:
     error: BaseException | None
 
 
+@guards
 def run_cell_memory(fn: Callable[[], Any], namespace: dict[str, Any], *, hidden: Iterable[str] = (),
                     device: Device | None = None, top: int = 10) -> CellRun:
     """Run ``fn`` and measure its peak and net allocations on the device, then name the new
@@ -301,6 +303,7 @@ def run_cell_memory(fn: Callable[[], Any], namespace: dict[str, Any], *, hidden:
 
 # --- %gpumem --free ----------------------------------------------------------------------
 
+@guards
 def free(names: list[str], namespace: dict[str, Any], *, hidden: Iterable[str] = (),
          devices: list[Device] | None = None, top: int = 10,
          extra_pins: Callable[[], list[Pin]] | None = None) -> MemoryResult:

@@ -17,11 +17,13 @@ from typing import Any
 import torch
 
 from ..devices import Device, choose_device
-from ..devices.profiler import ensure_profiler_free, without_profiler_banner
+from ..devices.profiler import ensure_profiler_free, stop_profiler, without_profiler_banner
+from ..interrupts import guards
 from ..measure import timed_call
 from ..results.profile import SORT_KEYS, OpRow, ProfileResult
 from .frames import frame_label, ipython_cell_files
 from .limits import check_count, describe_error
+from .activity import python_calls
 from .rules import AllocatorCounters, RuleContext, diagnose, missing_kernels_note
 from .trace import STEP_PREFIX, TraceSummary, summarize_trace
 
@@ -67,6 +69,7 @@ class ProfileRun:
     error: BaseException | None    # the step's exception, for the caller to re-raise
 
 
+@guards
 def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOptions(), *,
                 label: str = "profile", device: Device | None = None,
                 names: dict[str, str] | None = None) -> ProfileRun:
@@ -96,9 +99,7 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
                     value, seconds = timed_call(step, device, marker=f"{STEP_PREFIX}{i}")
                     step_s.append(seconds)
             finally:
-                # checked, not assumed: an interrupt may land before start() finished
-                if torch.autograd._profiler_enabled():
-                    prof.stop()
+                stop_profiler(prof)
     except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt too: summarise, then re-raise)
         error = exc
     ctx = _rule_context(device, names or {}, memory_before)
@@ -147,7 +148,7 @@ def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: Ru
         return result
     started = time.perf_counter()
     summary = summarize_trace(results.events(), results.trace_start_ns(), shapes=options.record_shapes,
-                              flops=options.flops)
+                              flops=options.flops, python_calls=python_calls(results) if options.stack else ())
     _fill_from_summary(result, summary, ctx)
     result.analysis_s = time.perf_counter() - started
     if options.trace:

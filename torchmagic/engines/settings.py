@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from ..interrupts import HeldScope, deliver_pending, uninterruptible
+
 _AUTOCAST_DEVICES = ("cpu", "cuda")
 
 # torch >= 2.9 keeps float32 precisions ("ieee", "tf32", "bf16", or "none": defer to the parent) in a
@@ -95,6 +97,7 @@ class Fp32Precision:
             cudnn_tf32 = _answers(_legacy_cudnn_tf32)
         return cls(matmul, cudnn_tf32, tuple(own.items()))
 
+    @uninterruptible
     def restore(self) -> None:
         """Write only what differs: the legacy setters first, as they also write the tree."""
         now = Fp32Precision.capture()
@@ -113,25 +116,32 @@ class Fp32Precision:
                 _set_fp32(*node, value)
 
 
-@contextlib.contextmanager
-def tf32_enabled() -> Iterator[None]:
+class tf32_enabled(HeldScope):
     """TF32 allowed for float32 matmuls and cuDNN convolutions/RNNs inside the block, then what was
-    there (Fp32Precision.restore). Every getter of either API that answered still answers inside: the legacy
-    setters write the tree as well and leave the two agreeing, whereas setting the tree alone
-    makes the legacy getters (still called by libraries and torch.compile) raise."""
-    saved = Fp32Precision.capture()
-    try:
-        torch.set_float32_matmul_precision("high")
-        if _get_fp32 is None or not saved.cudnn_tf32:
-            torch.backends.cudnn.allow_tf32 = True
-        else:  # the flag is on already: conv and rnn that defer follow cuda.all, keeping torch's "default"
-            _set_fp32("cuda", "all", "tf32")
-            for node in _CUDNN:
-                if _get_fp32(*node) != "tf32":  # it holds its own value
-                    _set_fp32(*node, "tf32")
-        yield
-    finally:
-        saved.restore()
+    there (Fp32Precision.restore), even after a Ctrl-C (HeldScope). Every getter of either API that
+    answered still answers inside: the legacy setters write the tree as well and leave the two
+    agreeing, whereas setting the tree alone makes the legacy getters (still called by libraries
+    and torch.compile) raise."""
+
+    __slots__ = ("_saved",)
+
+    def acquire(self) -> None:
+        self._saved = saved = Fp32Precision.capture()
+        try:
+            torch.set_float32_matmul_precision("high")
+            if _get_fp32 is None or not saved.cudnn_tf32:
+                torch.backends.cudnn.allow_tf32 = True
+            else:  # the flag is on already: conv and rnn that defer follow cuda.all, keeping torch's "default"
+                _set_fp32("cuda", "all", "tf32")
+                for node in _CUDNN:
+                    if _get_fp32(*node) != "tf32":  # it holds its own value
+                        _set_fp32(*node, "tf32")
+        except BaseException:
+            saved.restore()
+            raise
+
+    def release(self) -> None:
+        self._saved.restore()
 
 
 @dataclass(frozen=True)
@@ -159,8 +169,10 @@ class TorchSettings:
             fp32=Fp32Precision.capture(),
         )
 
+    @uninterruptible
     def restore(self) -> None:
-        """Set back whatever differs (setting an unchanged value can still cost, e.g. threads)."""
+        """Set back whatever differs (setting an unchanged value can still cost, e.g. threads).
+        A Ctrl-C waits until all is back (torchmagic/interrupts.py)."""
         now = TorchSettings.capture()
         if now == self:
             return
@@ -178,6 +190,7 @@ class TorchSettings:
         cudnn.enabled, cudnn.benchmark, cudnn.deterministic = self.cudnn
         if now.fp32 != self.fp32:
             self.fp32.restore()
+        deliver_pending()
 
     def differences(self, other: TorchSettings) -> dict[str, tuple]:
         """Settings that differ: name -> (this value, other value)."""

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..devices import Device
+from ..interrupts import deliver_pending, uninterruptible
 
 
 def _to_cpu(value):
@@ -52,8 +53,10 @@ class Snapshot:
         self._others = [(o, _to_cpu(o.state_dict())) for o in objects if _other_stateful(o)]
         self._rng = device.rng_state()
 
+    @uninterruptible
     def restore(self) -> None:
-        """Put everything back; can be called any number of times.
+        """Put everything back; can be called any number of times.  A Ctrl-C waits until all is
+        back (torchmagic/interrupts.py).
 
         What is handed over is always a fresh copy: an optimizer keeps the tensors it loads
         (``step``, and moments already on the right device) and updates them in place, and a
@@ -70,6 +73,7 @@ class Snapshot:
         for other, state in self._others:
             other.load_state_dict(copy.deepcopy(state))
         self.device.set_rng_state(self._rng)
+        deliver_pending()
 
 
 def referenced_values(fn: Callable) -> list[Any]:

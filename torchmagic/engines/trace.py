@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import gc
 import math
 import statistics
 import sys
@@ -30,6 +29,7 @@ from torch.autograd import DeviceType
 
 from ..measure.timing import DEVICE_WAIT_MARKER
 from .activity import activity_reader, is_hidden
+from .holders import gc_paused
 from ..results.profile import TimelineSpan as Span  # a bar: a step's top-level event, or a kernel
 
 DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, OTHER = (
@@ -191,21 +191,22 @@ _CPU_KINDS = {"cpu_op": _OP, "user_annotation": _ANNOTATION, "python_function": 
 _DEVICE_ACTIVITIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 
 
-def summarize_trace(events, trace_start_ns: int, *, shapes: bool = False, flops: bool = False) -> TraceSummary:
-    """Build the summary from kineto's raw events (``prof.profiler.kineto_results.events()``)."""
+def summarize_trace(events, trace_start_ns: int, *, shapes: bool = False, flops: bool = False,
+                    python_calls=()) -> TraceSummary:
+    """Build the summary from kineto's raw events (``prof.profiler.kineto_results.events()``), and
+    the Python tracer's calls where this torch keeps them apart (``activity.python_calls``)."""
     # ~100k short-lived records, none in a cycle: the cyclic GC's passes would only cost time
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return _summarize(events, trace_start_ns, shapes, flops)
-    finally:
-        if was_enabled:
-            gc.enable()
+    with gc_paused():
+        return _summarize(events, trace_start_ns, shapes, flops, python_calls)
 
 
-def _summarize(events, trace_start_ns: int, shapes: bool, flops: bool) -> TraceSummary:
+def _summarize(events, trace_start_ns: int, shapes: bool, flops: bool, python_calls) -> TraceSummary:
     out = TraceSummary()
     cpu, device = _split(events, trace_start_ns, out)
+    for name, start_ns, end_ns, tid in python_calls:
+        out.event_count += 1
+        start = (start_ns - trace_start_ns) / 1000.0
+        cpu.append(_Ev(name, start, start + (end_ns - start_ns) / 1000.0, tid, _PYTHON, None))
     if device:
         _link_runtime_threads(cpu)
     by_thread: dict[int, list[_Ev]] = defaultdict(list)
