@@ -194,6 +194,8 @@ def test_sigint_from_a_timer_thread(notebook, magic):
         where = f"{magic}, SIGINT #{i}"
         assert isinstance(result.error_in_exec, KeyboardInterrupt), f"{where}: {result.error_in_exec!r}"
         assert "torchmagic/" not in captured.stdout + captured.stderr, where
+        # one line on what was measured, then the report (if any), then the user's traceback
+        assert captured.stdout.startswith("interrupted"), f"{where}: {captured.stdout[:300]!r}"
         if magic in ("torchprofile", "gpumem"):  # these do not restore: the cell ran partly, as it would bare
             before["weights"] = [p.detach().clone() for p in shell.user_ns["model"].parameters()]
         assert_unchanged(shell, before, where)

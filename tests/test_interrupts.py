@@ -159,3 +159,43 @@ def test_the_users_code_stays_interruptible_and_the_handler_is_put_back():
     with pytest.raises(KeyboardInterrupt):
         torchmagic.compare(lambda: step(), variants="eager", runs=2, warmup=0)
     _assert_clean("compare")
+
+
+def test_an_interrupted_batch_search_hands_over_its_trials_and_no_answer():
+    model = nn.Linear(64, 64)
+    calls = []
+
+    def step(bs):
+        calls.append(bs)
+        if len(calls) == 3:  # the user presses Ctrl-C during the third run
+            raise KeyboardInterrupt
+        model(torch.randn(bs, 64)).sum().backward()
+
+    with pytest.raises(KeyboardInterrupt) as caught:
+        torchmagic.autobatch(step, budget=2**26, max=4096, estimate=False, device="cpu")
+    result = caught.value.torchmagic_result
+    assert result.batch_size is None and len(result.trials) == 2
+    assert result.reason.startswith("interrupted after 2 trials") and "larger may fit" in result.reason
+    _assert_clean("autobatch")
+
+
+def test_an_interrupted_loader_sweep_recommends_nothing_and_says_how_far_it_got():
+    class Items(torch.utils.data.Dataset):
+        served = 0
+
+        def __len__(self):
+            return 512
+
+        def __getitem__(self, i):
+            Items.served += 1
+            if Items.served == 200:
+                raise KeyboardInterrupt
+            return torch.full((4,), float(i))
+
+    loader = torch.utils.data.DataLoader(Items(), batch_size=8)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        torchmagic.loadertune(loader, workers=[0, 1], rounds=2, seconds=0.2, device="cpu")
+    result = caught.value.torchmagic_result
+    assert result.best == result.current and result.speedup is None
+    assert any(n.startswith("interrupted after") and "no change is recommended" in n for n in result.notes)
+    _assert_clean("loadertune")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 
@@ -27,7 +28,11 @@ from .engines.variants import DEFAULT_VARIANTS, TECHNIQUES, parse_variants
 from .interrupts import signal_handler_code
 from .devices import Device, choose_device, visible_accelerators
 from .results.base import widget_frontend
-from .results.profile import SORT_KEYS
+from .results.autobatch import AutobatchResult
+from .results.compare import CompareResult
+from .results.loadertune import LoaderTuneResult
+from .results.memory import MemoryResult
+from .results.profile import SORT_KEYS, ProfileResult
 
 
 def usage_error(message: str) -> ipython_error.UsageError:
@@ -60,6 +65,18 @@ _DEVICE_ARGUMENT = argument(
     "code's model and tensors are; the CPU when none is on a GPU and this process has not used CUDA)")
 
 
+def _user_frames_only(magic):
+    """A Ctrl-C anywhere in a magic, parsing its arguments included, shows the user's frames only."""
+    @functools.wraps(magic)
+    def run(self, *args, **kwargs):
+        __tracebackhide__ = True  # noqa: F841
+        try:
+            return magic(self, *args, **kwargs)
+        except KeyboardInterrupt as exc:
+            _raise_as_shown(exc)
+    return run
+
+
 @magics_class
 class TorchMagics(Magics):
     @staticmethod
@@ -73,6 +90,8 @@ class TorchMagics(Magics):
         """How a cell magic ends: store the result (-o), show it unless -q, then re-raise the
         cell's own error (so "Run all" stops) or return the cell's value."""
         __tracebackhide__ = True  # noqa: F841
+        if isinstance(error, KeyboardInterrupt):
+            print(_interrupted_line(result))
         if result is not None:
             if args.output is not None:
                 self.shell.user_ns[args.output] = result
@@ -90,6 +109,20 @@ class TorchMagics(Magics):
         if args.output is not None:
             self.shell.user_ns[args.output] = result
         return None if args.quiet else result
+
+    def _line_interrupted(self, args, interrupt: KeyboardInterrupt):
+        """A Ctrl-C that came out of an engine (a line magic's, or one held until a release was done):
+        one line on what was measured, the partial report (stored with -o, shown unless -q), then
+        the interrupt as the user should see it."""
+        __tracebackhide__ = True  # noqa: F841
+        result = getattr(interrupt, "torchmagic_result", None)
+        print(_interrupted_line(result))
+        if result is not None:
+            if args.output is not None:
+                self.shell.user_ns[args.output] = result
+            if not args.quiet:
+                display(result)
+        _raise_as_shown(interrupt)
 
     @staticmethod
     def _check_output_name(name: str | None) -> None:
@@ -136,6 +169,7 @@ class TorchMagics(Magics):
     @argument("-o", dest="output", metavar="NAME", help="store the ProfileResult in variable NAME")
     @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
     @cell_magic
+    @_user_frames_only
     def torchprofile(self, line, cell):
         """Profile the cell with torch.profiler and say what took the time and what to do about it.
 
@@ -165,6 +199,8 @@ class TorchMagics(Magics):
             run = run_profile(step, options, label="%%torchprofile", device=device, names=self._verify_names(code))
         except ProfilerBusyError as exc:
             raise usage_error(f"%%torchprofile: {exc}") from None
+        except KeyboardInterrupt as exc:  # held while the profiler stopped, raised as the run ended
+            self._line_interrupted(args, exc)
         run.result.verify_runner = self._verify_runner(cell)
         return self._cell_outcome(args, run.result, run.value, run.error)
 
@@ -219,6 +255,7 @@ class TorchMagics(Magics):
     @argument("-o", dest="output", metavar="NAME", help="store the CompareResult in variable NAME")
     @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
     @cell_magic
+    @_user_frames_only
     def amp_compare(self, line, cell):
         """Compare eager fp32 with torch.compile, autocast and other variants on the cell's code.
 
@@ -278,6 +315,8 @@ class TorchMagics(Magics):
                               after_baseline=lambda: after_eager.update(namespace))
         except ProfilerBusyError as exc:
             raise usage_error(f"%%amp_compare: {exc}") from None
+        except KeyboardInterrupt as exc:  # held while something was put back, raised as the run ended
+            self._line_interrupted(args, exc)
         finally:
             if progress:
                 progress.close()
@@ -322,6 +361,7 @@ class TorchMagics(Magics):
     @argument("-o", dest="output", metavar="NAME", help="store the result in variable NAME")
     @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
     @line_cell_magic
+    @_user_frames_only
     def gpumem(self, line, cell=None):
         """Where did the memory go?  Every GPU (NVML and torch's allocator), the host, and the
         notebook variables holding tensor memory.
@@ -430,8 +470,11 @@ class TorchMagics(Magics):
             __tracebackhide__ = True  # noqa: F841
             return code.run(namespace)
 
-        run_result = memory_engine.run_cell_memory(run, namespace, hidden=self.shell.user_ns_hidden,
-                                                   device=device, top=args.top)
+        try:
+            run_result = memory_engine.run_cell_memory(run, namespace, hidden=self.shell.user_ns_hidden,
+                                                       device=device, top=args.top)
+        except KeyboardInterrupt as exc:  # held while the measurement stopped, raised as the run ended
+            self._line_interrupted(args, exc)
         return self._cell_outcome(args, run_result.result, run_result.value, run_result.error)
 
     @magic_arguments()
@@ -448,6 +491,7 @@ class TorchMagics(Magics):
     @argument("loader", help="a DataLoader, or a dataset followed by DataLoader arguments: ds batch_size=64 shuffle=True")
     @argument("loader_kwargs", nargs="*", metavar="KEY=VALUE", help="DataLoader arguments when LOADER is a dataset")
     @line_magic
+    @_user_frames_only
     def loadertune(self, line):
         """Find the DataLoader settings that feed batches fastest, and by how much.
 
@@ -488,7 +532,7 @@ class TorchMagics(Magics):
                                     state=objects_used_by(step, namespace) if step else None,
                                     on_progress=progress.say if progress else None)
         except KeyboardInterrupt as exc:
-            _raise_as_shown(exc)
+            self._line_interrupted(args, exc)
         finally:
             if progress:
                 progress.close()
@@ -529,6 +573,7 @@ class TorchMagics(Magics):
     @argument("step", nargs="?", help="a callable taking the batch size; or write `-- EXPR` with BS in it")
     @no_var_expand  # the line holds code: "{n}" and $name are the step's, not IPython's to fill in
     @line_magic
+    @_user_frames_only
     def autobatch(self, line):
         """Find the largest batch size that runs without running out of memory.
 
@@ -561,7 +606,7 @@ class TorchMagics(Magics):
         except ProfilerBusyError as exc:
             raise usage_error(f"%autobatch: {exc}") from None
         except KeyboardInterrupt as exc:
-            _raise_as_shown(exc)
+            self._line_interrupted(args, exc)
         finally:
             if progress:
                 progress.close()
@@ -656,12 +701,40 @@ def _raise_as_shown(interrupt: KeyboardInterrupt):
         tb = tb.tb_next
     if tb is not None:
         _drop_signal_handler_frame(tb)
-        raise interrupt.with_traceback(tb) from None
+        # the user's code, unless torchmagic's own frames come again further in (the Ctrl-C landed
+        # in code that ours called: a generated dataclass __init__, torch's profiler)
+        rest, landed_in_ours = tb, False
+        while rest is not None and not landed_in_ours:
+            landed_in_ours, rest = _ours(rest), rest.tb_next
+        if not landed_in_ours:
+            raise interrupt.with_traceback(tb) from None
     try:
         exec(_BARE_INTERRUPT, {})
     except KeyboardInterrupt as bare:
         bare.__suppress_context__ = True
         raise
+
+
+def _interrupted_line(result) -> str:
+    """One line on what an interrupted magic measured before it stopped."""
+    if result is None:
+        return "interrupted before there was anything to report"
+    if isinstance(result, ProfileResult):
+        ran, asked = len(result.step_s), result.options.get("steps")
+        if ran:
+            return f"interrupted: {ran} of {asked} profiled steps ran; the profile below covers them"
+        if len(result.warmup_s) < result.options.get("warmup", 0):
+            return "interrupted during the warm-up runs, before profiling began"
+        return "interrupted before the first profiled step finished: the profile below has no full step"
+    if isinstance(result, CompareResult):
+        return f"interrupted after {result.rounds} timed rounds: the figures below cover them"
+    if isinstance(result, AutobatchResult):
+        return result.reason or "interrupted: the trials that ran are below"
+    if isinstance(result, LoaderTuneResult):
+        return next((n for n in result.notes if n.startswith("interrupted")), "interrupted: what was measured is below")
+    if isinstance(result, MemoryResult):
+        return "interrupted: the cell's memory up to the interrupt is below"
+    return "interrupted: what was measured is below"
 
 
 def _drop_signal_handler_frame(tb) -> None:

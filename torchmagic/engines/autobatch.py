@@ -109,9 +109,12 @@ def run_autobatch(step: Callable[[int], Any], options: AutobatchOptions = Autoba
 def _search(step, options, space, device, label, before, started, on_probe, state) -> AutobatchResult:
     __tracebackhide__ = True  # noqa: F841
 
+    probes: list[Probe] = []
+
     def probe(size: int) -> Probe:
         __tracebackhide__ = True  # noqa: F841
         result = _probe(step, size, device)
+        probes.append(result)
         on_probe(result)
         return result
 
@@ -119,6 +122,24 @@ def _search(step, options, space, device, label, before, started, on_probe, stat
     # state, cuDNN plans, lazy modules), so every measured trial sees the steady state.
     warm = probe(space.smallest)
     budget, how = resolve_budget(options.budget, device)  # after the warm-up: its state is in use
+    try:
+        return _search_from(warm, budget, how, probe, step, options, space, device, label, before, started, state)
+    except KeyboardInterrupt as exc:  # what ran so far goes with it: the magic shows it
+        if not hasattr(exc, "torchmagic_result"):
+            exc.torchmagic_result = _result(label, device, options, budget, how, None, probes, before, started,
+                                            reason=_interrupted_reason(probes, int(budget * (1 - options.margin))))
+        raise
+
+
+def _interrupted_reason(probes: list[Probe], limit: int) -> str:
+    fitted = [p.batch_size for p in probes if p.ok and not p.estimated and (p.peak_bytes or 0) <= limit]
+    return (f"interrupted after {len(probes)} trials, before the search ended: no answer"
+            + (f" (the largest that ran under the limit: {max(fitted)}; larger may fit)" if fitted else ""))
+
+
+def _search_from(warm, budget, how, probe, step, options, space, device, label, before, started,
+                 state) -> AutobatchResult:
+    __tracebackhide__ = True  # noqa: F841
     if not warm.ok:
         return _result(label, device, options, budget, how, None, [warm], before, started,
                        reason=f"the smallest size ({space.smallest}) runs out of memory")
@@ -129,7 +150,12 @@ def _search(step, options, space, device, label, before, started, on_probe, stat
                      reason=outcome.reason)
     result.notes = _notes(outcome, budget, state, device)
     if options.throughput and result.batch_size:
-        result.throughput = _throughput(step, result.batch_size, space, device)
+        try:
+            result.throughput = _throughput(step, result.batch_size, space, device)
+        except KeyboardInterrupt as exc:  # the answer stands; only its throughput is missing
+            result.notes.append("interrupted while measuring throughput: the answer above is complete")
+            exc.torchmagic_result = result
+            raise
         rate = {p.batch_size: p.samples_per_s for p in result.throughput}
         result.trials = [dataclasses.replace(t, samples_per_s=rate.get(t.batch_size)) if not t.estimated else t
                          for t in result.trials]

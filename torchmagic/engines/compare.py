@@ -23,7 +23,7 @@ from torch import nn
 
 from ..devices import Device, choose_device, is_out_of_memory
 from ..devices.profiler import ensure_profiler_free
-from ..interrupts import guards
+from ..interrupts import deliver_pending, guards, uninterruptible
 from ..measure import Rounds, bootstrap_ratio_ci, calls_per_block, summarize, timed_block, timed_call
 from ..results.compare import CompareResult, VariantResult
 from ..results.format import fmt_bytes
@@ -152,13 +152,7 @@ class _Comparison:
         except BaseException as exc:  # noqa: BLE001  eager's own error or an interrupt: the caller re-raises it
             run.error = exc
         finally:
-            for entry in self.entries:
-                entry.built = None  # drop compiled wrappers and quantized copies now
-            if self.snapshot is not None:
-                self.snapshot.restore()
-            settings.restore()
-            if graphs.active:
-                self._release_graphs(graphs, pools_at_start)
+            self._put_back(settings, graphs, pools_at_start)
         if rounds is None:  # eager failed on its first run (the user's code is broken), or an interrupt came first
             return run
         _summarise(measured, rounds)
@@ -301,6 +295,19 @@ class _Comparison:
             out.notes.append(f"inductor left {skips} of its graphs without CUDA graphs (as it does for CPU tensors, "
                              "mutated inputs, dynamic shapes and more; TORCH_LOGS=cudagraphs says why): those run "
                              "as ordinary kernel launches")
+
+    @uninterruptible
+    def _put_back(self, settings: TorchSettings, graphs: CudaGraphs, pools_at_start: int | None) -> None:
+        """The model, optimizer, RNG and torch's settings as they were; built variants and CUDA graph
+        pools dropped.  The first statement of the run's ``finally``: a Ctrl-C waits for all of it."""
+        for entry in self.entries:
+            entry.built = None  # drop compiled wrappers and quantized copies now
+        if self.snapshot is not None:
+            self.snapshot.restore()
+        settings.restore()
+        if graphs.active:
+            self._release_graphs(graphs, pools_at_start)
+        deliver_pending()
 
     def _release_graphs(self, graphs: CudaGraphs, pools_at_start: int | None) -> None:
         """Give back the CUDA graph pools recorded here, so later magics see the memory; say what stays."""

@@ -111,8 +111,12 @@ def run_loadertune(loader: DataLoader, options: LoaderTuneOptions = LoaderTuneOp
         tuner.sweep()
         if step is not None:
             tuner.with_step(step, state or [])
-    finally:
+    except KeyboardInterrupt as exc:  # what was measured goes with it: the magic shows it
         tuner.close()
+        exc.torchmagic_result = tuner.interrupted_result(label, time.perf_counter() - started)
+        raise
+    finally:
+        tuner.close()  # again after an interrupt: closing twice does nothing
     return tuner.result(label, time.perf_counter() - started)
 
 
@@ -358,8 +362,16 @@ class _Tuner:
             self.loader.generator.set_state(self._generator)
         deliver_pending()
 
-    def result(self, label: str, seconds: float) -> LoaderTuneResult:
-        best, speedup, ci = self.recommendation()
+    def interrupted_result(self, label: str, seconds: float) -> LoaderTuneResult:
+        """The settings measured before an interrupt, recommending none: a partial sweep's
+        rounds are not paired and the settings not yet run could be the fastest."""
+        measured = sum(1 for row in self.rows.values() if row.batches_per_s)
+        self.notes.append(f"interrupted after {measured} of {len(self.rows)} settings had a pass: "
+                          "no change is recommended from a partial sweep")
+        return self.result(label, seconds, recommend=False)
+
+    def result(self, label: str, seconds: float, recommend: bool = True) -> LoaderTuneResult:
+        best, speedup, ci = self.recommendation() if recommend else (self.current, None, None)
         return LoaderTuneResult(label=label, device=self.device.describe(), current=self.current, best=best,
                                 fastest=self.fastest, rows=list(self.rows.values()), speedup=speedup, ci=ci,
                                 seconds=seconds, cpus=os.cpu_count() or 1, start_method=self.start_method,
