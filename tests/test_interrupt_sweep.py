@@ -26,6 +26,7 @@ import torchmagic
 from torchmagic import interrupts
 
 from .test_faults import MAGICS, SETUP, assert_unchanged, run, state
+from .test_interrupts import interrupt_at
 
 pytestmark = pytest.mark.slow
 
@@ -80,17 +81,7 @@ def _chosen(lines: list[tuple], seed: str) -> list[tuple]:
 
 
 def _run_interrupted_at(shell, source, code, line):
-    fired = []
-
-    def local(frame, event, arg):
-        if event == "line" and frame.f_lineno == line and not fired:
-            fired.append(True)
-            signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
-        return local
-
-    def tracer(frame, event, arg):
-        return local if frame.f_code is code else None
-
+    tracer, fired = interrupt_at(code, line)
     sys.settrace(tracer)
     try:
         result, captured = run(shell, source)

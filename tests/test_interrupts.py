@@ -26,7 +26,7 @@ def _lines(code) -> list[int]:
     return sorted({line for _, _, line in code.co_lines() if line is not None and line > code.co_firstlineno})
 
 
-def _interrupt_at(code, line):
+def interrupt_at(code, line):
     """A trace function that delivers SIGINT, once, when ``code`` reaches ``line``."""
     fired = []
 
@@ -46,7 +46,7 @@ def _each_line(code, run) -> tuple[int, int]:
     """Run ``run`` once per line of ``code`` with a SIGINT delivered there; (lines hit, interrupted)."""
     hit = interrupted = 0
     for line in _lines(code):
-        tracer, fired = _interrupt_at(code, line)
+        tracer, fired = interrupt_at(code, line)
         sys.settrace(tracer)
         try:
             run()

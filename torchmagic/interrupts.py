@@ -47,10 +47,8 @@ def _handler(signum, frame) -> None:
     __tracebackhide__ = True  # noqa: F841  (the KeyboardInterrupt shows the user's frames only)
     if _inside_marked(frame):
         _pending = True
-    elif callable(_previous):
-        _previous(signum, frame)
-    else:  # SIG_DFL would end the process: inside a notebook, a KeyboardInterrupt is what is meant
-        raise KeyboardInterrupt
+    else:
+        _deliver(_previous, frame)
 
 
 class guarded:
@@ -92,7 +90,7 @@ class guarded:
             if kind is not None and issubclass(kind, KeyboardInterrupt):
                 _pending = False  # already interrupting
             else:
-                _deliver(previous)
+                _deliver(previous, sys._getframe())
 
 
 def deliver_pending() -> None:
@@ -102,7 +100,7 @@ def deliver_pending() -> None:
         return
     caller = sys._getframe(1)
     if not _inside_marked(caller.f_back):
-        _deliver(_previous)
+        _deliver(_previous, caller)
 
 
 def _inside_marked(frame) -> bool:
@@ -113,13 +111,14 @@ def _inside_marked(frame) -> bool:
     return False
 
 
-def _deliver(handler) -> None:
+def _deliver(handler, frame) -> None:
+    """Hand SIGINT to the handler that was in place (Python's raises KeyboardInterrupt)."""
     global _pending
     __tracebackhide__ = True  # noqa: F841
     _pending = False
     if callable(handler):
-        handler(signal.SIGINT, sys._getframe(1))
-    else:
+        handler(signal.SIGINT, frame)
+    else:  # SIG_DFL would end the process: inside a notebook, a KeyboardInterrupt is what is meant
         raise KeyboardInterrupt
 
 
@@ -157,8 +156,8 @@ class HeldScope:
             self._guard.__exit__(type(exc), exc, exc.__traceback__)
             raise
         if _pending:  # a Ctrl-C while acquiring: give it all back and raise it now, not at the end
-            self.__exit__(None, None, None)  # raises it, unless an enclosing acquire is still at work
-            _deliver(_previous)              # then that one gives its part back on the way out
+            self.__exit__(None, None, None)       # raises it, unless an enclosing acquire is still at work
+            _deliver(_previous, sys._getframe())  # then that one gives its part back on the way out
         return acquired
 
     @uninterruptible

@@ -92,11 +92,7 @@ class TorchMagics(Magics):
         __tracebackhide__ = True  # noqa: F841
         if isinstance(error, KeyboardInterrupt):
             print(_interrupted_line(result))
-        if result is not None:
-            if args.output is not None:
-                self.shell.user_ns[args.output] = result
-            if not args.quiet:
-                display(result)
+        self._keep_and_show(args, result)
         if isinstance(error, KeyboardInterrupt):
             _raise_as_shown(error)
         if error is not None:
@@ -117,12 +113,16 @@ class TorchMagics(Magics):
         __tracebackhide__ = True  # noqa: F841
         result = getattr(interrupt, "torchmagic_result", None)
         print(_interrupted_line(result))
+        self._keep_and_show(args, result)
+        _raise_as_shown(interrupt)
+
+    def _keep_and_show(self, args, result) -> None:
+        """Store a cell magic's or an interrupted magic's result (-o) and show it unless -q."""
         if result is not None:
             if args.output is not None:
                 self.shell.user_ns[args.output] = result
             if not args.quiet:
                 display(result)
-        _raise_as_shown(interrupt)
 
     @staticmethod
     def _check_output_name(name: str | None) -> None:

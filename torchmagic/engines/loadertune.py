@@ -107,16 +107,18 @@ def run_loadertune(loader: DataLoader, options: LoaderTuneOptions = LoaderTuneOp
     progress = on_progress or (lambda text: None)
     started = time.perf_counter()
     tuner = _Tuner(loader, options, device, progress)
+    interrupted = None
     try:
         tuner.sweep()
         if step is not None:
             tuner.with_step(step, state or [])
-    except KeyboardInterrupt as exc:  # what was measured goes with it: the magic shows it
-        tuner.close()
-        exc.torchmagic_result = tuner.interrupted_result(label, time.perf_counter() - started)
-        raise
+    except KeyboardInterrupt as exc:
+        interrupted = exc
     finally:
-        tuner.close()  # again after an interrupt: closing twice does nothing
+        tuner.close()
+    if interrupted is not None:  # what was measured goes with it: the magic shows it
+        interrupted.torchmagic_result = tuner.interrupted_result(label, time.perf_counter() - started)
+        raise interrupted
     return tuner.result(label, time.perf_counter() - started)
 
 
