@@ -60,8 +60,8 @@ def _cell(page, name: str):
     return page.locator(f".jp-CodeCell:has(.jp-InputArea:has-text('{magic_marker(name)}'))")
 
 
-def _wait_done(cell) -> None:
-    """Until the cell's prompt shows an execution count ([*] while it runs)."""
+def _wait_done(cell, diagnose) -> None:
+    """Until the cell's prompt shows an execution count ([*] while it runs, [ ] if never run)."""
     prompt = cell.locator(".jp-InputPrompt")
     deadline = time.monotonic() + CELL_TIMEOUT_MS / 1000
     while time.monotonic() < deadline:
@@ -69,7 +69,23 @@ def _wait_done(cell) -> None:
         if any(ch.isdigit() for ch in text):
             return
         time.sleep(0.25)
-    raise AssertionError(f"cell still running after {CELL_TIMEOUT_MS / 1000:.0f} s: {prompt.inner_text()!r}")
+    raise AssertionError(f"cell not done after {CELL_TIMEOUT_MS / 1000:.0f} s: {prompt.inner_text()!r}\n{diagnose()}")
+
+
+def _diagnosis(page, root: Path, errors: list[str]) -> str:
+    """What a failed run leaves to go on: every cell's prompt and output, the kernel's and the
+    server's log lines (a dead kernel shows there), the browser's errors."""
+    cells = page.locator(".jp-CodeCell")
+    lines = ["cells:"]
+    for i in range(cells.count()):
+        cell = cells.nth(i)
+        prompt = cell.locator(".jp-InputPrompt").inner_text().strip()
+        output = " | ".join(cell.locator(".jp-OutputArea-output").all_inner_texts())
+        lines.append(f"  {i}: {prompt} {output[:400]!r}")
+    log = (root / "jupyterlab.log").read_text(errors="replace").splitlines()
+    lines += ["jupyterlab.log (last 40 lines):", *("  " + line for line in log[-40:])]
+    lines += ["browser errors:", *("  " + e for e in errors)]
+    return "\n".join(lines)
 
 
 def _image_drawn(pane) -> bool | None:
@@ -92,7 +108,7 @@ def test_each_magic_renders_its_widget_in_jupyterlab(tmp_path):
 
         for name, spec in {**MAGICS, **LONG_PROFILE}.items():
             cell = _cell(page, name)
-            _wait_done(cell)
+            _wait_done(cell, lambda: _diagnosis(page, tmp_path, errors))
             shown = "\n".join(cell.locator(".jp-OutputArea-output").all_inner_texts())
             assert "Traceback" not in shown, f"{name} raised:\n{shown}"
             view = cell.locator(".jupyter-widgets.widget-tab" if spec["tabs"] else ".widget-html")

@@ -14,6 +14,7 @@ import io
 import multiprocessing
 import os
 import pickle
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -34,6 +35,7 @@ WORKER_TIMEOUT_S = 120  # a worker that sends nothing for this long is taken as 
 MIN_BATCHES = 3         # a time-bound pass still times at least this many batches
 SHORT_EPOCH_BUFFERS = 20  # an epoch shorter than this many prefetch buffers is short: its refill shows
 EPOCH_CAP = 4           # a pass runs on to a short epoch's next start unless that takes this many times --seconds
+FEEDER_EXIT_S = 5       # a queue's feeder thread, told to end, has this long to do so
 MIN_PAIRED_ROUNDS = 5   # fewer paired passes give a bootstrap interval that claims more than it knows
 _END = object()
 
@@ -397,10 +399,18 @@ def _settings(workers: int, pin: bool) -> LoaderSettings:
 
 @uninterruptible
 def _shutdown(iterator) -> None:
-    """Stop an iterator's worker processes now, not whenever it is garbage-collected."""
+    """Stop an iterator's worker processes now, not whenever it is garbage-collected.
+
+    torch closes the iterator's queues without waiting for their feeder threads, which end a
+    moment later (much later on a loaded machine): those are waited for too, so no thread outlives
+    the call."""
     shutdown = getattr(iterator, "_shutdown_workers", None)
     if shutdown is not None:
         shutdown()
+        queues = [*getattr(iterator, "_index_queues", ()), getattr(iterator, "_worker_result_queue", None)]
+        for feeder in (getattr(q, "_thread", None) for q in queues):
+            if feeder is not None and feeder is not threading.current_thread():
+                feeder.join(FEEDER_EXIT_S)
     deliver_pending()
 
 
