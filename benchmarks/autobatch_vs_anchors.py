@@ -19,7 +19,7 @@ from collections import Counter
 import torch
 
 import torchmagic
-from torchmagic.devices import CpuDevice
+from torchmagic.core.devices import CpuDevice
 
 LIMIT = 1000            # the largest batch that "fits"
 PER_SAMPLE = 2**20      # bytes allocated per sample

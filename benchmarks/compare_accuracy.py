@@ -30,7 +30,7 @@ from torch.utils.benchmark import Timer
 
 import torchmagic
 from torchmagic import Technique, Variant
-from torchmagic.devices import CpuDevice
+from torchmagic.core.devices import CpuDevice
 
 REPEATS = 5
 

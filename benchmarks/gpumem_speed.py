@@ -19,8 +19,8 @@ import time
 
 import torch
 
-from torchmagic.devices import CpuDevice, visible_accelerators
-from torchmagic.engines.memwatch import MemoryWatch
+from torchmagic.core.devices import CpuDevice, visible_accelerators
+from torchmagic.features.memory.watch import MemoryWatch
 
 
 def latency(runs: int = 41) -> list[float]:

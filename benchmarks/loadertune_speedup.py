@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import torchmagic
-from torchmagic.devices import CpuDevice
+from torchmagic.core.devices import CpuDevice
 
 
 class Tokenising(Dataset):

@@ -64,8 +64,8 @@ import textwrap
 import time
 import types
 
-from torchmagic.devices import CpuDevice
-from torchmagic.measure import bootstrap_ratio_ci
+from torchmagic.core.devices import CpuDevice
+from torchmagic.core.measure import bootstrap_ratio_ci
 
 TARGET_RATIO = 1.3        # magic / bare profiler, for a ~1 s cell
 TARGET_ANALYSIS_S = 3.0   # analysis of a >= 100k-event profile
@@ -326,8 +326,8 @@ def bench_analysis(min_events: int = 100_000, reps: int = 3, torch_parse: bool =
     """Figure 2: torchmagic's analysis of one >= min_events profile, and torch's own parse of it."""
     import torch
 
-    from torchmagic.engines.profile import ProfileOptions, _build_result, _rule_context
-    from torchmagic.engines.trace import STEP_PREFIX, summarize_trace
+    from torchmagic.features.profile.run import ProfileOptions, _build_result, _rule_context
+    from torchmagic.features.profile.trace import STEP_PREFIX, summarize_trace
 
     device = CpuDevice()
 

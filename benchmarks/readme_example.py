@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 import torchmagic
-from torchmagic.devices import CpuDevice
-from torchmagic.measure import bootstrap_ratio_ci
+from torchmagic.core.devices import CpuDevice
+from torchmagic.core.measure import bootstrap_ratio_ci
 
 
 def build():

@@ -27,7 +27,7 @@ from torch import nn
 
 import torchmagic
 from torchmagic import Technique, Variant
-from torchmagic.results.format import fmt_s
+from torchmagic.core.render.format import fmt_s
 
 from benchmarks.compare_accuracy import pin_malloc_thresholds
 from benchmarks.machine import machine_line

@@ -25,3 +25,12 @@ def shell(ipython):
     yield ipython
     for name in [n for n in ipython.user_ns if not n.startswith("_") and n not in ("In", "Out", "get_ipython", "exit", "quit")]:
         ipython.user_ns.pop(name, None)
+
+
+def run(shell, source: str, store_history: bool = False):
+    """Run a cell in the shell as a notebook would; return IPython's result and what it printed."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        result = shell.run_cell(source, store_history=store_history)
+    return result, captured

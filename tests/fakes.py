@@ -10,12 +10,13 @@ import contextlib
 
 import torch
 
-from torchmagic.devices import AllocatorStats, Device, LowPrecision, NvmlReading
-from torchmagic.devices.profiler import PeakReading
+from torchmagic.core.devices import AllocatorStats, Device, LowPrecision, NvmlReading
+from torchmagic.core.devices.profiler import PeakReading
 
 
 class FakeCudaDevice(Device):
     kind = "cuda"
+    captures_cuda_graphs = has_tf32 = pinned_memory_helps = True
 
     def __init__(self, capacity_bytes: int = 80 * 2**30, nvml: NvmlReading | str | None = None,
                  name: str = "Fake H100", index: int = 0):
@@ -118,6 +119,7 @@ class FastBf16Cpu(Device):
     """The real CPU, but declared to have (or lack) fast bf16, so the amp rule is testable anywhere."""
 
     kind = "cpu"
+    runs_dynamic_int8 = True
 
     def __init__(self, fast: bool = True):
         super().__init__(None)
@@ -153,7 +155,7 @@ class FakeNvmlGpu:
 
 
 class FakePynvml:
-    """Enough of pynvml for torchmagic.devices.nvml, keyed by the UUIDs NVML uses ("GPU-..." for
+    """Enough of pynvml for torchmagic.core.devices.nvml, keyed by the UUIDs NVML uses ("GPU-..." for
     a GPU, "MIG-..." for a MIG slice).  ``memory_v2``: "yes", "no-driver" (the driver lacks
     nvmlDeviceGetMemoryInfo_v2) or "no-bindings" (pynvml predates nvmlMemory_v2).
     ``processes_v3=False``: a driver older than the bindings' process struct."""

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torchmagic
-from torchmagic.results import ProfileResult
+from torchmagic.features.profile.result import ProfileResult
 
 
 def test_profile_function():

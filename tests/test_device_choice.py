@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from torchmagic.devices import CpuDevice, CudaDevice, choose_device, parse_device
+from torchmagic.core.devices import CpuDevice, CudaDevice, choose_device, parse_device
 
 from .fakes import FakeCudaDevice
 
@@ -150,10 +150,10 @@ def test_cpu_tests_and_the_tour_pass_where_cuda_is_present_but_unusable(tmp_path
     log = tmp_path / "cuda-calls.log"
     env = {**os.environ, "TORCHMAGIC_TEST_CUDA_UNUSABLE": str(log),
            "PYTHONPATH": os.pathsep.join([os.path.join(TESTS, "cuda_unusable"), os.environ.get("PYTHONPATH", "")])}
-    selected = ["tests/test_magic.py", "tests/test_api.py", "tests/test_compare_magic.py",
-                "tests/test_autobatch_magic.py", "tests/test_gpumem_magic.py", "notebooks/00_tour.ipynb",
+    selected = ["tests/profile/test_magic.py", "tests/test_api.py", "tests/compare/test_compare_magic.py",
+                "tests/autobatch/test_autobatch_magic.py", "tests/memory/test_gpumem_magic.py", "notebooks/00_tour.ipynb",
                 # with GPUs present, --reset rightly says they are unused rather than "on the CPU"
-                "--deselect", "tests/test_gpumem_magic.py::test_reset_on_cpu_says_there_is_nothing_to_reset"]
+                "--deselect", "tests/memory/test_gpumem_magic.py::test_reset_on_cpu_says_there_is_nothing_to_reset"]
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", *selected],
                           cwd=os.path.dirname(TESTS), env=env, capture_output=True, text=True, timeout=1500)
     calls = log.read_text() if log.exists() else ""

@@ -20,9 +20,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from IPython.utils.capture import capture_output
 
-from torchmagic.engines.settings import TorchSettings
+from torchmagic.core.settings import TorchSettings
+
+from .conftest import run
 
 pytestmark = pytest.mark.slow
 
@@ -88,12 +89,6 @@ MAGICS = {
     "autobatch": "%autobatch -q -o faulted --budget 64MiB --max 512 step",
     "loadertune": "%loadertune -q -o faulted loader --workers 0,1 --rounds 2 --batches 2",
 }
-
-
-def run(shell, source):
-    with capture_output() as captured:
-        result = shell.run_cell(source)
-    return result, captured
 
 
 def state(shell) -> dict:

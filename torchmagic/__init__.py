@@ -10,18 +10,25 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 _API = {"profile": "api", "profile_code": "api", "autobatch": "api", "compare": "api", "memory": "api",
-        "measure_memory": "api", "free": "api", "watch_memory": "api", "MemoryResult": "results.memory",
-        "loadertune": "api", "LoaderTuneResult": "results.loadertune",
-        "ProfileResult": "results.profile", "AutobatchResult": "results.autobatch", "CompareResult": "results.compare",
-        "Variant": "engines.variants", "Technique": "engines.variants",
-        "Finding": "results.profile", "use_device": "devices", "choose_device": "devices"}
+        "measure_memory": "api", "free": "api", "watch_memory": "api", "loadertune": "api",
+        "ProfileResult": "features.profile.result", "Finding": "features.profile.result",
+        "CompareResult": "features.compare.result", "Variant": "features.compare.variants",
+        "Technique": "features.compare.variants", "AutobatchResult": "features.autobatch.result",
+        "MemoryResult": "features.memory.result", "LoaderTuneResult": "features.loadertune.result",
+        "use_device": "core.devices", "choose_device": "core.devices"}
 __all__ = ["__version__", "load_ipython_extension", *_API]
 
 
 def load_ipython_extension(ipython) -> None:
-    from .magics import load_ipython_extension as load
+    """``%load_ext torchmagic``: register each feature's magics."""
+    from .features.autobatch.magic import AutobatchMagics
+    from .features.compare.magic import CompareMagics
+    from .features.loadertune.magic import LoaderTuneMagics
+    from .features.memory.magic import MemoryMagics
+    from .features.profile.magic import ProfileMagics
 
-    load(ipython)
+    for magics in (ProfileMagics, MemoryMagics, CompareMagics, AutobatchMagics, LoaderTuneMagics):
+        ipython.register_magics(magics)
 
 
 def __getattr__(name: str):
@@ -33,3 +40,8 @@ def __getattr__(name: str):
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    """The API too, so that help(torchmagic) and tab completion list it (loading it on demand)."""
+    return sorted(set(globals()) | set(_API))

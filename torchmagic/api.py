@@ -8,18 +8,18 @@ from typing import Any
 
 import torch
 
-from .cell import Cell
-from .ipython_shell import current_shell
-from .devices import Device, choose_device
-from .engines.autobatch import AutobatchOptions, run_autobatch
-from .engines.compare import CompareOptions, run_compare
-from .engines.profile import ProfileOptions, run_profile
-from .engines.state import objects_for_model, objects_used_by, referenced_values, values_named
-from .engines.variants import DEFAULT_VARIANTS, Variant, parse_variants
-from .results.autobatch import AutobatchResult
-from .results.compare import CompareResult
-from .results.memory import MemoryResult
-from .results.profile import ProfileResult
+from .core.cell import Cell
+from .core.devices import Device, choose_device
+from .core.shell import current_shell
+from .core.state import objects_for_model, objects_used_by, referenced_values, values_named
+from .features.autobatch.result import AutobatchResult
+from .features.autobatch.run import AutobatchOptions, run_autobatch
+from .features.compare.result import CompareResult
+from .features.compare.run import CompareOptions, run_compare
+from .features.compare.variants import DEFAULT_VARIANTS, Variant, parse_variants
+from .features.memory.result import MemoryResult
+from .features.profile.result import ProfileResult
+from .features.profile.run import ProfileOptions, run_profile
 
 
 def profile(fn: Callable[[], Any], *, steps: int = 1, warmup: int = 0, record_shapes: bool = False,
@@ -95,7 +95,7 @@ def compare(fn: Callable[..., Any], *, model: Any = None,
     the model itself under autocast ...); without, ``fn()`` runs under each variant's context
     (amp, inference_mode, tf32).  ``fn`` returns the output the numerics check compares.
     Variants: names such as "eager,compile,amp,compile+amp" (see ``%%amp_compare?``) or
-    :class:`~torchmagic.engines.variants.Variant` objects.  Rounds interleave the variants;
+    :class:`~torchmagic.features.compare.variants.Variant` objects.  Rounds interleave the variants;
     each speedup comes with a 95% bootstrap CI.  The model, the optimizers holding its
     parameters (found in ``fn``'s globals) and the RNG are restored before each variant and
     afterwards; pass ``restore=[...]`` to name the objects, or ``False`` to skip it.
@@ -127,7 +127,7 @@ def compare(fn: Callable[..., Any], *, model: Any = None,
 def memory(namespace: dict[str, Any] | None = None, *, top: int = 10) -> MemoryResult:
     """Where memory is now: every GPU (NVML and torch's allocator), the host, and the variables of
     ``namespace`` (e.g. ``globals()``) that hold tensor memory, largest first."""
-    from .engines.memory import memory_report
+    from .features.memory.report import memory_report
 
     return memory_report(namespace, hidden=_ipython_hidden(namespace), top=top)
 
@@ -138,7 +138,7 @@ def measure_memory(fn: Callable[[], Any], namespace: dict[str, Any] | None = Non
     reset), and which variables of ``namespace`` hold the net memory.  If ``fn`` raises, the
     exception propagates with the result in ``exc.torchmagic_result``."""
     __tracebackhide__ = True  # noqa: F841
-    from .engines.memory import run_cell_memory
+    from .features.memory.run import run_cell_memory
 
     device = choose_device(device, referenced_values(fn))
     run = run_cell_memory(fn, {} if namespace is None else namespace, device=device)
@@ -152,7 +152,7 @@ def free(*names: str, namespace: dict[str, Any]) -> MemoryResult:
     """Delete ``names`` from ``namespace``, drop the output-history entries and the last traceback
     that hold their tensors, collect garbage and empty the caches; report what came back.  With
     no names, drop what only the output history or the last traceback holds."""
-    from .engines.memory import free as free_names
+    from .features.memory.free import free as free_names
 
     return free_names(list(names), namespace, hidden=_ipython_hidden(namespace))
 
@@ -169,8 +169,8 @@ def _ipython_hidden(namespace: dict[str, Any] | None) -> set[str]:
 def watch_memory(interval: float = 1.0):
     """Sample memory (and GPU utilisation) every ``interval`` seconds on a background thread;
     ``watch.stop()`` (or leaving a ``with`` block) ends it and returns the samples."""
-    from .devices import visible_accelerators
-    from .engines.memwatch import MemoryWatch
+    from .core.devices import visible_accelerators
+    from .features.memory.watch import MemoryWatch
 
     return MemoryWatch(visible_accelerators(), interval).start()
 
@@ -186,7 +186,7 @@ def loadertune(loader: Any, *, workers: list[int] | None = None, batches: int | 
     ``step`` (a function taking a batch), the step is timed too, alone and with the loaders;
     the modules and optimizers it uses (or ``restore``) are put back afterwards.
     """
-    from .engines.loadertune import LoaderTuneOptions, as_loader, run_loadertune
+    from .features.loadertune.run import LoaderTuneOptions, as_loader, run_loadertune
 
     options = LoaderTuneOptions(workers=tuple(workers) if workers else None, batches=batches, seconds=seconds,
                                 rounds=rounds)

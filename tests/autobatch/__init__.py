@@ -1,0 +1,1 @@
+"""%autobatch: the search, the memory law, the magic."""

@@ -1,0 +1,304 @@
+"""torchmagic.autobatch: real CPU steps against a budget, and a fake CUDA device with a known law."""
+
+import pytest
+import torch
+from torch import nn
+
+import torchmagic
+from torchmagic.core.devices import CpuDevice
+from torchmagic.features.autobatch.run import AutobatchOptions, resolve_budget
+
+from ..fakes import FakeCudaDevice
+
+MiB = 2**20
+
+
+def small_cnn():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1),
+                         nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(256, 10))
+
+
+def test_cpu_answer_runs_under_budget_and_the_next_size_does_not():
+    model = small_cnn()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step(bs):
+        x = torch.randn(bs, 3, 32, 32)
+        loss = nn.functional.cross_entropy(model(x), torch.zeros(bs, dtype=torch.long))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    budget = 64 * MiB
+    r = torchmagic.autobatch(step, budget=budget, multiple_of=8, device=CpuDevice())
+    assert r.batch_size is not None and r.batch_size % 8 == 0
+    answer = r.answer_trial
+    assert answer.peak_bytes <= r.limit_bytes <= budget  # the answer ran, under the budget
+    above = [t for t in r.trials if t.batch_size == r.batch_size + 8]
+    assert above and (not above[0].ok or above[0].peak_bytes > r.limit_bytes)  # the next multiple does not fit
+    assert r.per_sample_bytes > 0 and r.fixed_bytes is not None
+    assert sum(not t.estimated for t in r.trials) <= 6
+
+
+def test_probing_does_not_train_the_model_or_move_rng():
+    model = small_cnn()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+
+    def step(bs):
+        loss = model(torch.randn(bs, 3, 16, 16)).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    torchmagic.autobatch(step, budget=16 * MiB, device=CpuDevice())
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # bit-identical weights
+    assert opt.state_dict()["state"] == {}  # the momentum buffers the probes created are gone
+    assert all(p.grad is None for p in model.parameters())
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
+def test_fake_cuda_linear_law_and_memory_back_to_baseline():
+    device = FakeCudaDevice(capacity_bytes=8 * 2**30)
+    device.allocate(1 * 2**30)  # the model's weights, in use before the search
+
+    def step(bs):
+        need = 200 * MiB + 5 * MiB * bs
+        device.allocate(need)
+        device.free(need)
+
+    r = torchmagic.autobatch(step, budget=0.9, device=device, restore=[])
+    # budget: 90% of 8 GiB less the 1 GiB in use; limit: 10% margin below that
+    assert r.budget_bytes == int(0.9 * 8 * 2**30) - 2**30
+    expected = int((r.limit_bytes - 200 * MiB) // (5 * MiB))
+    assert r.batch_size == expected
+    assert sum(not t.estimated for t in r.trials) <= 4
+    assert device.memory_allocated() == 1 * 2**30 == r.memory_after_bytes == r.memory_before_bytes
+
+
+def test_fake_cuda_oom_at_smallest_size():
+    device = FakeCudaDevice(capacity_bytes=100 * MiB)
+
+    def step(bs):
+        device.allocate(10 * 2**30)
+
+    r = torchmagic.autobatch(step, device=device, restore=[])
+    assert r.batch_size is None and "out of memory" in r.reason
+    assert "No batch size fits" in r.to_text()
+
+
+class FakeActivation:
+    """Device memory that lives as long as the Python object, like a tensor's storage."""
+
+    def __init__(self, device, nbytes):
+        device.allocate(nbytes)
+        self.device, self.nbytes = device, nbytes
+
+    def __del__(self):
+        self.device.free(self.nbytes)
+
+
+def test_twenty_searches_leave_memory_at_baseline():
+    device = FakeCudaDevice(capacity_bytes=4 * 2**30)
+
+    def step(bs):
+        held = [FakeActivation(device, 40 * MiB) for _ in range(bs)]  # noqa: F841
+        # past capacity allocate() raises; the traceback's frames still hold `held`
+
+    sizes = []
+    for _ in range(20):
+        sizes.append(torchmagic.autobatch(step, device=device, restore=[]).batch_size)
+    assert device.memory_allocated() == 0
+    assert len(set(sizes)) == 1 and sizes[0] == int(0.9 * 0.9 * 4 * 2**30 // (40 * MiB))
+
+
+def test_non_oom_errors_propagate_and_state_is_restored():
+    model = nn.Linear(4, 4)
+    before = model.weight.detach().clone()
+
+    def step(bs):
+        with torch.no_grad():
+            model.weight.add_(1.0)
+        if bs > 2:
+            raise ValueError("user bug")
+
+    with pytest.raises(ValueError, match="user bug"):
+        torchmagic.autobatch(step, budget=16 * MiB, device=CpuDevice())
+    assert torch.equal(model.weight, before)
+
+
+def test_target_batch_gives_accumulation_steps():
+    device = FakeCudaDevice(capacity_bytes=2**30)
+
+    def step(bs):
+        device.allocate(MiB * bs)
+        device.free(MiB * bs)
+
+    r = torchmagic.autobatch(step, device=device, restore=[], target_batch=1000, max=100)
+    assert r.batch_size == 100 and r.accumulation_steps == 10 and r.micro_batch == 100
+    assert "Batch 1000: 10 accumulation steps of 100" in r.to_text()
+    r = torchmagic.autobatch(step, device=device, restore=[], target_batch=1000, max=300)
+    assert (r.batch_size, r.accumulation_steps, r.micro_batch) == (300, 4, 250)
+
+
+def test_result_renders_and_serialises():
+    import json
+
+    device = FakeCudaDevice(capacity_bytes=2**30)
+    r = torchmagic.autobatch(lambda bs: (device.allocate(MiB * bs), device.free(MiB * bs)),
+                             device=device, restore=[])
+    json.dumps(r.to_dict())
+    assert r.to_text().startswith("Largest batch size that fits:")
+    assert "<table" in r.to_html()
+
+
+@pytest.mark.parametrize("kw, message", [({"budget": -1}, "budget"), ({"margin": 1.5}, "margin"),
+                                         ({"min": 10, "max": 5}, "below min"),
+                                         ({"target_batch": 0}, "target batch")])
+def test_bad_options(kw, message):
+    with pytest.raises(ValueError, match=message):
+        torchmagic.autobatch(lambda bs: None, **kw)
+
+
+def test_cpu_budget_defaults_to_half_the_available_ram():
+    budget, how = resolve_budget(None, CpuDevice())
+    free, _ = CpuDevice().memory_capacity()
+    assert budget == pytest.approx(free * 0.5, rel=0.05) and "of RAM available" in how
+    assert AutobatchOptions().margin == 0.1
+
+
+def test_throughput_ladder_and_knee():
+    model = small_cnn()
+
+    def step(bs):
+        with torch.no_grad():
+            model(torch.randn(bs, 3, 16, 16))
+
+    r = torchmagic.autobatch(step, budget=8 * MiB, multiple_of=4, throughput=True, device=CpuDevice())
+    sizes = [p.batch_size for p in r.throughput]
+    assert sizes[-1] == r.batch_size and all(s <= r.batch_size for s in sizes)
+    assert all(p.samples_per_s > 0 for p in r.throughput)
+    best = max(p.samples_per_s for p in r.throughput)
+    knee = next(p for p in r.throughput if p.batch_size == r.knee_batch_size)
+    assert knee.samples_per_s >= 0.95 * best
+    assert all(p.samples_per_s < 0.95 * best for p in r.throughput if p.batch_size < r.knee_batch_size)
+    assert "the knee" in r.to_text() and r.to_dict()["knee_batch_size"] == r.knee_batch_size
+
+
+def test_widget_and_plot():
+    import ipywidgets
+
+    device = FakeCudaDevice(capacity_bytes=2**30)
+    r = torchmagic.autobatch(lambda bs: (device.allocate(MiB * bs), device.free(MiB * bs)),
+                             device=device, restore=[])
+    tab = r.widget()
+    assert isinstance(tab, ipywidgets.Tab)
+    assert [tab.get_title(i) for i in range(len(tab.children))] == ["Answer", "Memory law", "Trials"]
+    assert tab.children[1].value[:4] == b"\x89PNG"
+    assert 'src="data:image/png;base64,' in r.to_html()
+
+
+def _train_step(optimizer_cls):
+    model = small_cnn()
+    opt = optimizer_cls(model.parameters(), lr=1e-3)
+
+    def step(bs):
+        loss = nn.functional.cross_entropy(model(torch.randn(bs, 3, 16, 16)), torch.zeros(bs, dtype=torch.long))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    return step, model, opt
+
+
+def test_fake_tensor_estimates_calibrated_and_harmless():
+    step, model, opt = _train_step(torch.optim.SGD)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    r = torchmagic.autobatch(step, budget=32 * MiB, multiple_of=8, device=CpuDevice())
+    estimates = [t for t in r.trials if t.estimated]
+    assert [t.batch_size for t in estimates] == [8, 64, 512]
+    assert r.calibration is not None and 1.0 <= r.calibration < 2.0  # fake tensors see less
+    assert r.answer_trial is not None and not r.answer_trial.estimated  # the answer still ran
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
+    assert "fake-tensor estimates" in r.to_text()
+
+
+def test_steps_that_cannot_run_on_fake_tensors_fall_back_to_real_runs():
+    step, _, _ = _train_step(torch.optim.Adam)  # Adam reads its step count with .item()
+    r = torchmagic.autobatch(step, budget=32 * MiB, multiple_of=8, device=CpuDevice())
+    assert r.calibration is None and not any(t.estimated for t in r.trials)
+    assert r.batch_size is not None
+
+
+def test_no_estimate_option():
+    step, _, _ = _train_step(torch.optim.SGD)
+    r = torchmagic.autobatch(step, budget=32 * MiB, estimate=False, device=CpuDevice())
+    assert not any(t.estimated for t in r.trials)
+
+
+def test_fragmentation_at_oom_suggests_expandable_segments():
+    device = FakeCudaDevice(capacity_bytes=4 * 2**30)
+
+    def step(bs):
+        device.allocate(2**30)  # a temporary the caching allocator keeps reserved after the free
+        device.free(2**30)
+        device.allocate(100 * MiB * bs)
+        device.free(100 * MiB * bs)
+
+    r = torchmagic.autobatch(step, device=device, restore=[], estimate=False)
+    oom = [t for t in r.trials if not t.ok]
+    assert oom and any("expandable_segments" in note for note in r.notes)
+    assert "expandable_segments" in r.to_text()
+
+
+def test_compiled_module_is_noted():
+    model = torch.compile(nn.Linear(4, 4))
+    device = FakeCudaDevice(capacity_bytes=2**30)
+    r = torchmagic.autobatch(lambda bs: (device.allocate(MiB * bs), device.free(MiB * bs)),
+                             device=device, restore=[model], estimate=False, max=64)
+    assert any("torch.compile" in note for note in r.notes)
+
+
+def test_twenty_cpu_searches_leave_resident_memory_at_baseline():
+    step, _, _ = _train_step(torch.optim.SGD)
+    device = CpuDevice()
+    torchmagic.autobatch(step, budget=16 * MiB, device=device)  # first one warms caches
+    device.empty_cache()
+    before = device.memory_in_use()
+    for _ in range(20):
+        torchmagic.autobatch(step, budget=16 * MiB, device=device)
+    device.empty_cache()
+    assert device.memory_in_use() - before < 16 * MiB
+
+
+def test_throughput_fills_the_trials_samples_per_s():
+    step, _, _ = _train_step(torch.optim.SGD)
+    r = torchmagic.autobatch(step, budget=8 * MiB, multiple_of=8, throughput=True, device=CpuDevice())
+    answer = r.answer_trial
+    assert answer.samples_per_s == next(p.samples_per_s for p in r.throughput if p.batch_size == r.batch_size)
+    assert all(t.samples_per_s is None for t in r.trials if t.estimated)
+    assert r.plot_png()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("message, error", [
+    ("CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`", RuntimeError),
+    ("CUDA error: out of memory", torch.AcceleratorError),  # the driver's own
+])
+def test_disguised_oom_is_bisected_like_torchs_own(message, error):
+    from ..fakes import DisguisedOomCudaDevice
+
+    device = DisguisedOomCudaDevice(message, capacity_bytes=2 * 2**30, error=error)
+
+    def step(bs):
+        need = 100 * MiB + 7 * MiB * bs
+        device.allocate(need)
+        device.free(need)
+
+    # a budget past the device's 2 GiB: the search runs into the device's own limit
+    r = torchmagic.autobatch(step, budget=4 * 2**30, margin=0, device=device, restore=[])
+    assert device.ooms > 0 and any(not t.ok and t.error.startswith(error.__name__) for t in r.trials)
+    assert r.batch_size == (2048 - 100) // 7  # the largest that fits, found through the failures

@@ -1,0 +1,175 @@
+"""The batch-size search on a fake CUDA device with known memory laws and capacity."""
+
+import math
+
+import pytest
+import torch
+
+from torchmagic.features.autobatch.search import Probe, SearchSpace, fit_law, search
+
+from ..fakes import FakeCudaDevice
+
+MiB = 2**20
+GiB = 2**30
+
+
+def linear(bs):
+    return 500 * MiB + 3 * MiB * bs
+
+
+def quadratic(bs):  # attention-like: activations grow with bs and a bs-squared term
+    return 200 * MiB + 1 * MiB * bs + int(0.002 * MiB * bs * bs)
+
+
+def concave(bs):    # allocator caching makes the per-sample cost shrink
+    return 300 * MiB + int(8 * MiB * bs ** 0.8)
+
+
+def noisy(bs):      # the same step measures a few percent differently each time
+    return int(linear(bs) * (1 + 0.03 * math.sin(bs * 12.9898)))
+
+
+def blocky(bs):     # the allocator hands out 20 MiB blocks
+    return math.ceil(linear(bs) / (20 * MiB)) * 20 * MiB
+
+
+def runner(device, law):
+    def run(bs):
+        need = law(bs)
+        try:
+            device.allocate(need)
+        except torch.OutOfMemoryError as exc:
+            return Probe(bs, None, False, error=str(exc))
+        peak = device.memory_allocated()
+        device.free(need)
+        return Probe(bs, peak, True)
+
+    return run
+
+
+def true_limit(law, limit, space):
+    best = None
+    size = space.smallest
+    while size <= space.max_size:
+        if law(size) <= limit:
+            best = size
+        size += space.multiple_of
+    return best
+
+
+@pytest.mark.parametrize("law", [linear, quadratic, concave, noisy, blocky])
+@pytest.mark.parametrize("multiple_of", [1, 8])
+def test_answer_is_tested_at_or_below_the_limit_and_within_5_percent(law, multiple_of):
+    device = FakeCudaDevice(capacity_bytes=16 * GiB)
+    limit = int(0.9 * 16 * GiB)
+    space = SearchSpace(min_size=1, max_size=100_000, multiple_of=multiple_of)
+    out = search(runner(device, law), limit, space)
+    expected = true_limit(law, limit, space)
+    assert out.batch_size is not None
+    assert out.batch_size <= expected
+    assert out.batch_size >= 0.95 * expected
+    assert out.batch_size % multiple_of == 0
+    ran = [p for p in out.probes if p.batch_size == out.batch_size and not p.estimated]
+    assert ran and ran[-1].ok and ran[-1].peak_bytes <= limit  # never an untested answer
+    assert device.memory_allocated() == 0
+
+
+def test_linear_law_needs_at_most_four_real_trials():
+    device = FakeCudaDevice(capacity_bytes=16 * GiB)
+    out = search(runner(device, linear), int(0.9 * 16 * GiB), SearchSpace(max_size=100_000))
+    assert out.real_trials <= 4
+    assert out.law.per_sample_bytes == pytest.approx(3 * MiB)
+    assert out.law.fixed_bytes == pytest.approx(500 * MiB)
+
+
+def test_estimates_replace_real_fit_runs():
+    device = FakeCudaDevice(capacity_bytes=16 * GiB)
+
+    def estimate(bs):
+        return Probe(bs, linear(bs), True, estimated=True)
+
+    out = search(runner(device, linear), int(0.9 * 16 * GiB), SearchSpace(max_size=100_000), estimate)
+    assert [p.estimated for p in out.probes][:3] == [True, True, True]
+    assert [p.batch_size for p in out.probes][:3] == [1, 8, 64]  # spread: estimates are free
+    assert out.real_trials <= 3  # calibration, the prediction, its neighbour
+    assert out.calibration == pytest.approx(1.0)
+    assert out.batch_size == true_limit(linear, int(0.9 * 16 * GiB), SearchSpace(max_size=100_000))
+
+
+def test_over_limit_without_oom_counts_as_a_failure():
+    # CPU-style: nothing raises, the measured peak is simply over the budget
+    def run(bs):
+        return Probe(bs, linear(bs), True)
+
+    limit = linear(1000)
+    out = search(run, limit, SearchSpace(max_size=100_000))
+    assert out.batch_size == 1000
+    assert any(p.batch_size == 1001 for p in out.probes)  # the neighbour that does not fit was run
+
+
+def test_nothing_fits():
+    device = FakeCudaDevice(capacity_bytes=100 * MiB)
+    out = search(runner(device, linear), 90 * MiB, SearchSpace())
+    assert out.batch_size is None and "does not fit" in out.reason
+    assert out.real_trials == 1
+
+
+def test_max_size_fits():
+    device = FakeCudaDevice(capacity_bytes=16 * GiB)
+    out = search(runner(device, linear), int(0.9 * 16 * GiB), SearchSpace(max_size=64, multiple_of=8))
+    assert out.batch_size == 64 and "largest allowed" in out.reason
+
+
+def test_bad_search_space_is_rejected():
+    with pytest.raises(ValueError):
+        SearchSpace(min_size=10, max_size=5)
+    with pytest.raises(ValueError):
+        SearchSpace(min_size=9, max_size=15, multiple_of=16)
+
+
+def test_fit_law_needs_two_sizes():
+    assert fit_law([(4, 100)]) is None
+    law = fit_law([(1, 110), (2, 120), (4, 140)])
+    assert law.fixed_bytes == pytest.approx(100) and law.per_sample_bytes == pytest.approx(10)
+    assert law.largest_under(200) == pytest.approx(10)
+
+
+def test_cpu_style_law_with_a_floor_finds_the_exact_boundary_quickly():
+    # small sizes all peak at the allocator's 1 MiB floor; nothing raises, peaks are measured
+    def run(bs):
+        return Probe(bs, max(1 * MiB, 6 * 1024 * bs), True)
+
+    limit = int(57.6 * MiB)
+    out = search(run, limit, SearchSpace(max_size=65536, multiple_of=8))
+    assert out.batch_size == (limit // (6 * 1024)) // 8 * 8
+    assert out.real_trials <= 7
+
+
+def test_estimates_that_miss_scratch_memory_are_calibrated_by_one_real_run():
+    device = FakeCudaDevice(capacity_bytes=16 * GiB)
+    limit = int(0.9 * 16 * GiB)
+    space = SearchSpace(max_size=100_000, multiple_of=8)
+
+    def estimate(bs):  # fake tensors see 80% of what a real run uses
+        return Probe(bs, int(0.8 * linear(bs)), True, estimated=True)
+
+    out = search(runner(device, linear), limit, space, estimate)
+    assert out.calibration == pytest.approx(1.25, rel=1e-3)
+    assert out.batch_size == true_limit(linear, limit, space)
+    assert out.real_trials <= 3
+
+
+def test_no_estimate_falls_back_to_real_runs():
+    device = FakeCudaDevice(capacity_bytes=16 * GiB)
+    out = search(runner(device, linear), int(0.9 * 16 * GiB), SearchSpace(max_size=100_000), lambda bs: None)
+    assert not any(p.estimated for p in out.probes) and out.calibration is None
+    assert out.real_trials <= 4
+
+
+def test_estimates_of_zero_fall_back_to_real_runs():
+    device = FakeCudaDevice(capacity_bytes=16 * GiB)
+    out = search(runner(device, linear), int(0.9 * 16 * GiB), SearchSpace(max_size=100_000),
+                 lambda bs: Probe(bs, 0, True, estimated=True))
+    assert out.calibration is None
+    assert out.batch_size == true_limit(linear, int(0.9 * 16 * GiB), SearchSpace(max_size=100_000))
+    assert out.real_trials <= 6

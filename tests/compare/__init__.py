@@ -1,0 +1,1 @@
+"""%%amp_compare: variants, rounds, compile cost, numerics, rendering."""

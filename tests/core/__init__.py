@@ -1,0 +1,1 @@
+"""The shared layer: devices, measurement, state and settings restore, limits, interrupts."""

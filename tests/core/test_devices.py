@@ -1,0 +1,279 @@
+"""The device layer: OOM classification, NVML access, device injection, the fake CUDA device."""
+
+import types
+
+import pytest
+import torch
+
+import torchmagic
+from torchmagic.core.devices import CpuDevice, choose_device, is_out_of_memory, nvml_reading, use_device
+
+from ..fakes import FakeCudaDevice
+
+
+@pytest.mark.parametrize("exc, oom", [
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
+    (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"), True),
+    (RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"), True),
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"), True),
+    (RuntimeError("MPS backend out of memory (MPS allocated: 1 GB)"), True),
+    (MemoryError(), True),
+    (RuntimeError("mat1 and mat2 shapes cannot be multiplied"), False),
+    (ValueError("out of memory"), False),
+])
+def test_is_out_of_memory(exc, oom):
+    assert is_out_of_memory(exc) is oom
+
+
+def test_real_cpu_allocation_failure_is_classified():
+    with pytest.raises(RuntimeError) as info:
+        torch.empty(2**62, dtype=torch.uint8)
+    assert is_out_of_memory(info.value)
+
+
+def test_fake_device_raises_torch_oom_past_capacity():
+    dev = FakeCudaDevice(capacity_bytes=1000)
+    dev.allocate(900)
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        dev.allocate(200)
+    assert is_out_of_memory(info.value) and dev.memory_allocated() == 900
+
+
+def test_use_device_injects_and_nests():
+    outer, inner = FakeCudaDevice(name="A"), FakeCudaDevice(name="B")
+    with use_device(outer):
+        assert choose_device() is outer
+        with use_device(inner):
+            assert choose_device() is inner
+        assert choose_device() is outer
+    assert choose_device().kind in ("cpu", "cuda", "mps")
+
+
+def test_cpu_device_reports_low_precision_and_note():
+    dev = CpuDevice()
+    lp = dev.low_precision()
+    assert isinstance(lp.fast, bool) and lp.reason
+    if torch.cuda.is_available():  # a CPU profile on a GPU machine is a choice, not a limitation
+        assert dev.profile_note() is None
+    else:
+        assert "CPU-only" in dev.profile_note()
+    assert dev.nvml() is None
+
+
+class FakeNvml(types.SimpleNamespace):
+    NVML_TEMPERATURE_GPU = 0
+
+
+def fake_nvml(fail_init=None, fail_power=False):
+    calls = []
+
+    def init():
+        if fail_init:
+            raise fail_init
+
+    def power(handle):
+        if fail_power:
+            raise RuntimeError("Not Supported")
+        return 250_000
+
+    return FakeNvml(
+        nvmlInit=init,
+        nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetHandleByUUID=lambda uuid: calls.append(("uuid", uuid)) or "h",
+        nvmlDeviceGetHandleByIndex=lambda i: calls.append(("index", i)) or "h",
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=80 * 2**30, used=2 * 2**30),
+        nvmlDeviceGetName=lambda h: b"NVIDIA H100 80GB HBM3",
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=93),
+        nvmlDeviceGetTemperature=lambda h, kind: 55,
+        nvmlDeviceGetPowerUsage=power,
+        calls=calls,
+    )
+
+
+def test_nvml_reading_by_uuid_survives_unsupported_fields():
+    nvml = fake_nvml(fail_power=True)
+    reading = nvml_reading("GPU-1234", 3, nvml=nvml)
+    assert reading.name == "NVIDIA H100 80GB HBM3" and reading.used_bytes == 2 * 2**30
+    assert reading.utilization_pct == 93.0 and reading.power_w is None
+    assert ("uuid", b"GPU-1234") in nvml.calls and "shutdown" in nvml.calls
+
+
+def test_nvml_failing_to_initialise_gives_a_reason():
+    reason = nvml_reading(None, 0, nvml=fake_nvml(fail_init=RuntimeError("Driver Not Loaded")))
+    assert reason == "NVML readings unavailable: NVML failed to initialise (Driver Not Loaded)"
+
+
+def test_nvml_missing_module_gives_a_reason(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_pynvml(name, *args, **kwargs):
+        if name == "pynvml":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pynvml)
+    assert nvml_reading(None, 0) == "NVML readings unavailable: nvidia-ml-py is not installed"
+
+
+def test_profile_on_fake_cuda_device_shows_nvml_and_syncs_each_step():
+    dev = FakeCudaDevice()
+    r = torchmagic.profile(lambda: torch.ones(4) + 1, steps=3, warmup=1, device=dev)
+    assert dev.syncs == 2 * 4  # before and after each of 1 warm-up and 3 steps
+    assert r.device["kind"] == "cuda" and r.nvml["name"] == "Fake H100"
+    assert not any("CPU-only" in note for note in r.notes)
+    assert "NVML after the profile: Fake H100: 600.0 MiB of 80.0 GiB used (all processes), 37% busy" in r.to_text()
+
+
+def test_profile_notes_why_nvml_is_missing():
+    dev = FakeCudaDevice(nvml="NVML readings unavailable: NVML failed to initialise (no driver)")
+    r = torchmagic.profile(lambda: torch.ones(4), device=dev)
+    assert r.nvml is None
+    assert "NVML readings unavailable: NVML failed to initialise (no driver)" in r.to_text()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_real_cuda_profile_attributes_kernels_to_ops():
+    model = torch.nn.Linear(1024, 1024).cuda()
+    x = torch.randn(256, 1024, device="cuda")
+    r = torchmagic.profile(lambda: model(x).sum().item(), steps=3, warmup=1)
+    assert r.device["kind"] == "cuda"
+    assert sum(op.self_device_us for op in r.ops) > 0
+    assert r.device_categories_s
+    assert any(span.lane.startswith("GPU stream") for span in r.timeline)
+    assert r.finding("sync") is not None or r.finding("gpu_idle") is not None
+
+
+class NvmlError(Exception):
+    pass
+
+
+def fleet_nvml(process_error=None):
+    """Two GPUs as NVML numbers them, by UUID; the second is a MIG slice."""
+    gpus = {
+        "GPU-a": dict(index=0, name=b"NVIDIA A100", used=1 * 2**30, mig=False,
+                      compute=[types.SimpleNamespace(pid=10, usedGpuMemory=2**30)], graphics=[]),
+        "MIG-b": dict(index=1, name=b"NVIDIA H100 MIG 3g.40gb", used=5 * 2**30, mig=True,
+                      compute=[types.SimpleNamespace(pid=20, usedGpuMemory=None),
+                               types.SimpleNamespace(pid=21, usedGpuMemory=3 * 2**30)],
+                      graphics=[types.SimpleNamespace(pid=21, usedGpuMemory=3 * 2**30)]),
+    }
+    by_index = {g["index"]: uuid for uuid, g in gpus.items()}
+    calls = []
+
+    def processes(kind):
+        def read(handle):
+            if process_error:
+                raise process_error
+            return gpus[handle][kind]
+        return read
+
+    def utilization(handle):
+        if gpus[handle]["mig"]:
+            raise NvmlError("Not Supported")
+        return types.SimpleNamespace(gpu=50)
+
+    def by_uuid(uuid):
+        uuid = uuid.decode()
+        if uuid not in gpus:
+            raise NvmlError("Not Found")
+        return uuid
+
+    return FakeNvml(
+        nvmlInit=lambda: calls.append("init"), nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetHandleByUUID=by_uuid, nvmlDeviceGetHandleByIndex=lambda i: by_index[i],
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=40 * 2**30, used=gpus[h]["used"]),
+        nvmlDeviceGetName=lambda h: gpus[h]["name"], nvmlDeviceGetUtilizationRates=utilization,
+        nvmlDeviceGetTemperature=lambda h, kind: 40, nvmlDeviceGetPowerUsage=lambda h: 100_000,
+        nvmlDeviceGetComputeRunningProcesses=processes("compute"),
+        nvmlDeviceGetGraphicsRunningProcesses=processes("graphics"),
+        nvmlDeviceIsMigDeviceHandle=lambda h: gpus[h]["mig"], calls=calls)
+
+
+def test_cuda_visible_devices_renumbering_is_resolved_by_uuid():
+    # CUDA_VISIBLE_DEVICES=1: torch's cuda:0 is NVML's device 1; the UUID finds the right one
+    reading = nvml_reading("MIG-b", 0, nvml=fleet_nvml())
+    assert reading.name == "NVIDIA H100 MIG 3g.40gb" and reading.used_bytes == 5 * 2**30
+    assert nvml_reading(None, 0, nvml=fleet_nvml()).name == "NVIDIA A100"  # no UUID: the index is all there is
+
+
+def test_nvml_processes_and_mig():
+    reading = nvml_reading("MIG-b", 0, nvml=fleet_nvml())
+    assert reading.mig and reading.utilization_pct is None  # not reported per MIG slice
+    assert [(p.pid, p.used_bytes) for p in reading.processes] == [(20, None), (21, 3 * 2**30)]  # 21 listed once
+    denied = nvml_reading("GPU-a", 0, nvml=fleet_nvml(process_error=NvmlError("Insufficient Permissions")))
+    assert denied.processes is None and "Insufficient Permissions" in denied.processes_note
+    assert denied.used_bytes == 2**30 and denied.utilization_pct == 50.0  # the rest is still read
+
+
+def test_nvml_sampler_initialises_once_and_explains_failures():
+    from torchmagic.core.devices.nvml import NvmlSampler
+
+    nvml = fleet_nvml()
+    sampler = NvmlSampler("GPU-a", 0, nvml=nvml)
+    assert [sampler.read() for _ in range(3)] == [(2**30, 50.0)] * 3
+    sampler.close()
+    assert nvml.calls == ["init", "shutdown"] and sampler.read() == (None, None)
+    unknown = NvmlSampler("GPU-zzz", 0, nvml=fleet_nvml())
+    assert "does not know this device" in unknown.note and unknown.read() == (None, None)
+    broken = fake_nvml(fail_init=NvmlError("Driver Not Loaded"))
+    assert "failed to initialise (Driver Not Loaded)" in NvmlSampler("GPU-a", 0, nvml=broken).note
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpumem_on_a_real_gpu():
+    from torchmagic.features.memory.report import memory_report
+    from torchmagic.features.memory.run import run_cell_memory
+
+    weights = torch.zeros(64 * 2**20, device="cuda")  # 256 MiB
+    r = memory_report({"weights": weights})
+    d = r.devices[0]
+    assert d.label == "cuda:0" and d.allocated_bytes >= 256 * 2**20 and d.reserved_bytes >= d.allocated_bytes
+    assert r.variables[0].name == "weights" and r.variables[0].device == "cuda:0"
+    assert r.variables[0].bytes == 256 * 2**20
+    ns = {}
+    run = run_cell_memory(lambda: ns.update(out=torch.ones(32 * 2**20, device="cuda")), ns)
+    assert abs(run.result.cell.net_bytes - 128 * 2**20) <= 0.01 * 128 * 2**20
+    assert [v.name for v in run.result.cell.new_variables] == ["out"]
+
+
+# Messages as torch 2.x raises them: TORCH_CUDABLAS_CHECK ("CUDA error: <status> when calling `<call>`"),
+# cuDNN's "cuDNN error: <status>", C10_CUDA_CHECK ("CUDA error: <cudaGetErrorString>") as AcceleratorError.
+_CUDA_HINT = "\nCUDA kernel errors might be asynchronously reported at some other API call"
+
+
+@pytest.mark.parametrize("exc", [
+    RuntimeError("CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`"),
+    RuntimeError("CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasLtCreate(handle)`"),
+    RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasSgemm( handle, opa, opb, m, n, k, "
+                 "&alpha, a, lda, b, ldb, &beta, c, ldc)`"),
+    RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED"),
+    RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED"),
+    RuntimeError("cusolver error: CUSOLVER_STATUS_ALLOC_FAILED, when calling `cusolverDnCreate(handle)`"),
+    torch.AcceleratorError("CUDA error: out of memory" + _CUDA_HINT),
+    RuntimeError("HIP error: out of memory"),
+    MemoryError(),
+], ids=lambda exc: str(exc).split("\n")[0][:60] or type(exc).__name__)
+def test_disguised_out_of_memory_is_recognised(exc):
+    assert is_out_of_memory(exc)
+
+
+@pytest.mark.parametrize("exc", [
+    RuntimeError("mat1 and mat2 shapes cannot be multiplied (8x3 and 4x5)"),
+    RuntimeError("cuDNN error: CUDNN_STATUS_BAD_PARAM"),
+    RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR"),
+    RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a "
+                 "non-contiguous input."),
+    torch.AcceleratorError("CUDA error: an illegal memory access was encountered" + _CUDA_HINT),
+    torch.AcceleratorError("CUDA error: device-side assert triggered" + _CUDA_HINT),
+    RuntimeError("CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle, opa, opb, m, n, "
+                 "k, &alpha, a, lda, b, ldb, &beta, c, ldc)`"),
+    RuntimeError("CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasSetStream(handle, stream)`"),
+    RuntimeError("CUDA error: CUBLAS_STATUS_INVALID_VALUE when calling `cublasGemmEx(...)`"),
+    KeyError("CUBLAS_STATUS_ALLOC_FAILED"),  # not an error torch raises
+], ids=lambda exc: str(exc).split("\n")[0][:60])
+def test_real_errors_are_not_out_of_memory(exc):
+    assert not is_out_of_memory(exc)

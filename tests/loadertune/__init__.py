@@ -1,0 +1,1 @@
+"""%loadertune: passes, recommendation, worker shutdown, the magic."""

@@ -1,0 +1,1 @@
+"""%gpumem / %%gpumem: reports, holders, freeing, NVML."""

@@ -1,0 +1,1 @@
+"""%%torchprofile: the magic, trace analysis, diagnosis rules, rendering."""

@@ -1,0 +1,121 @@
+"""Views of a ProfileResult: text, HTML, widget, dict — built from numbers, no profiler needed."""
+
+import json
+import types
+
+import pytest
+
+from torchmagic.features.profile.result import Finding, OpRow, ProfileResult, TimelineSpan
+from torchmagic.core.render import base
+from torchmagic.core.render.format import bar, fmt_bytes, fmt_pct, fmt_us
+
+
+def make_result(n_ops=40, **kw):
+    finding = Finding(rule="dataloader", severity="high", title="Input pipeline: 40% of the step waits",
+                      evidence={"share_of_step": 0.4}, fix="Use workers.",
+                      snippet="DataLoader(ds, num_workers=4)", verify=None, share=0.4)
+    ops = [OpRow(f"aten::op{i}", calls=i + 1, self_cpu_us=1000.0 - i, total_cpu_us=2000.0) for i in range(n_ops)]
+    spans = [TimelineSpan("CPU", i * 10.0, 8.0, "forward" if i % 2 else "data loading", "x") for i in range(50)]
+    defaults = dict(label="%%torchprofile", device={"kind": "cpu", "name": "Test CPU"},
+                    step_s=[0.010, 0.012, 0.011], findings=[finding], ops=ops,
+                    categories_s={"forward": 0.02, "data loading": 0.013}, timeline=spans,
+                    notes=["CPU-only profile: no CUDA device found."], options={"top": 5})
+    defaults.update(kw)
+    return ProfileResult(**defaults)
+
+
+def test_text_puts_the_answer_first_and_bounds_tables():
+    text = make_result().to_text()
+    lines = text.splitlines()
+    assert lines[0].startswith("%%torchprofile: 3 steps on CPU (Test CPU)")
+    assert "step 11.00 ms median (min 10.00 ms, max 12.00 ms)" in lines[0]
+    assert text.index("Findings") < text.index("CPU time by category") < text.index("Top operators")
+    assert "aten::op4" in text and "aten::op5 " not in text
+    assert "… 35 more operators not shown" in text
+
+
+def test_html_is_self_contained_and_bounded():
+    html = make_result().to_html()
+    assert "<script" not in html and "http://localhost" not in html
+    assert html.count("aten::op") == 5
+    assert 'src="data:image/png;base64,' in html  # the timeline, inline
+    assert "35 more operators not shown" in html
+
+
+def test_html_escapes_user_text():
+    r = make_result(ops=[OpRow("<b>evil</b>", 1, 1.0, 1.0)])
+    assert "<b>evil</b>" not in r.to_html() and "&lt;b&gt;evil&lt;/b&gt;" in r.to_html()
+
+
+def test_output_size_is_bounded_for_huge_profiles():
+    r = make_result(n_ops=5000, timeline=[TimelineSpan("CPU", float(i), 0.5, "forward", "x") for i in range(4000)],
+                    options={"top": 15})
+    assert len(r.to_text()) < 10_000
+    assert len(r.to_html()) < 400_000
+
+
+def test_to_dict_is_json_and_complete():
+    data = json.loads(make_result().to_json())
+    assert data["steps"] == 3 and data["median_step_s"] == pytest.approx(0.011)
+    assert data["findings"][0]["rule"] == "dataloader"
+    assert {"label", "device", "ops", "categories_s", "notes", "error", "options"} <= set(data)
+
+
+def test_widget_has_tabs_with_table_and_plot():
+    import ipywidgets
+
+    tab = make_result().widget()
+    assert isinstance(tab, ipywidgets.Tab)
+    titles = [tab.get_title(i) for i in range(len(tab.children))]
+    assert titles[:3] == ["Summary", "Operators", "Timeline"]
+    assert isinstance(tab.children[2], ipywidgets.Image) and tab.children[2].value[:4] == b"\x89PNG"
+    assert "aten::op0" in tab.children[1].value
+
+
+def test_mimebundle_adds_widget_only_with_a_kernel(monkeypatch):
+    r = make_result()
+    assert set(r._repr_mimebundle_()) == {"text/plain", "text/html"}
+    monkeypatch.setattr(base, "widget_frontend", lambda: True)
+    bundle = r._repr_mimebundle_()
+    assert {"text/plain", "text/html", base.WIDGET_MIME} <= set(bundle)
+    assert "model_id" in bundle[base.WIDGET_MIME]
+
+
+@pytest.mark.parametrize("allow_stdin, forced, expected", [
+    (True, "", True),     # JupyterLab, VS Code: an interactive frontend with a widget manager
+    (False, "", False),   # nbconvert --execute, papermill, nbval: saved as HTML, readable without a kernel
+    (False, "1", True),   # Voila executes headless but renders widgets
+    (True, "0", False),
+])
+def test_widgets_only_for_interactive_kernels(monkeypatch, allow_stdin, forced, expected):
+    import IPython
+
+    kernel_shell = types.SimpleNamespace(kernel=types.SimpleNamespace(_allow_stdin=allow_stdin))
+    monkeypatch.setattr(IPython, "get_ipython", lambda: kernel_shell)
+    monkeypatch.setenv("TORCHMAGIC_WIDGETS", forced)
+    assert base.widget_frontend() is expected
+    monkeypatch.setattr(IPython, "get_ipython", lambda: types.SimpleNamespace())  # terminal IPython
+    assert base.widget_frontend() is False
+
+
+def test_result_without_steps_renders():
+    r = ProfileResult(label="x", device={"kind": "cpu", "name": "c"}, step_s=[], error="KeyboardInterrupt")
+    assert "raised KeyboardInterrupt" in r.to_text()
+    assert "KeyboardInterrupt" in r.to_html()
+    assert "no complete step" in repr(r)
+
+
+def test_repr_uses_readable_units():
+    assert "1.50 s/step" in repr(make_result(step_s=[1.5]))
+    assert "11.00 ms/step" in repr(make_result())
+
+
+def test_formatting_units():
+    assert fmt_us(0.5) == "500 ns"
+    assert fmt_us(12.5) == "12.50 µs"
+    assert fmt_us(1500) == "1.50 ms"
+    assert fmt_us(2.5e6) == "2.50 s"
+    assert fmt_bytes(1536) == "1.5 KiB"
+    assert fmt_bytes(-2 * 2**30) == "-2.0 GiB"
+    assert fmt_pct(0.054) == "5.4%" and fmt_pct(0.5) == "50%"
+    assert bar(1.0, 4) == "████" and bar(0.0) == ""

@@ -1,0 +1,254 @@
+"""Each diagnosis rule, on a real CPU profile that triggers it and one that does not."""
+
+import pytest
+import torch
+
+import torchmagic
+from torchmagic.core.devices import CpuDevice
+from torchmagic.features.profile import rules
+from torchmagic.features.profile.trace import TraceSummary
+
+from .. import workloads as w
+from ..fakes import FastBf16Cpu
+
+
+def profile(step, device=None, **kw):
+    kw.setdefault("warmup", 1)
+    kw.setdefault("steps", 2)
+    return torchmagic.profile(step, device=device or CpuDevice(), **kw)
+
+
+def rules_of(result):
+    return {f.rule for f in result.findings}
+
+
+def test_dataloader_fires_on_slow_per_item_transform():
+    r = profile(w.slow_loader_step())
+    f = r.finding("dataloader")
+    assert f is not None
+    assert f.evidence["share_of_step"] > rules.THRESHOLDS["dataloader_share"]
+    assert "num_workers" in f.snippet
+    assert "torch.set_num_threads" in f.fix  # on CPU, workers compete with torch's threads
+    assert r.categories_s["data loading"] == max(r.categories_s.values())
+
+
+def test_dataloader_silent_when_batches_are_ready():
+    assert "dataloader" not in rules_of(profile(w.fast_data_step()))
+
+
+def test_sync_fires_on_item_every_batch():
+    f = profile(w.item_per_batch_step()).finding("sync")
+    assert f is not None
+    assert f.evidence["syncs_per_step"] == pytest.approx(20, abs=1)
+    assert f.severity == "low"  # cheap on CPU; the finding says so
+    assert "free on CPU" in f.title
+
+
+def test_sync_silent_when_loss_stays_on_device():
+    step = w.train_step_fn(w.mlp(), [(torch.randn(8, 32), torch.randn(8, 1)) for _ in range(20)])
+    assert "sync" not in rules_of(profile(step))
+
+
+def test_dispatch_bound_fires_on_many_tiny_ops():
+    f = profile(w.tiny_ops_step()).finding("dispatch_bound")
+    assert f is not None
+    assert f.evidence["ops_per_step"] >= 900  # 60 * 8 * 3 ops
+    assert f.evidence["median_op_us"] <= rules.THRESHOLDS["dispatch_median_op_us"]
+    assert "torch.compile" in f.snippet
+
+
+def test_dispatch_bound_silent_on_large_matmuls():
+    assert "dispatch_bound" not in rules_of(profile(w.big_matmul_inference_step()))
+
+
+def test_amp_fires_on_fp32_matmuls_when_bf16_is_fast():
+    f = profile(w.big_matmul_inference_step(), device=FastBf16Cpu(fast=True)).finding("amp")
+    assert f is not None
+    assert f.evidence["fp32_matmul_share"] >= rules.THRESHOLDS["amp_fp32_matmul_share"]
+    assert "torch.autocast('cpu', dtype=torch.bfloat16)" in f.snippet
+
+
+def test_amp_snippet_fits_inference_or_training():
+    inference = profile(w.big_matmul_inference_step(), device=FastBf16Cpu(fast=True)).finding("amp")
+    assert "inference_mode" in inference.snippet and "loss" not in inference.snippet
+    training = profile(w.fast_data_step(), device=FastBf16Cpu(fast=True)).finding("amp")
+    assert training is not None and "loss = loss_fn(model(x), y)" in training.snippet
+
+
+def test_amp_silent_under_autocast():
+    r = profile(w.big_matmul_inference_step(autocast=True), device=FastBf16Cpu(fast=True))
+    assert "amp" not in rules_of(r)
+
+
+def test_amp_silent_on_tiny_matmuls():
+    # An RNN-like loop of 8x32 @ 32x32 matmuls: most of the step, but each call is a few µs,
+    # where autocast's casts cost more than bf16 saves
+    a, w_ = torch.randn(8, 32), torch.randn(32, 32)
+
+    def step():
+        h = a
+        for _ in range(200):
+            h = h @ w_
+        return h
+
+    r = profile(step, device=FastBf16Cpu(fast=True))
+    assert "amp" not in rules_of(r)
+
+
+def test_amp_silent_without_fast_low_precision():
+    r = profile(w.big_matmul_inference_step(), device=FastBf16Cpu(fast=False))
+    assert "amp" not in rules_of(r)
+
+
+def test_copies_fires_on_conversions():
+    f = profile(w.copy_heavy_step()).finding("copies")
+    assert f is not None
+    assert f.evidence["share_of_step"] >= rules.THRESHOLDS["copies_share"]
+    assert f.evidence["contiguous_calls"] == 40  # 20 per step, 2 steps
+
+
+def test_copies_silent_on_compute():
+    assert "copies" not in rules_of(profile(w.big_matmul_inference_step()))
+
+
+def test_inference_grad_fires_when_forward_builds_unused_graph():
+    f = profile(w.grad_inference_step()).finding("inference_grad")
+    assert f is not None
+    assert "inference_mode" in f.snippet
+
+
+def test_inference_grad_silent_under_inference_mode():
+    assert "inference_grad" not in rules_of(profile(w.grad_inference_step(inference_mode=True)))
+
+
+def test_inference_grad_silent_when_training():
+    assert "inference_grad" not in rules_of(profile(w.fast_data_step()))
+
+
+def test_optimizer_fires_on_per_parameter_loop():
+    f = profile(w.many_params_step(foreach=False)).finding("optimizer")
+    assert f is not None
+    assert f.evidence["share_of_step"] >= rules.THRESHOLDS["optimizer_share"]
+    assert "foreach=True" in f.snippet and "Adam" in f.snippet
+
+
+def test_optimizer_silent_with_foreach():
+    assert "optimizer" not in rules_of(profile(w.many_params_step(foreach=True)))
+
+
+# gpu_idle needs device events, which only a real GPU produces: the rule is checked on
+# summaries built from numbers here, and on a real trace by the gpu-marked test.
+def _ctx(kind="cuda"):
+    return rules.RuleContext(kind, True, "bfloat16", "test")
+
+
+def _gpu_summary(busy_us):
+    s = TraceSummary(step_us=[10_000.0, 10_000.0], has_device_events=True, device_busy_us=busy_us,
+                     device_kernels=100, data_us=8_000.0)
+    return s
+
+
+def test_gpu_idle_fires_and_names_the_causes_found():
+    findings = rules.diagnose(_gpu_summary(busy_us=5_000.0), _ctx())
+    idle = next(f for f in findings if f.rule == "gpu_idle")
+    assert idle.evidence["idle_ms_per_step"] == pytest.approx(7.5)
+    assert idle.evidence["causes"] == ["dataloader"]
+    assert idle.severity == "high"
+
+
+def test_gpu_idle_silent_when_busy_or_on_cpu():
+    assert rules.gpu_idle(_gpu_summary(busy_us=19_000.0), _ctx()) is None
+    assert rules.gpu_idle(_gpu_summary(busy_us=0.0), _ctx("cpu")) is None
+
+
+def test_every_threshold_is_used_by_some_rule():
+    import inspect
+
+    source = inspect.getsource(rules)
+    for key in rules.THRESHOLDS:
+        assert source.count(f'"{key}"') >= 2, key
+
+
+def test_verify_commands_are_offered_only_for_magics_that_exist():
+    ctx = rules.RuleContext("cpu", True, "bfloat16", "test", available_magics=frozenset({"torchprofile"}))
+    s = TraceSummary(step_us=[1000.0], data_us=500.0, sync_calls=10)
+    found = {f.rule: f for f in rules.diagnose(s, ctx)}
+    assert found["dataloader"].verify is None  # its magic is not in the (restricted) set
+    assert found["sync"].verify.startswith("%%torchprofile")
+
+
+def test_findings_sorted_by_severity_then_share():
+    s = TraceSummary(step_us=[1000.0], data_us=600.0, copy_us=150.0, sync_calls=5)
+    order = [f.rule for f in rules.diagnose(s, _ctx("cpu"))]
+    assert order[0] == "dataloader" and order.index("copies") < order.index("sync")
+
+
+def test_every_verifiable_rule_names_a_command_and_fills_the_notebooks_names():
+    ctx = rules.RuleContext("cpu", True, "bfloat16", "test", names={"loader": "train_loader"})
+    s = TraceSummary(step_us=[1000.0], data_us=500.0, sync_calls=10)
+    found = {f.rule: f for f in rules.diagnose(s, ctx)}
+    assert found["dataloader"].verify == "%loadertune train_loader"
+    assert rules.diagnose(s, _ctx("cpu"))[0].verify == "%loadertune loader"  # no name known: the placeholder
+    assert set(rules.VERIFY) >= {"dataloader", "amp", "dispatch_bound", "inference_grad", "batch_size", "sync",
+                                 "copies", "optimizer", "gpu_idle"}
+
+
+def _peaked(fraction, retries=0):
+    """A CUDA context whose step set a new high-water mark at ``fraction`` of a 1000-byte GPU."""
+    counters = rules.AllocatorCounters(total=1000, allocated_before=0, allocated_after=0, peak_before=0,
+                                       peak_after=round(fraction * 1000))
+    return rules.RuleContext("cuda", True, "bfloat16", "t", alloc_retries=retries, allocator=counters)
+
+
+def test_batch_size_fires_on_memory_pressure_and_on_a_small_batch_on_a_gpu():
+    s = _gpu_summary(busy_us=19_000.0)
+    pressure = rules.batch_size(s, _peaked(0.6, retries=3))
+    assert pressure.title.startswith("Memory pressure: the allocator flushed its cache and retried 3 times")
+    assert pressure.verify == "%autobatch --throughput step" and "expandable_segments" in pressure.snippet
+    full = rules.batch_size(s, _peaked(0.97))
+    assert "97% of the GPU's memory" in full.title
+    small = rules.batch_size(_gpu_summary(busy_us=2_000.0), _peaked(0.05))
+    assert small.title == "Small batch: the GPU idles 90% of the step with 5% of its memory in use"
+    assert rules.batch_size(s, _peaked(0.5)) is None
+    assert rules.batch_size(s, _ctx("cpu")) is None
+    assert rules.batch_size(s, _ctx("cuda")) is None  # no allocator counters: nothing to judge
+
+
+def test_memory_pressure_is_read_from_the_allocator_during_the_profile():
+    from ..fakes import FakeCudaDevice
+
+    dev = FakeCudaDevice(capacity_bytes=1000)
+
+    def step():
+        dev.allocate(980)  # 98% of the device
+        dev.free(980)
+
+    f = torchmagic.profile(step, device=dev).finding("batch_size")
+    assert f is not None and "98% of the GPU's memory" in f.title
+
+
+def test_memory_peak_of_the_step_not_of_earlier_work():
+    from ..fakes import FakeCudaDevice
+
+    dev = FakeCudaDevice(capacity_bytes=1000)
+    dev.allocate(990)  # earlier work set the high-water mark, and the cache keeps what it reserved
+    dev.free(990)
+
+    def step():
+        dev.allocate(100)
+        dev.free(100)
+
+    # reserved memory (990) would say "pressure"; the step held at most the old mark and at least 0
+    r = torchmagic.profile(step, device=dev)
+    assert r.finding("batch_size") is None
+    assert dev.high_water == 990  # the user's peak counter is left alone
+
+
+def test_a_cuda_profile_without_kernels_says_so_in_its_notes():
+    # the fake device's profiles record the CPU only, as on a machine where CUPTI records nothing
+    from ..fakes import FakeCudaDevice
+
+    x = torch.randn(64, 64)
+    r = torchmagic.profile(lambda: (x @ x).relu(), device=FakeCudaDevice())
+    assert any(n.startswith("No GPU kernels in this profile of a CUDA device, though its steps ran 2 ops")
+               for n in r.notes)

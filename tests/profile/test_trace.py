@@ -1,0 +1,78 @@
+"""The trace summary over real profiles: self times, steps, categories, timeline bounds."""
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from torchmagic.features.profile import trace
+
+
+def summarize(fn, steps=2, **kw):
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, **kw) as prof:
+        for i in range(steps):
+            with record_function(f"ProfilerStep#{i}"):
+                fn()
+    results = prof.profiler.kineto_results
+    return trace.summarize_trace(results.events(), results.trace_start_ns(), shapes=True)
+
+
+def test_self_times_add_up_to_step_time():
+    x = torch.randn(64, 64)
+    s = summarize(lambda: [x.relu() @ x for _ in range(20)])
+    assert s.steps == 2
+    assert sum(s.category_us.values()) == pytest.approx(s.total_step_us, rel=1e-6)
+    assert all(op.self_cpu_us <= op.total_cpu_us + 1e-6 for op in s.ops.values())
+
+
+def test_events_outside_steps_are_ignored():
+    x = torch.randn(8)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        x.sin()  # before any step
+        with record_function("ProfilerStep#0"):
+            x.cos()
+    results = prof.profiler.kineto_results
+    s = trace.summarize_trace(results.events(), results.trace_start_ns())
+    assert "aten::cos" in s.ops and "aten::sin" not in s.ops
+
+
+def test_phases_from_real_training_step():
+    model = torch.nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(32, 16)), batch_size=8)
+
+    def step():
+        for (x,) in data:
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+
+    s = summarize(step)
+    for category in (trace.DATA, trace.FORWARD, trace.BACKWARD, trace.OPTIMIZER):
+        assert s.category_us[category] > 0, category
+    assert s.optimizer_names == {"SGD"}
+    assert s.backward_events > 0
+
+
+def test_copy_inside_another_op_is_not_a_user_copy():
+    w_, b_ = torch.randn(64, 64), torch.randn(64)
+    s = summarize(lambda: torch.addmm(b_, w_, w_))  # addmm copies the bias internally
+    assert s.copy_us == 0.0
+    s = summarize(lambda: w_.t().contiguous())
+    assert s.copy_us > 0 and s.layout_copies == 2
+
+
+def test_shapes_are_recorded_per_op():
+    x = torch.randn(3, 5)
+    s = summarize(lambda: x @ x.t())
+    assert "[3, 5], [5, 3]" in s.ops["aten::mm"].top_shapes()
+
+
+def test_timeline_is_bounded_and_keeps_every_step(monkeypatch):
+    monkeypatch.setattr(trace, "MAX_BARS_PER_LANE", 50)
+    x = torch.randn(4)
+    s = summarize(lambda: [x + 1 for _ in range(500)], steps=3)
+    assert len(s.timeline) <= 50
+    last_step_start = s.step_start_us[-1]
+    assert any(span.start_us + span.dur_us > last_step_start for span in s.timeline)
+    covered = sum(span.dur_us for span in s.timeline)
+    assert covered <= s.total_step_us * 1.01

@@ -1,0 +1,182 @@
+"""CUDA and MPS devices.  Kept thin: each method is one torch call, so the logic
+above runs unchanged against the fake device the tests inject.
+
+A CudaDevice may describe a GPU this process has not used (``%gpumem`` lists every visible
+GPU): until CUDA is initialised, it reads only what needs no CUDA context (NVML, and torch's
+allocator counters, which are zero then), so looking never creates one.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .base import AllocatorStats, Device, LowPrecision
+from .nvml import NvmlReading, NvmlSampler, nvml_reading
+from .profiler import allocation_peak
+
+
+class CudaDevice(Device):
+    kind = "cuda"
+    captures_cuda_graphs = True
+    has_tf32 = True  # Ampere and newer; on older GPUs allowing it changes nothing
+    pinned_memory_helps = True
+
+    def __init__(self, index: int | None = None):
+        super().__init__(torch.cuda.current_device() if index is None else index)
+
+    @property
+    def name(self) -> str:
+        if torch.cuda.is_initialized():
+            return torch.cuda.get_device_name(self.index)
+        reading = self.nvml()
+        return reading.name if isinstance(reading, NvmlReading) else f"CUDA device {self.index}"
+
+    @property
+    def is_accelerator(self) -> bool:
+        return True
+
+    @property
+    def autotunes_per_shape(self) -> bool:
+        return torch.backends.cudnn.benchmark
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize(self.index)
+
+    def profiler_activities(self) -> list:
+        act = torch.profiler.ProfilerActivity
+        return [act.CPU, act.CUDA]
+
+    def memory_allocated(self) -> int | None:
+        return torch.cuda.memory_allocated(self.index)
+
+    def memory_reserved(self) -> int | None:
+        return torch.cuda.memory_reserved(self.index)
+
+    def has_context(self) -> bool:
+        if not torch.cuda.is_initialized():
+            return False
+        has_primary = getattr(torch._C, "_cuda_hasPrimaryContext", None)  # CUDA builds: per device, creates none
+        return has_primary(self.index) if has_primary is not None else True
+
+    def graph_pool_bytes(self) -> int:
+        if not torch.cuda.is_initialized():
+            return 0
+        segments = torch.cuda.memory_snapshot(include_traces=False)  # (0, 0) is the ordinary pool
+        return sum(s["total_size"] for s in segments
+                   if s["device"] == self.index and tuple(s["segment_pool_id"]) != (0, 0))
+
+    def memory_capacity(self) -> tuple[int, int]:
+        free, total = torch.cuda.mem_get_info(self.index)  # free counts other processes' use
+        return int(free), int(total)
+
+    def allocator_stats(self) -> AllocatorStats:
+        stats = torch.cuda.memory_stats(self.index) if torch.cuda.is_initialized() else {}
+        return AllocatorStats(
+            allocated_bytes=stats.get("allocated_bytes.all.current", 0),
+            reserved_bytes=stats.get("reserved_bytes.all.current", 0),
+            peak_allocated_bytes=stats.get("allocated_bytes.all.peak", 0),
+            peak_reserved_bytes=stats.get("reserved_bytes.all.peak", 0),
+            inactive_split_bytes=stats.get("inactive_split_bytes.all.current", 0),
+            num_ooms=stats.get("num_ooms", 0),
+            num_alloc_retries=stats.get("num_alloc_retries", 0),
+        )
+
+    def reset_peak_stats(self) -> bool:
+        if not torch.cuda.is_initialized():
+            return False  # nothing allocated, nothing to reset
+        torch.cuda.reset_peak_memory_stats(self.index)
+        return True
+
+    def sampler(self) -> NvmlSampler:
+        return NvmlSampler(self.uuid(), _nvml_index(self.index))
+
+    def peak_scope(self):
+        return allocation_peak(torch.autograd.DeviceType.CUDA, self.index)
+
+    def empty_cache(self) -> None:
+        torch.cuda.empty_cache()
+
+    def rng_state(self):
+        return torch.get_rng_state(), torch.cuda.get_rng_state(self.index)
+
+    def set_rng_state(self, state) -> None:
+        torch.set_rng_state(state[0])
+        torch.cuda.set_rng_state(state[1], self.index)
+
+    def uuid(self) -> str | None:
+        """The device UUID, which NVML also knows: the one safe key under CUDA_VISIBLE_DEVICES.
+        None before CUDA is initialised (reading it would initialise CUDA)."""
+        if not torch.cuda.is_initialized():
+            return None
+        uuid = getattr(torch.cuda.get_device_properties(self.index), "uuid", None)
+        return None if uuid is None else f"GPU-{uuid}"
+
+    def low_precision(self) -> LowPrecision:
+        major, minor = torch.cuda.get_device_capability(self.index)
+        if major >= 8:
+            return LowPrecision(True, torch.bfloat16, f"compute capability {major}.{minor}: bf16 tensor cores")
+        if major >= 7:
+            return LowPrecision(True, torch.float16, f"compute capability {major}.{minor}: fp16 tensor cores")
+        return LowPrecision(False, torch.float16, f"compute capability {major}.{minor}: no tensor cores")
+
+    def nvml(self):
+        return nvml_reading(self.uuid(), _nvml_index(self.index))
+
+    def describe(self) -> dict:
+        return {**super().describe(), "uuid": self.uuid()}
+
+
+def _nvml_index(index: int) -> int:
+    """NVML's index of CUDA device ``index``, for when no UUID can be read: CUDA_VISIBLE_DEVICES
+    renumbers CUDA's devices but not NVML's (a list of indices maps through; PCI order assumed)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if not visible:
+        return index
+    entries = [e.strip() for e in visible.split(",")]
+    try:
+        return int(entries[index])
+    except (IndexError, ValueError):  # UUIDs or MIG names: the index is all we have
+        return index
+
+
+class MpsDevice(Device):
+    kind = "mps"
+
+    @property
+    def name(self) -> str:
+        return "Apple GPU (MPS)"
+
+    @property
+    def label(self) -> str:
+        return "mps"
+
+    @property
+    def is_accelerator(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        torch.mps.synchronize()
+
+    def memory_allocated(self) -> int | None:
+        return torch.mps.current_allocated_memory()
+
+    def memory_reserved(self) -> int | None:
+        return torch.mps.driver_allocated_memory()
+
+    def memory_capacity(self) -> tuple[int, int]:
+        total = int(torch.mps.recommended_max_memory())
+        return max(total - torch.mps.driver_allocated_memory(), 0), total
+
+    def peak_scope(self):
+        return allocation_peak(torch.autograd.DeviceType.MPS)
+
+    def empty_cache(self) -> None:
+        torch.mps.empty_cache()
+
+    def low_precision(self) -> LowPrecision:
+        return LowPrecision(True, torch.float16, "Apple GPUs run fp16 natively")
+
+    def profile_note(self) -> str | None:
+        return "MPS: torch.profiler sees the CPU side only; GPU kernel times are not in this profile."

@@ -1,0 +1,230 @@
+"""What every magic shares: usage errors, argument parsing, the cell's code, how a magic ends
+(store with -o, show unless -q, re-raise the cell's error), a progress line, and a Ctrl-C shown
+with the user's frames only.  With the features' magic.py and view code, the only place that
+imports IPython."""
+
+from __future__ import annotations
+
+import functools
+import os
+from contextlib import contextmanager
+
+from IPython.core import error as ipython_error
+from IPython.core.magic import Magics
+from IPython.core.magic_arguments import argument
+from IPython.display import display
+from IPython.utils.process import arg_split
+
+from .cell import Cell
+from .devices import Device, choose_device
+from .interrupts import signal_handler_code
+from .render.base import widget_frontend
+
+# Every magic that runs code measures one device: the one named here, else where its tensors are.
+DEVICE_ARGUMENT = argument(
+    "--device", metavar="DEV", help="the device to measure: cpu, cuda, cuda:N, mps (default: where the "
+    "code's model and tensors are; the CPU when none is on a GPU and this process has not used CUDA)")
+
+
+def usage_error(message: str) -> ipython_error.UsageError:
+    """IPython's usage error (shown as one line, no traceback), kept to one short line however
+    much input it quotes: IPython expands $name in a magic's line, so a quoted option can hold a
+    whole tensor's repr.  (IPython recognises the exact class, so this is not a subclass.)"""
+    text = " ".join(message.split())
+    return ipython_error.UsageError(text if len(text) <= 300 else text[:299] + "…")
+
+
+def parse_argstring(magic, line: str, name: str):
+    """The magic's options split as a shell splits them (quotes removed: --variants 'eager,amp'),
+    with shlex's errors (an unclosed quote) as usage errors, not tracebacks."""
+    try:
+        return magic.parser.parse_args(arg_split(line, posix=True))
+    except ipython_error.UsageError as exc:  # argparse's messages quote the arguments
+        raise usage_error(str(exc)) from None
+    except ValueError as exc:
+        raise usage_error(f"{name}: {exc} in the options: {line.strip()}") from None
+
+
+def user_frames_only(magic):
+    """A Ctrl-C anywhere in a magic, parsing its arguments included, shows the user's frames only."""
+    @functools.wraps(magic)
+    def run(self, *args, **kwargs):
+        __tracebackhide__ = True  # noqa: F841
+        try:
+            return magic(self, *args, **kwargs)
+        except KeyboardInterrupt as exc:
+            raise_as_shown(exc)
+    return run
+
+
+_from_button = False
+
+
+@contextmanager
+def run_from_button():
+    """While a report's button runs a command: no progress line, as updates to it do not reach a
+    button's output area."""
+    global _from_button
+    _from_button = True
+    try:
+        yield
+    finally:
+        _from_button = False
+
+
+class TorchMagicsBase(Magics):
+    """The steps every magic shares; each feature's magic.py subclasses it."""
+
+    @staticmethod
+    def device(spec: str | None, values: list, magic: str) -> Device:
+        try:
+            return choose_device(spec, values)
+        except ValueError as exc:
+            raise usage_error(f"{magic}: {exc}") from None
+
+    def cell_outcome(self, args, result, value, error):
+        """How a cell magic ends: store the result (-o), show it unless -q, then re-raise the
+        cell's own error (so "Run all" stops) or return the cell's value."""
+        __tracebackhide__ = True  # noqa: F841
+        if isinstance(error, KeyboardInterrupt):
+            print(interrupted_line(result))
+        self.keep_and_show(args, result)
+        if isinstance(error, KeyboardInterrupt):
+            raise_as_shown(error)
+        if error is not None:
+            raise error
+        return value
+
+    def line_outcome(self, args, result):
+        """How a line magic ends: store the result (-o) and return it, shown as Out[n] as any line
+        magic's value is (`r = %magic` shows nothing); -q returns nothing, as %timeit -q does."""
+        if args.output is not None:
+            self.shell.user_ns[args.output] = result
+        return None if args.quiet else result
+
+    def interrupted(self, args, interrupt: KeyboardInterrupt):
+        """A Ctrl-C that came out of an engine (a line magic's, or one held until a release was done):
+        one line on what was measured, the partial report (stored with -o, shown unless -q), then
+        the interrupt as the user should see it."""
+        __tracebackhide__ = True  # noqa: F841
+        result = getattr(interrupt, "torchmagic_result", None)
+        print(interrupted_line(result))
+        self.keep_and_show(args, result)
+        raise_as_shown(interrupt)
+
+    def keep_and_show(self, args, result) -> None:
+        """Store a cell magic's or an interrupted magic's result (-o) and show it unless -q."""
+        if result is not None:
+            if args.output is not None:
+                self.shell.user_ns[args.output] = result
+            if not args.quiet:
+                display(result)
+
+    @staticmethod
+    def check_output_name(name: str | None) -> None:
+        """Checked before anything runs, so a typo in -o costs nothing."""
+        if name is not None and not name.isidentifier():
+            raise usage_error(f"-o needs a Python variable name, got {name!r}")
+
+    def _running_cell_number(self) -> int:
+        """The number of the cell being run, as its prompt shows it: IPython counts a cell that
+        stores history before running it, so execution_count is already the next one's."""
+        running = getattr(self.shell.displayhook, "exec_result", None)
+        return running.execution_count if running is not None else self.shell.execution_count
+
+    def compile_cell(self, source: str, magic: str) -> Cell:
+        """The code a magic runs, transformed and cached as IPython does a cell's (so %magics work in
+        it and its tracebacks show its lines)."""
+        if not source.strip():
+            raise usage_error(f"{magic}: there is no code to measure")
+        shell = self.shell
+        try:
+            return Cell(source, transform=shell.transform_cell,
+                        register_source=lambda code: shell.compile.cache(code, self._running_cell_number(),
+                                                                         raw_code=source))
+        except SyntaxError:
+            # Show it as IPython shows a cell's syntax error (the line and a caret, none of our
+            # frames), then stop here with one line, so "Run all" stops too.
+            shell.showsyntaxerror()
+            raise usage_error(f"{magic}: the code has a syntax error (above); nothing ran") from None
+
+    @staticmethod
+    def progress(magic: str, quiet: bool) -> Progress | None:
+        """A status line for a long run, in a notebook cell (not in terminals, nor under a button)."""
+        return Progress(magic) if not quiet and not _from_button and widget_frontend() else None
+
+
+class Progress:
+    """One status line, updated in place while a search or comparison runs (notebooks only)."""
+
+    def __init__(self, magic: str):
+        self.magic = magic
+        self.runs = 0
+        self.handle = display(self._bundle("starting…"), raw=True, display_id=True)
+
+    def _bundle(self, text: str) -> dict:
+        return {"text/plain": f"{self.magic}: {text}"}
+
+    def say(self, text: str) -> None:
+        self.handle.update(self._bundle(text), raw=True)
+
+    def probe(self, probe) -> None:
+        self.runs += 1
+        outcome = (f"peak {probe.peak_bytes / 2**20:.1f} MiB" if probe.ok and probe.peak_bytes is not None
+                   else "out of memory")
+        self.handle.update(self._bundle(f"run {self.runs}: batch {probe.batch_size} → {outcome}"), raw=True)
+
+    def close(self) -> None:
+        self.handle.update({"text/plain": ""}, raw=True)
+
+
+def interrupted_line(result) -> str:
+    """One line on what an interrupted magic measured before it stopped."""
+    if result is None:
+        return "interrupted before there was anything to report"
+    return result.interrupted_line()
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Raised from a code object outside the package: IPython always shows a traceback's innermost
+# frame, hidden or not, and a frame of ours would say nothing to the user.
+_BARE_INTERRUPT = compile("raise KeyboardInterrupt('stopped between runs of your code')", "<interrupted>", "exec")
+
+
+def raise_as_shown(interrupt: KeyboardInterrupt):
+    """Re-raise a Ctrl-C as the user should see it: where their code was, if it landed there (the
+    traceback from their first frame on); else a bare KeyboardInterrupt (it landed in our code:
+    between their runs, in a restore)."""
+    __tracebackhide__ = True  # noqa: F841
+    tb = interrupt.__traceback__
+    while tb is not None and _ours(tb):
+        tb = tb.tb_next
+    if tb is not None:
+        _drop_signal_handler_frame(tb)
+        # the user's code, unless torchmagic's own frames come again further in (the Ctrl-C landed
+        # in code that ours called: a generated dataclass __init__, torch's profiler)
+        rest, landed_in_ours = tb, False
+        while rest is not None and not landed_in_ours:
+            landed_in_ours, rest = _ours(rest), rest.tb_next
+        if not landed_in_ours:
+            raise interrupt.with_traceback(tb) from None
+    try:
+        exec(_BARE_INTERRUPT, {})
+    except KeyboardInterrupt as bare:
+        bare.__suppress_context__ = True
+        raise
+
+
+def _drop_signal_handler_frame(tb) -> None:
+    """The Ctrl-C was raised by torchmagic's SIGINT handler (interrupts.py), called on top of the
+    user's frame: end the traceback at the user's frame, where Python's own handler would."""
+    while tb.tb_next is not None:
+        if tb.tb_next.tb_frame.f_code is signal_handler_code():
+            tb.tb_next = None
+            return
+        tb = tb.tb_next
+
+
+def _ours(tb) -> bool:
+    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep)

@@ -1,0 +1,122 @@
+"""The base every result object shares: rich display for Jupyter, text for terminals, dicts for code."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+from typing import Any
+
+from ..shell import current_shell
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+CSS = """<style>
+.tm-report{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;line-height:1.45;
+  color:var(--jp-ui-font-color1,#1f2328);max-width:1100px}
+.tm-report h4{margin:10px 0 4px;font-size:13px}
+.tm-headline{font-weight:600;font-size:14px}
+.tm-note{color:var(--jp-ui-font-color2,#59636e)}
+.tm-table{border-collapse:collapse;font-variant-numeric:tabular-nums;margin:2px 0 6px}
+.tm-table th,.tm-table td{padding:2px 10px;border-bottom:1px solid var(--jp-border-color2,#e5e7eb);
+  white-space:nowrap}
+.tm-table th{font-weight:600}
+.tm-omitted{color:var(--jp-ui-font-color2,#59636e);font-style:italic}
+.tm-finding{border-left:4px solid #999;padding:4px 10px;margin:6px 0;background:var(--jp-layout-color1,#fff)}
+.tm-finding.high{border-color:#d1242f}.tm-finding.medium{border-color:#bf8700}.tm-finding.low{border-color:#0969da}
+.tm-sev{font-size:11px;font-weight:700;text-transform:uppercase;padding:0 5px;border-radius:3px;color:#fff}
+.tm-sev.high{background:#d1242f}.tm-sev.medium{background:#9a6700}.tm-sev.low{background:#0969da}
+.tm-finding pre,.tm-report pre{background:var(--jp-layout-color2,#f6f8fa);padding:6px 8px;margin:4px 0;
+  font-size:12px;overflow-x:auto}
+.tm-bar{font-family:var(--jp-code-font-family,monospace);line-height:1}
+</style>"""
+
+
+class Result:
+    """A measurement: data first, with text, HTML and widget views derived from it."""
+
+    def to_dict(self) -> dict:
+        raise NotImplementedError
+
+    def interrupted_line(self) -> str:
+        """One line on what was measured, for a run a Ctrl-C cut short."""
+        return "interrupted: what was measured is below"
+
+    def to_text(self) -> str:
+        raise NotImplementedError
+
+    def to_html(self) -> str:
+        raise NotImplementedError
+
+    def widget(self):
+        """An ipywidgets view; subclasses build tabs, the default wraps the HTML."""
+        import ipywidgets
+
+        return ipywidgets.HTML(self.to_html())
+
+    def to_json(self, **kwargs) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        bundle = {"text/plain": self.to_text(), "text/html": self.to_html()}
+        if widget_frontend():
+            try:
+                bundle[WIDGET_MIME] = self.widget()._repr_mimebundle_()[WIDGET_MIME]
+            except Exception:  # a broken widget view must never hide the result
+                pass
+        return bundle
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(self.to_text())
+
+
+def report_html(body: str) -> str:
+    """HTML made self-contained: the stylesheet, then the body in the report's frame."""
+    return f'{CSS}<div class="tm-report">{body}</div>'
+
+
+def png_img(png: bytes | None, alt: str) -> str:
+    """A PNG inlined as a data URI (no file, no server), or nothing."""
+    if not png:
+        return ""
+    return (f'<img alt="{html.escape(alt)}" style="max-width:100%" '
+            f'src="data:image/png;base64,{base64.b64encode(png).decode()}"/>')
+
+
+def tabbed(pages: list[tuple[str, Any]]):
+    """An ipywidgets Tab; each page is an HTML body (str), a picture (PNG bytes) or a widget."""
+    import ipywidgets as w
+
+    def child(page):
+        if isinstance(page, bytes):
+            return w.Image(value=page, format="png", layout=w.Layout(max_width="100%"))
+        return w.HTML(report_html(page)) if isinstance(page, str) else page
+
+    children = [child(page) for _, page in pages]
+    tab = w.Tab(children=children)
+    for i, (title, _) in enumerate(pages):
+        tab.set_title(i, title)
+    return tab
+
+
+def widget_frontend() -> bool:
+    """True where a live widget view can be shown: a Jupyter kernel driven by an interactive frontend.
+
+    Headless executors (nbconvert --execute, papermill, nbval) send their requests with stdin
+    off and have no widget manager: what they save must read without a kernel, so they get the
+    HTML view, as do frontends without widgets (GitHub, nbviewer), which skip the widget MIME
+    type.  Terminal IPython and plain Python get text only.  TORCHMAGIC_WIDGETS=0 or 1 overrides
+    the guess inside a kernel (1 for Voila, which executes headless but renders widgets).
+    """
+    kernel = getattr(current_shell(), "kernel", None)
+    if kernel is None:
+        return False
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return False
+    forced = os.environ.get("TORCHMAGIC_WIDGETS", "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    return bool(getattr(kernel, "_allow_stdin", True))

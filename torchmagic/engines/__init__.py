@@ -1,1 +1,0 @@
-"""Engines: the measuring and reasoning behind each magic, free of IPython and widgets."""

@@ -1,0 +1,55 @@
+"""Peak-memory estimates of a step from fake tensors: shapes and dtypes only, nothing allocated.
+
+torch's MemTracker follows every tensor the step creates under FakeTensorMode, so a training
+step at batch 4096 is "run" in ~0.05 s without a byte of real memory.  Steps that read tensor
+values on the host (``.item()``: Adam reads its step count once it has state) cannot run on
+fake tensors; then there is no estimate and the search measures real runs instead.  Fake runs
+write fake gradients and optimizer state into the real objects, so each is undone at once.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from ...core.state import Snapshot
+from .search import Probe
+
+
+def fake_estimator(step: Callable[[int], Any], state: list[Any], snapshot: Callable[[], Snapshot]
+                   ) -> Callable[[int], Probe | None] | None:
+    """A ``size -> Probe`` estimator for ``step``, or None where fake tensors are unavailable."""
+    try:
+        with warnings.catch_warnings():  # torch.distributed's import chain warns about TorchScript
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from torch._subclasses.fake_tensor import FakeTensorMode
+            from torch.distributed._tools.mem_tracker import MemTracker
+    except ImportError:  # builds without torch.distributed (some Windows and mobile builds)
+        return None
+    def estimate(size: int) -> Probe | None:
+        undo = snapshot()
+        started = time.perf_counter()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                with FakeTensorMode(allow_non_fake_inputs=True):
+                    tracker = MemTracker()
+                    if state:  # count their parameters, gradients and optimizer states too
+                        tracker.track_external(*state)
+                    with tracker:
+                        start = _total(tracker.get_tracker_snapshot("current"))
+                        step(size)
+                        peak = _total(tracker.get_tracker_snapshot("peak"))
+        except Exception:  # data-dependent ops, unsupported kernels: measure for real instead
+            return None
+        finally:
+            undo.restore()
+        return Probe(size, max(peak - start, 0), True, estimated=True, seconds=time.perf_counter() - started)
+
+    return estimate
+
+
+def _total(snapshot: dict) -> int:
+    return int(sum(per_device.get("Total", 0) for per_device in snapshot.values()))

@@ -1,0 +1,132 @@
+"""%autobatch: parse the line (a step's name, or `-- EXPR` with BS), search with run_autobatch,
+show the AutobatchResult."""
+
+from __future__ import annotations
+
+import re
+
+from IPython.core.magic import line_magic, magics_class, no_var_expand
+from IPython.core.magic_arguments import argument, magic_arguments
+
+from ...core.devices.profiler import ProfilerBusyError
+from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, usage_error, user_frames_only
+from ...core.state import objects_used_by, referenced_values, values_named
+from .run import AutobatchOptions, run_autobatch
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, "mib": 2**20,
+          "g": 1e9, "gb": 1e9, "gib": 2**30, "t": 1e12, "tb": 1e12, "tib": 2**40}
+_MISSING = object()
+
+
+def parse_budget(text: str) -> float:
+    """'8GiB', '512MB', '2e9' (bytes) or '0.9' (a fraction of memory)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise usage_error(f"--budget takes bytes such as 8GiB or 512MiB, or a fraction such as 0.9; got {text!r}")
+    value = float(match.group(1)) * _UNITS[(match.group(2) or "").lower()]
+    if value <= 0:
+        raise usage_error(f"--budget must be positive, got {text!r}")
+    return value
+
+
+@magics_class
+class AutobatchMagics(TorchMagicsBase):
+    @magic_arguments()
+    @argument("--budget", metavar="SIZE", help="memory the step may use: bytes (8GiB, 512MiB) or a fraction "
+              "(0.9) of the GPU's memory or of available RAM on CPU; default 0.9 on a GPU, 0.5 on CPU")
+    @argument("--min", type=int, default=1, metavar="N", help="smallest batch size to consider (default 1)")
+    @argument("--max", type=int, default=65536, metavar="N", help="largest batch size to consider (default 65536)")
+    @argument("--multiple-of", type=int, default=1, metavar="K", help="only sizes that are multiples of K")
+    @argument("--margin", type=float, default=0.1, metavar="F",
+              help="headroom kept free below the budget (default 0.1)")
+    @argument("--target-batch", type=int, metavar="N",
+              help="report the gradient-accumulation steps that reach batch N")
+    @argument("--throughput", action="store_true",
+              help="also time samples/s at the answer and smaller sizes, and name the knee")
+    @argument("--no-estimate", action="store_true",
+              help="fit on real runs only, not on fake-tensor estimates")
+    @DEVICE_ARGUMENT
+    @argument("-o", dest="output", metavar="NAME", help="store the AutobatchResult in variable NAME")
+    @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
+    @argument("step", nargs="?", help="a callable taking the batch size; or write `-- EXPR` with BS in it")
+    @no_var_expand  # the line holds code: "{n}" and $name are the step's, not IPython's to fill in
+    @line_magic
+    @user_frames_only
+    def autobatch(self, line):
+        """Find the largest batch size that runs without running out of memory.
+
+        %autobatch [options] step          step(batch_size) builds a batch and runs one step
+        %autobatch [options] -- EXPR       EXPR uses BS, e.g. model(torch.randn(BS, 3, 64, 64)).sum().backward()
+
+        Peak memory is fitted against batch size from small runs, the largest size under the
+        budget is predicted, and real runs verify it: the answer always ran.  The modules and
+        optimizers the step uses are restored afterwards, so probing does not train the model.
+        Returns the AutobatchResult (`r = %autobatch step` keeps it); with -q returns nothing.
+        """
+        __tracebackhide__ = True  # noqa: F841
+        options_text, expression = _split_expression(line)
+        args = parse_argstring(self.autobatch, options_text, "%autobatch")
+        self.check_output_name(args.output)
+        try:
+            options = AutobatchOptions(
+                budget=parse_budget(args.budget) if args.budget is not None else None,
+                min_size=args.min, max_size=args.max, multiple_of=args.multiple_of, margin=args.margin,
+                target_batch=args.target_batch, throughput=args.throughput, estimate=not args.no_estimate)
+        except ValueError as exc:
+            raise usage_error(f"%autobatch: {exc}") from None
+        step, label, values = self._step(args.step, expression)
+        state = objects_used_by(step, self.shell.user_ns)
+        device = self.device(args.device, values, "%autobatch")
+        progress = self.progress("%autobatch", args.quiet)
+        try:
+            result = run_autobatch(step, options, state=state, device=device, label=label,
+                                   on_probe=progress.probe if progress else None)
+        except ProfilerBusyError as exc:
+            raise usage_error(f"%autobatch: {exc}") from None
+        except KeyboardInterrupt as exc:
+            self.interrupted(args, exc)
+        finally:
+            if progress:
+                progress.close()
+        return self.line_outcome(args, result)
+
+    def _step(self, name: str | None, expression: str | None):
+        """The step to search with, its label, and the values it uses (to choose the device)."""
+        if expression is not None:
+            if name is not None:
+                raise usage_error("%autobatch: give a step callable or `-- EXPR`, not both")
+            if not re.search(r"\bBS\b", expression):
+                raise usage_error("%autobatch: the expression after -- must use BS for the batch size")
+            code = self.compile_cell(expression, "%autobatch")
+            namespace = self.shell.user_ns
+
+            def step(batch_size):
+                __tracebackhide__ = True  # noqa: F841
+                saved = namespace.get("BS", _MISSING)
+                namespace["BS"] = batch_size
+                try:
+                    code.run(namespace)
+                finally:
+                    if saved is _MISSING:
+                        namespace.pop("BS", None)
+                    else:
+                        namespace["BS"] = saved
+
+            return step, expression.strip(), values_named(code.names, namespace)
+        if name is None:
+            raise usage_error("%autobatch: name a step callable (%autobatch step) or give `-- EXPR` using BS")
+        if name not in self.shell.user_ns:
+            raise usage_error(f"%autobatch: {name!r} is not defined")
+        step = self.shell.user_ns[name]
+        if not callable(step):
+            raise usage_error(f"%autobatch: {name!r} is not callable; it should take the batch size")
+        return step, name, referenced_values(step)
+
+
+def _split_expression(line: str) -> tuple[str, str | None]:
+    """Options before a lone ``--``, the step's code after it (kept verbatim, quotes and all)."""
+    match = re.search(r"(?:^|\s)--(?:\s|$)", line)
+    if match is None:
+        return line, None
+    return line[: match.start()], line[match.end():]

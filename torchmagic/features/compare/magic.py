@@ -1,0 +1,135 @@
+"""%%amp_compare: parse the line, run the cell under each variant with run_compare, show the
+CompareResult; the cell's variables are left as eager's first run left them."""
+
+from __future__ import annotations
+
+from IPython.core.magic import cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
+
+from ...core.devices.profiler import ProfilerBusyError
+from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, usage_error, user_frames_only
+from ...core.shell import is_internal
+from ...core.state import is_stateful, objects_for_model, values_named
+from .run import CompareOptions, run_compare
+from .variants import DEFAULT_VARIANTS, TECHNIQUES, parse_variants
+
+
+@magics_class
+class CompareMagics(TorchMagicsBase):
+    @magic_arguments()
+    @argument("--model", metavar="NAME",
+              help="the nn.Module the cell uses; each variant's version stands in for it while the cell runs "
+                   "(default: the one module with parameters that the cell names)")
+    @argument("--variants", default=DEFAULT_VARIANTS, metavar="LIST",
+              help=f"comma-separated, eager always included (default {DEFAULT_VARIANTS}); techniques: "
+                   + ", ".join(TECHNIQUES) + "; combine with +, e.g. compile+amp")
+    @argument("--runs", type=int, metavar="N", help="timed rounds (default: at least 10, until --min-time)")
+    @argument("--min-time", type=float, default=1.0, metavar="S",
+              help="seconds of timed runs per variant (default 1)")
+    @argument("--warmup", type=int, default=3, metavar="N", help="untimed runs per variant after its first (default 3)")
+    @argument("--dtype", metavar="DTYPE", help="autocast dtype for amp: bf16 or fp16 "
+              "(default: bf16 where the device has it, else fp16)")
+    @argument("--output", dest="compared", metavar="NAME",
+              help="the variable compared with eager's after the cell (default: the cell's last expression)")
+    @argument("--atol", type=float, metavar="X", help="absolute tolerance of the numerics check")
+    @argument("--rtol", type=float, metavar="X",
+              help="relative tolerance, times the largest |eager output| (default by precision: fp32 1e-4, "
+                   "tf32 5e-3, fp16 1e-2, bf16 5e-2, int8 0.1)")
+    @argument("--no-restore", action="store_true",
+              help="do not snapshot and restore the model and optimizer (saves host memory; the runs train them)")
+    @DEVICE_ARGUMENT
+    @argument("-o", dest="output", metavar="NAME", help="store the CompareResult in variable NAME")
+    @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
+    @cell_magic
+    @user_frames_only
+    def amp_compare(self, line, cell):
+        """Compare eager fp32 with torch.compile, autocast and other variants on the cell's code.
+
+        Each variant's version of the model (compiled, quantized ...) stands in for it while the
+        cell runs, under the variant's context (autocast, inference_mode ...); the name is put
+        back afterwards.  Variants run in interleaved rounds; the report gives each median,
+        its speedup over eager with a 95% confidence interval, the compile time and the runs
+        after which it pays off, peak memory, and the output's error against eager.  The model,
+        its optimizers and the RNG are restored before each variant and afterwards; the cell's
+        variables keep the values of its first eager run, which is also the value returned.
+        """
+        __tracebackhide__ = True  # noqa: F841
+        args = parse_argstring(self.amp_compare, line, "%%amp_compare")
+        self.check_output_name(args.output)
+        try:
+            options = CompareOptions(
+                variants=tuple(parse_variants(args.variants)), runs=args.runs, min_time=args.min_time,
+                warmup=args.warmup, dtype=args.dtype.lower() if args.dtype else None, atol=args.atol,
+                rtol=args.rtol, restore=not args.no_restore)
+        except ValueError as exc:
+            raise usage_error(f"%%amp_compare: {exc}") from None
+        code = self.compile_cell(cell, "%%amp_compare")
+        namespace = self.shell.user_ns
+        name = self._model_name(args.model, code.names)
+        model = namespace[name] if name else None
+        state = (objects_for_model(model, code.names, namespace) if model is not None
+                 else [namespace[n] for n in sorted(code.names) if is_stateful(namespace.get(n))])
+        device = self.device(args.device, [model, *values_named(code.names, namespace)], "%%amp_compare")
+
+        def run_cell(variant_model):
+            __tracebackhide__ = True  # noqa: F841
+            if name is None:
+                return code.run(namespace)
+            namespace[name] = variant_model
+            try:
+                return code.run(namespace)
+            finally:
+                namespace[name] = model  # never leave a compiled wrapper in the user's variables
+
+        compared = args.compared
+        if compared is not None and not compared.isidentifier():
+            raise usage_error(f"--output needs a variable name, got {compared!r}")
+
+        def output(value):
+            if compared is None:
+                return value
+            if compared not in namespace:
+                raise usage_error(f"%%amp_compare: the cell did not define {compared!r} (--output)")
+            return namespace[compared]
+
+        after_eager: dict = {}
+        progress = self.progress("%%amp_compare", args.quiet)
+        try:
+            run = run_compare(run_cell, model, options, state=state, device=device, label="%%amp_compare",
+                              output=output,
+                              on_progress=progress.say if progress else None,
+                              after_baseline=lambda: after_eager.update(namespace))
+        except ProfilerBusyError as exc:
+            raise usage_error(f"%%amp_compare: {exc}") from None
+        except KeyboardInterrupt as exc:  # held while something was put back, raised as the run ended
+            self.interrupted(args, exc)
+        finally:
+            if progress:
+                progress.close()
+        if after_eager:  # the variables as eager's first run left them, not as the last variant did
+            # (internal names stay: removing dynamo's helper globals would make it recompile)
+            for key in [k for k in namespace if k not in after_eager and not is_internal(k)]:
+                del namespace[key]
+            namespace.update(after_eager)
+        return self.cell_outcome(args, run.result, run.value, run.error)
+
+    def _model_name(self, name: str | None, names: set[str]) -> str | None:
+        """The variable holding the model the variants change: --model, else the one module with
+        parameters that the cell names."""
+        import torch
+
+        namespace = self.shell.user_ns
+        if name is not None:
+            if name not in namespace:
+                raise usage_error(f"%%amp_compare: --model {name!r} is not defined")
+            if not isinstance(namespace[name], torch.nn.Module):
+                raise usage_error(f"%%amp_compare: --model {name!r} is a {type(namespace[name]).__name__}, "
+                                  "not an nn.Module")
+            return name
+        modules = sorted(n for n in names if isinstance(namespace.get(n), torch.nn.Module))
+        with_params = [n for n in modules if any(True for _ in namespace[n].parameters())]
+        candidates = with_params or modules
+        if len(candidates) > 1:
+            raise usage_error(f"%%amp_compare: the cell uses several models ({', '.join(candidates)}); "
+                              "say which one the variants change with --model NAME")
+        return candidates[0] if candidates else None

@@ -1,0 +1,460 @@
+"""Run one piece of code under several execution variants and compare them honestly.
+
+For each variant, from the same starting state (weights, optimizer, RNG): build it (compile,
+quantize), time its first run (the one-time cost), keep its output for the numerics check,
+warm up, and read its peak memory in one more run.  Then time all variants in interleaved
+rounds, and summarise each with its median, IQR and a bootstrap CI of its speedup over eager.
+The model, its optimizers and torch's global settings are put back afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...core.devices import Device, choose_device, is_out_of_memory
+from ...core.devices.profiler import ensure_profiler_free
+from ...core.interrupts import deliver_pending, guards, uninterruptible
+from ...core.limits import check_count, check_seconds, describe_error
+from ...core.measure import Rounds, bootstrap_ratio_ci, calls_per_block, summarize, timed_block, timed_call
+from ...core.render.format import fmt_bytes
+from ...core.settings import TorchSettings
+from ...core.state import Snapshot
+from . import numerics
+from .compile_watch import CompileCounts, compile_counts, is_recompile_limit, loud_recompile_limit
+from .result import CompareResult, VariantResult
+from .variants import CudaGraphs, Env, Variant, graph_steps
+
+PROGRESS_INTERVAL_S = 0.25
+AMP_DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    variants: tuple[Variant, ...]
+    runs: int | None = None        # rounds; None: until min_time
+    min_time: float = 1.0          # seconds of timed runs per variant (at least MIN_ROUNDS rounds)
+    min_rounds: int = 10
+    warmup: int = 3
+    dtype: str | None = None       # autocast dtype for amp: bf16 or fp16 (default: the device's choice)
+    atol: float | None = None
+    rtol: float | None = None
+    restore: bool = True
+
+    def __post_init__(self):
+        if self.runs is not None and self.runs < 2:
+            raise ValueError("--runs needs at least 2 rounds (a confidence interval needs more than one)")
+        check_count("--runs", self.runs)
+        if not self.min_time > 0:
+            raise ValueError("--min-time must be positive")
+        check_seconds("--min-time", self.min_time)
+        if self.warmup < 0:
+            raise ValueError("--warmup cannot be negative")
+        check_count("--warmup", self.warmup)
+        if self.dtype is not None and self.dtype not in AMP_DTYPES:
+            raise ValueError(f"--dtype is bf16 or fp16, got {self.dtype!r}")
+        for name in ("atol", "rtol"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < math.inf:
+                raise ValueError(f"--{name} must be a non-negative number")
+        if not self.variants or not self.variants[0].is_baseline:
+            raise ValueError("the first variant must be the eager baseline")
+
+
+@dataclass
+class CompareRun:
+    result: CompareResult | None
+    value: Any = None                  # what the baseline's first run returned (the cell's value)
+    error: BaseException | None = None  # the baseline's own failure, or an interrupt
+
+
+@dataclass
+class _Entry:
+    """A variant while it is being measured: its built model and what was seen so far."""
+
+    variant: Variant
+    out: VariantResult
+    built: Any = None
+    calls: int = 1
+    counts: CompileCounts = field(default_factory=CompileCounts)
+
+    def fail(self, message: str) -> None:
+        self.out.ok = False
+        self.out.error = message
+        self.built = None
+
+
+@guards
+def run_compare(fn: Callable[[Any], Any], model: nn.Module | None, options: CompareOptions, *,
+                state: list[Any], device: Device | None = None, label: str = "compare",
+                output: Callable[[Any], Any] | None = None,
+                on_progress: Callable[[str], None] | None = None,
+                after_baseline: Callable[[], None] | None = None) -> CompareRun:
+    """Compare ``fn(model_variant)`` across ``options.variants``.
+
+    ``state`` lists the stateful objects (modules, optimizers, schedulers) to restore before each
+    variant and afterwards.  ``output`` maps a run's return value to what the numerics check
+    compares (default: the value itself).  ``after_baseline`` is called right after eager's
+    first run, while its effects are fresh (the magic keeps the cell's variables from that run).
+    """
+    __tracebackhide__ = True  # noqa: F841  (a failing cell shows the user's frames only)
+    ensure_profiler_free()  # peaks are read with a profiler, and profiled timings would mean little
+    return _Comparison(fn, model, options, state, device or choose_device(), output, on_progress,
+                       after_baseline).run(label)
+
+
+class _Comparison:
+    def __init__(self, fn, model, options, state, device, output, on_progress, after_baseline):
+        self.fn, self.model, self.options = fn, model, options
+        self.env = Env(device, _amp_dtype(options.dtype, device), list(state))
+        self.state = state
+        self.output = output or (lambda value: value)
+        self.progress = on_progress or (lambda text: None)
+        self.after_baseline = after_baseline
+        self.entries = [_Entry(v, VariantResult(v.name, precision=v.precision(self.env))) for v in options.variants]
+        self.snapshot: Snapshot | None = None
+        self.reference: numerics.Reference | None = None
+        self.recompile_limit: int | None = None  # the user's setting (raised while comparing)
+        self.graph_notes: list[str] = []
+
+    @property
+    def device(self) -> Device:
+        return self.env.device
+
+    def run(self, label: str) -> CompareRun:
+        __tracebackhide__ = True  # noqa: F841
+        settings = TorchSettings.capture()
+        started = time.perf_counter()
+        self.snapshot = Snapshot(self.state, self.device) if self.options.restore else None
+        compiled = sum(v.compiles for v in self.options.variants)
+        graphs = CudaGraphs(list(self.options.variants), self.env)
+        pools_at_start = self.device.graph_pool_bytes() if graphs.active else None
+        run = CompareRun(None)
+        rounds, measured = None, []
+        try:
+            with loud_recompile_limit(compiled) if compiled else contextlib.nullcontext() as limit:
+                self.recompile_limit = limit
+                for entry in self.entries:
+                    self._prepare(entry, run)
+                measured = [e for e in self.entries if e.out.ok]
+                rounds = Rounds([self._block(e) for e in measured], rounds=self.options.runs,
+                                min_time=self.options.min_time, min_rounds=self.options.min_rounds)
+                self._timed_rounds(rounds, measured)
+        except BaseException as exc:  # noqa: BLE001  eager's own error or an interrupt: the caller re-raises it
+            run.error = exc
+        finally:
+            self._put_back(settings, graphs, pools_at_start)
+        if rounds is None:  # eager failed on its first run (the user's code is broken), or an interrupt came first
+            return run
+        _summarise(measured, rounds)
+        run.result = CompareResult(label=label, device=self.device.describe(), variants=[e.out for e in self.entries],
+                                   rounds=rounds.done, seconds=time.perf_counter() - started,
+                                   amp_dtype=str(self.env.amp_dtype).removeprefix("torch."),
+                                   options=_options_dict(self.options),
+                                   notes=self._notes(run, rounds) + self.graph_notes)
+        return run
+
+    def _notes(self, run: CompareRun, rounds: Rounds) -> list[str]:
+        notes = [note for note in (self.device.choice_note(),) if note]
+        notes += [] if self.options.restore else [
+            "--no-restore: the model and optimizer keep what the runs did to them, and variants started from "
+            "different weights (the errors are only meaningful for code that does not train)"]
+        if isinstance(run.error, KeyboardInterrupt):
+            notes.append(f"interrupted after {rounds.done} rounds: the figures cover what ran")
+        elif run.error is not None:
+            notes.append(f"eager failed in timed round {rounds.done + 1}: the figures cover the rounds before")
+        return notes
+
+    def _prepare(self, entry: _Entry, run: CompareRun) -> None:
+        """From the starting state: build, first run (one-time cost, numerics), warm-up, peak."""
+        __tracebackhide__ = True  # noqa: F841
+        variant, out, env = entry.variant, entry.out, self.env
+        problem = variant.problem(self.model, env)
+        if problem:
+            entry.fail(problem)
+            return
+        out.notes += variant.caveats(env)
+        self.progress(f"{variant.name}: {'compiling (first run)' if variant.compiles else 'first run'}…")
+        if self.snapshot is not None:
+            self.snapshot.restore()
+        pools_before = self.device.graph_pool_bytes() if variant.uses_cuda_graphs(env) else None
+        try:
+            start = time.perf_counter()
+            entry.built = variant.build(self.model, env)
+            build_s = time.perf_counter() - start
+            before = compile_counts()
+            inductor_loaded = "torch._inductor.compile_fx" in sys.modules
+            call = self._runner(entry)
+            with variant.around_call(entry.built, env):
+                value, first_s = timed_call(call, self.device)
+            first = compile_counts() - before
+            self._check_output(entry, value, run)
+            del value
+            out.first_call_s = build_s + first_s
+            if variant.compiles:
+                _record_compile(entry, first)
+                if not inductor_loaded and "torch._inductor.compile_fx" in sys.modules:
+                    out.notes.append("the first compile in this process: its cost includes loading inductor")
+            self.progress(f"{variant.name}: warm-up…")
+            fastest = first_s
+            for _ in range(self.options.warmup):
+                with variant.around_call(entry.built, env):
+                    _, seconds = timed_call(call, self.device)
+                fastest = min(fastest, seconds)
+            entry.calls = calls_per_block(fastest)
+            entry.counts = compile_counts() - before - first
+            out.peak_bytes = self._peak(entry)
+            if pools_before is not None:
+                self._record_graph_pool(entry, pools_before, (first + entry.counts).cudagraph_skips)
+        except Exception as exc:  # noqa: BLE001
+            if variant.is_baseline:
+                raise  # the user's code fails on its own: show their traceback
+            entry.fail(self._describe(exc, variant))
+            _forget(exc)
+        if not entry.out.ok:  # outside the except block: the failed run's tensors can go now
+            _release(self.device)
+
+    def _check_output(self, entry: _Entry, value, run: CompareRun) -> None:
+        compared = self.output(value)
+        if entry.variant.is_baseline:
+            run.value = value
+            self.reference = numerics.reference(compared)
+            if self.after_baseline is not None:
+                self.after_baseline()
+            return
+        out = entry.out
+        if self.reference is None:
+            out.notes.append("no numerics check: the code's output holds no tensors or numbers "
+                             "(name one with --output NAME)")
+            return
+        rtol, atol = numerics.tolerance(out.precision, self.options.rtol, self.options.atol)
+        error = numerics.compare(compared, self.reference, rtol, atol)
+        out.max_abs_err, out.max_rel_err, out.tolerance = error.max_abs, error.max_rel, (rtol, atol)
+        out.numerics_ok = error.ok
+        if error.problem:
+            out.notes.append(f"output differs from eager's: {error.problem}")
+        elif entry.variant.compiles and _active_dropout(self.model):
+            out.numerics_ok = None  # compiled dropout draws other random numbers than eager's
+            out.notes.append("error not judged: the model's dropout is active, and compiled code draws different "
+                             "random masks than eager (call model.eval() or compare an inference step)")
+        elif not error.ok:
+            out.notes.append(f"max error {error.max_abs:.3g} is over the tolerance "
+                             f"(atol {atol:g} + rtol {rtol:g} × max|eager output|)")
+
+    def _peak(self, entry: _Entry) -> int | None:
+        # The peak is counted from the start of the run, so a collection that frees older garbage
+        # inside it would lower it by an amount that has nothing to do with the code: collect first.
+        gc.collect()
+        with self.device.peak_scope() as reading:
+            with entry.variant.around_call(entry.built, self.env):
+                self._runner(entry)()
+            self.device.synchronize()
+        return reading.peak_bytes
+
+    def _block(self, entry: _Entry) -> Callable[[], tuple[float, int]]:
+        call = self._runner(entry)
+
+        def run_block() -> tuple[float, int]:
+            __tracebackhide__ = True  # noqa: F841
+            with entry.variant.around_call(entry.built, self.env):
+                before = compile_counts() if entry.variant.compiles else None
+                seconds = timed_block(call, entry.calls, self.device)
+                if before is not None:
+                    entry.counts = entry.counts + (compile_counts() - before)
+            return seconds, entry.calls
+
+        return run_block
+
+    def _runner(self, entry: _Entry) -> Callable[[], Any]:
+        call = _bound(self.fn, entry)
+        return graph_steps(call) if entry.variant.uses_cuda_graphs(self.env) else call
+
+    def _record_graph_pool(self, entry: _Entry, before: int, skips: int) -> None:
+        """The CUDA graph pool the variant grew: allocated while its graphs were recorded (its first
+        runs) and kept while they live, where its peak, read over one replay, sees nothing."""
+        after = self.device.graph_pool_bytes()
+        if after is None:
+            return
+        out = entry.out
+        out.graph_pool_bytes = max(after - before, 0)
+        shared = [e.variant.name for e in self.entries if e is not entry and e.out.graph_pool_bytes is not None]
+        out.notes.append(f"CUDA graph pool: {fmt_bytes(out.graph_pool_bytes)}, allocated when its graphs were "
+                         "recorded and held while they live; a replay allocates nothing, so peak mem leaves it out"
+                         + (f" (one pool per device, shared with {', '.join(shared)}: this is what it added)"
+                            if shared else ""))
+        if skips:
+            out.notes.append(f"inductor left {skips} of its graphs without CUDA graphs (as it does for CPU tensors, "
+                             "mutated inputs, dynamic shapes and more; TORCH_LOGS=cudagraphs says why): those run "
+                             "as ordinary kernel launches")
+
+    @uninterruptible
+    def _put_back(self, settings: TorchSettings, graphs: CudaGraphs, pools_at_start: int | None) -> None:
+        """The model, optimizer, RNG and torch's settings as they were; built variants and CUDA graph
+        pools dropped.  The first statement of the run's ``finally``: a Ctrl-C waits for all of it."""
+        for entry in self.entries:
+            entry.built = None  # drop compiled wrappers and quantized copies now
+        if self.snapshot is not None:
+            self.snapshot.restore()
+        settings.restore()
+        if graphs.active:
+            self._release_graphs(graphs, pools_at_start)
+        deliver_pending()
+
+    def _release_graphs(self, graphs: CudaGraphs, pools_at_start: int | None) -> None:
+        """Give back the CUDA graph pools recorded here, so later magics see the memory; say what stays."""
+        note = graphs.release()
+        gc.collect()  # the dropped code and the functions it recorded; their graph tree goes in the next pass
+        _release(self.device)  # which then hands the pool's memory back
+        held = (self.device.graph_pool_bytes() or 0) - (pools_at_start or 0)
+        if note:
+            self.graph_notes.append(note)
+        elif held > 0:
+            self.graph_notes.append(
+                f"CUDA graph pools still hold {fmt_bytes(held)} more than before the comparison: something in this "
+                "process keeps them (code compiled elsewhere with CUDA graphs shares the device's graph tree, or "
+                "tensors a graph returned are still referenced); torch._dynamo.reset() frees them, and makes "
+                "all compiled code compile again on its next call")
+
+    def _timed_rounds(self, rounds: Rounds, measured: list[_Entry]) -> None:
+        __tracebackhide__ = True  # noqa: F841
+
+        def on_error(i: int, exc: Exception) -> None:
+            __tracebackhide__ = True  # noqa: F841
+            entry = measured[i]
+            if entry.variant.is_baseline:
+                raise exc
+            entry.fail(f"{self._describe(exc, entry.variant)} (in timed round {rounds.done + 1})")
+            _forget(exc)
+            _release(self.device)
+
+        target = f"{rounds.rounds}" if rounds.rounds else f"at least {rounds.min_rounds}"
+        self.progress(f"timing: round 1 of {target}…")
+        last = time.monotonic()
+
+        def on_round(done: int) -> None:
+            # A progress update is a message the kernel sends while other variants are timed; a
+            # comparison can finish 100 rounds a second, so report a few times a second at most.
+            nonlocal last
+            if time.monotonic() - last >= PROGRESS_INTERVAL_S:
+                last = time.monotonic()
+                self.progress(f"timing: round {done + 1} of {target}…")
+
+        rounds.run(on_round=on_round, on_error=on_error)
+
+    def _describe(self, exc: BaseException, variant: Variant) -> str:
+        if is_recompile_limit(exc):
+            return (f"dynamo hit its recompile limit ({self.recompile_limit}): what the compiled code was "
+                    "specialised on keeps changing; outside this comparison dynamo would silently run eager "
+                    "from here")
+        return _describe(exc, variant)
+
+
+def _amp_dtype(name: str | None, device: Device) -> torch.dtype:
+    if name is not None:
+        return AMP_DTYPES[name]
+    return device.low_precision().dtype or torch.bfloat16
+
+
+def _bound(fn, entry: _Entry) -> Callable[[], Any]:
+    def call():
+        __tracebackhide__ = True  # noqa: F841
+        return fn(entry.built)  # read at each call: the timed blocks must not keep a dropped variant alive
+
+    return call
+
+
+def _active_dropout(model) -> bool:
+    return model is not None and any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 and m.training
+                                     for m in model.modules())
+
+
+def _record_compile(entry: _Entry, first: CompileCounts) -> None:
+    out = entry.out
+    out.graphs, out.graph_breaks = first.graphs, first.graph_breaks
+    if first.frames == 0:
+        out.compile_cache = "in memory"
+        out.notes.append("reused code compiled earlier in this kernel: the one-time cost shown is not a "
+                         "fresh compile (a new process pays it again)")
+    elif first.graphs == 0:
+        out.fell_back = True
+        out.notes.append("ran eager: dynamo produced no graph for this code")
+    else:
+        out.compile_cache = "warm disk cache" if first.cache_hits and not first.cache_misses else "cold"
+        if out.compile_cache != "cold":
+            out.notes.append("inductor's on-disk cache held these graphs: a cold compile takes longer")
+    if first.graph_breaks:
+        reasons = "; ".join(first.break_reasons[:2]) or "see torch._dynamo.explain"
+        out.notes.append(f"{first.graph_breaks} graph break{'s' if first.graph_breaks != 1 else ''} "
+                         f"({reasons}): code between graphs runs eager")
+
+
+def _summarise(measured: list[_Entry], rounds: Rounds) -> None:
+    """Medians, speedups with paired-bootstrap CIs, one-time costs and break-even, per variant."""
+    if not measured:
+        return
+    base = rounds.samples[0]
+    for entry, samples in zip(measured, rounds.samples):
+        out = entry.out
+        out.samples_s, out.calls_per_sample = list(samples), entry.calls
+        summary = summarize(samples)
+        if summary is None or not out.ok:  # failed mid-way: its partial times are not compared
+            continue
+        out.median_s, out.iqr_s = summary.median, summary.iqr
+        if entry.variant.is_baseline:
+            out.speedup = 1.0
+            continue
+        n = min(len(base), len(samples))  # rounds both completed, paired by index
+        if n == 0:
+            continue
+        base_median, median = summarize(base[:n]).median, summarize(samples[:n]).median
+        out.speedup = base_median / median
+        out.ci = bootstrap_ratio_ci(base[:n], samples[:n]) if n >= 2 else None
+        if entry.variant.compiles or any(t.build for t in entry.variant.techniques):
+            out.compile_s = max(out.first_call_s - out.median_s, 0.0)
+            if out.ci is not None and out.ci[0] > 1:
+                out.break_even_runs = max(1, math.ceil(out.compile_s / (base_median - median)))
+        if entry.variant.compiles:
+            out.recompiles = entry.counts.frames
+            if entry.counts.frames:
+                out.notes.append(f"recompiled {entry.counts.frames}× after its first run: what the compiled code was "
+                                 "specialised on (shapes, Python values) keeps changing; each recompile costs a "
+                                 "compile, and past torch._dynamo.config.recompile_limit dynamo runs eager")
+
+
+def _describe(exc: BaseException, variant: Variant) -> str:
+    if is_out_of_memory(exc):
+        return "out of memory"
+    message = describe_error(exc)
+    inference_only = [t.name for t in variant.techniques if t.name in ("inference_mode", "int8")]
+    if inference_only and any(w in str(exc) for w in ("grad", "backward", "Inference")):
+        message += f" — {inference_only[0]} is for inference, and this code seems to train"
+    return message
+
+
+def _forget(exc: BaseException) -> None:
+    """Drop the frames a failed variant's exception holds (its tensors, on the device too)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        exc.__traceback__ = None
+        exc = exc.__context__ or exc.__cause__
+
+
+def _release(device: Device) -> None:
+    gc.collect()
+    device.empty_cache()
+
+
+def _options_dict(options: CompareOptions) -> dict:
+    return {"variants": [v.name for v in options.variants], "runs": options.runs, "min_time": options.min_time,
+            "min_rounds": options.min_rounds, "warmup": options.warmup, "dtype": options.dtype,
+            "atol": options.atol, "rtol": options.rtol, "restore": options.restore}

@@ -1,0 +1,499 @@
+"""Tune a DataLoader: time the loader alone under other worker settings, say which feeds fastest.
+
+Each setting gets a fresh DataLoader built from the user's parts (dataset, batch sampler or
+batch size, collate function, worker init), so the user's loader is never iterated.  A pass
+times the first batch on its own (worker start-up is a real cost, paid every epoch unless the
+workers persist) and then the steady state, in batches per second.  Settings are measured in
+interleaved rounds, and the speedup over the loader's current settings gets a bootstrap CI.
+Every worker process started is shut down before the function returns.
+"""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import os
+import pickle
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from ...core.devices import Device, choose_device
+from ...core.interrupts import deliver_pending, guards, uninterruptible
+from ...core.limits import check_count, check_seconds, check_workers, describe_error
+from ...core.measure import bootstrap_ratio_ci, summarize
+from ...core.state import Snapshot
+from .result import DATALOADER_DEFAULTS, LoaderRow, LoaderSettings, LoaderTuneResult
+
+WORKER_TIMEOUT_S = 120  # a worker that sends nothing for this long is taken as hung
+MIN_BATCHES = 3         # a time-bound pass still times at least this many batches
+SHORT_EPOCH_BUFFERS = 20  # an epoch shorter than this many prefetch buffers is short: its refill shows
+EPOCH_CAP = 4           # a pass runs on to a short epoch's next start unless that takes this many times --seconds
+EXIT_WAIT_S = 5         # a worker or queue thread told to end has this long to do so
+MIN_PAIRED_ROUNDS = 5   # fewer paired passes give a bootstrap interval that claims more than it knows
+_END = object()
+
+
+@dataclass(frozen=True)
+class LoaderTuneOptions:
+    workers: tuple[int, ...] | None = None  # default: 0, 1, 2, 4, ... up to the CPU count
+    batches: int | None = None              # batches timed per pass; default: as many as fit in ``seconds``
+    seconds: float = 0.5                    # a pass times at least this long (and MIN_BATCHES batches)
+    rounds: int = 5                         # passes per setting, interleaved
+
+    def __post_init__(self):
+        if self.workers is not None and (not self.workers or any(w < 0 for w in self.workers)):
+            raise ValueError("--workers takes worker counts such as 0,1,2,4 (0 or more)")
+        check_workers(self.workers)
+        if self.batches is not None and self.batches < 1:
+            raise ValueError("--batches must be at least 1")
+        check_count("--batches", self.batches)
+        if not self.seconds > 0:
+            raise ValueError("--seconds must be positive")
+        check_seconds("--seconds", self.seconds)
+        if self.rounds < 2:
+            raise ValueError("rounds must be at least 2 (a confidence interval needs more than one)")
+        check_count("--rounds", self.rounds)
+
+
+def default_workers(cpus: int | None = None) -> tuple[int, ...]:
+    cpus = cpus or os.cpu_count() or 1
+    counts = {0, cpus}
+    n = 1
+    while n < cpus:
+        counts.add(n)
+        n *= 2
+    return tuple(sorted(counts))
+
+
+def as_loader(obj: Any, loader_kwargs: dict[str, Any] | None = None) -> DataLoader:
+    """The DataLoader to tune: ``obj`` itself, or one built from a dataset and keyword arguments."""
+    if isinstance(obj, DataLoader):
+        if loader_kwargs:
+            raise ValueError("DataLoader keyword arguments go with a dataset, not with a DataLoader")
+        return obj
+    if isinstance(obj, torch.utils.data.Dataset) or hasattr(obj, "__getitem__") and hasattr(obj, "__len__"):
+        try:
+            return DataLoader(obj, **(loader_kwargs or {}))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"DataLoader refused the arguments: {exc}") from None
+    raise ValueError(f"expected a DataLoader or a dataset, got a {type(obj).__name__}")
+
+
+def current_settings(loader: DataLoader) -> LoaderSettings:
+    workers = loader.num_workers
+    return LoaderSettings(num_workers=workers, pin_memory=bool(loader.pin_memory),
+                          persistent_workers=bool(loader.persistent_workers) and workers > 0,
+                          prefetch_factor=(loader.prefetch_factor or 2) if workers > 0 else None)
+
+
+@guards
+def run_loadertune(loader: DataLoader, options: LoaderTuneOptions = LoaderTuneOptions(), *,
+                   step: Callable[[Any], Any] | None = None, state: list[Any] | None = None,
+                   device: Device | None = None, label: str = "loader",
+                   on_progress: Callable[[str], None] | None = None) -> LoaderTuneResult:
+    """Measure ``loader``'s parts under other worker settings and recommend the fastest.
+
+    With ``step``, also time ``step(batch)`` alone and together with the current and the best
+    loader, to tell whether the loader or the model limits training; the modules and
+    optimizers in ``state`` are restored afterwards.
+    """
+    __tracebackhide__ = True  # noqa: F841
+    device = device or choose_device()
+    progress = on_progress or (lambda text: None)
+    started = time.perf_counter()
+    tuner = _Tuner(loader, options, device, progress)
+    interrupted = None
+    try:
+        tuner.sweep()
+        if step is not None:
+            tuner.with_step(step, state or [])
+    except KeyboardInterrupt as exc:
+        interrupted = exc
+    finally:
+        tuner.close()
+    if interrupted is not None:  # what was measured goes with it: the magic shows it
+        interrupted.torchmagic_result = tuner.interrupted_result(label, time.perf_counter() - started)
+        raise interrupted
+    return tuner.result(label, time.perf_counter() - started)
+
+
+class _Tuner:
+    def __init__(self, loader: DataLoader, options: LoaderTuneOptions, device: Device, progress):
+        self.loader, self.options, self.device, self.progress = loader, options, device, progress
+        self.current = current_settings(loader)
+        self.iterable = isinstance(loader.dataset, IterableDataset)
+        self.start_method = _start_method(loader)
+        self.pickle_problem = _pickle_problem(loader)
+        self.rows: dict[LoaderSettings, LoaderRow] = {}
+        self.notes: list[str] = [note for note in (device.choice_note(),) if note]
+        # every new iterator draws a seed (and a shuffle) from torch's generator, or the loader's own
+        self._rng = device.rng_state()
+        self._generator = loader.generator.get_state() if loader.generator is not None else None
+        # every iterator made, until close(): one an interrupt left in a traceback still has workers
+        self._iterators: weakref.WeakSet = weakref.WeakSet()
+        self.step_s: float | None = None
+        self._latest = None  # the iterator a pass is on
+        self.stages: list[list[LoaderSettings]] = []  # the settings each stage ran side by side
+        self.samples: dict[tuple[int, LoaderSettings], list[float]] = {}
+        self.fastest = self.current
+        self.with_step_rows: dict[str, float] = {}
+        try:
+            self.epoch_batches: int | None = len(loader)
+        except TypeError:  # an IterableDataset without __len__
+            self.epoch_batches = None
+
+    # --- the sweep --------------------------------------------------------------------
+
+    def sweep(self) -> None:
+        pin = self.current.pin_memory or self.device.pinned_memory_helps
+        workers = self.options.workers or default_workers()
+        counts = [self.current] + [s for s in (_settings(w, pin) for w in workers) if s != self.current]
+        self._rounds(counts, "workers")
+        self.fastest = self._fastest(counts)
+        if self.fastest.num_workers > 0:  # then the two knobs that only exist with workers
+            more = [replace(self.fastest, persistent_workers=False),
+                    replace(self.fastest, prefetch_factor=2 * (self.fastest.prefetch_factor or 2))]
+            # the current settings run again, so every candidate is paired with them in its own rounds
+            knobs = [self.current, self.fastest] + [s for s in more if s not in (self.current, self.fastest)]
+            self._rounds(knobs, "persistent workers and a deeper prefetch")
+        if self.options.rounds < MIN_PAIRED_ROUNDS:
+            self.notes.append(f"{self.options.rounds} rounds give no confidence interval (it takes "
+                              f"{MIN_PAIRED_ROUNDS}), so no change is recommended: the figures are a first look")
+        if self.pickle_problem and self.start_method == "fork":
+            self.notes.append(
+                f"workers work here because Linux forks them, but the dataset cannot be pickled "
+                f"({self.pickle_problem}): on macOS and Windows, where workers are spawned, they would fail")
+        if self.iterable:
+            self.notes.append("an IterableDataset runs one copy of its iterator per worker: unless it splits its "
+                              "data with torch.utils.data.get_worker_info(), N workers yield every item N times "
+                              "(and the batches/s above count duplicates)")
+
+    def _rounds(self, settings: list[LoaderSettings], stage: str) -> None:
+        for s in settings:
+            self.rows.setdefault(s, LoaderRow(settings=s))
+        self.stages.append(settings)
+        for r in range(self.options.rounds):
+            for i in range(len(settings)):
+                s = settings[(i + r) % len(settings)]  # rotate the order every round
+                row = self.rows[s]
+                if row.error is None:
+                    self.progress(f"{stage}: round {r + 1} of {self.options.rounds}, {s.label()}…")
+                    measured = len(row.batches_per_s)
+                    self._pass(s, row)
+                    if len(row.batches_per_s) > measured:
+                        self.samples.setdefault((len(self.stages) - 1, s), []).append(row.batches_per_s[-1])
+
+    def _pass(self, s: LoaderSettings, row: LoaderRow) -> None:
+        if s.num_workers > 0 and self.pickle_problem and self.start_method != "fork":
+            row.error = _spawn_message(self.pickle_problem, self.start_method)
+            return
+        iterator = None
+        try:
+            loader = self._loader(s)
+            start = time.perf_counter()
+            iterator = self._iter(loader)
+            next(iterator)
+            row.first_batch_s.append(time.perf_counter() - start)
+            done, timed = self._steady(loader, iterator, s)
+            if done:
+                row.batches_per_s.append(done / timed)
+        except Exception as exc:  # a worker crashed or the dataset raised
+            row.error = _describe(exc)
+        finally:
+            # Persistent workers too: left running, they would go on filling their prefetch buffer
+            # while the next setting is timed, and slow it.  A pass sees their gain at each new epoch.
+            _shutdown(iterator)
+
+    def _steady(self, loader: DataLoader, iterator, s: LoaderSettings) -> tuple[int, float]:
+        """Batches and seconds after the start of a pass.  Workers fill a buffer of prefetch_factor
+        batches each while the first one is awaited: those are taken untimed, or a short pass would
+        time the buffer, not the workers.  A pass runs on into new epochs, and those starts are
+        timed: a training loop pays them too (less with persistent workers)."""
+        buffered = s.num_workers * (s.prefetch_factor or 0)
+        for _ in range(buffered):
+            if next(iterator, _END) is _END:
+                break
+        first, self._latest = iterator, iterator
+        done, start, empty = 0, time.perf_counter(), 0
+        try:
+            while not self._pass_done(done, time.perf_counter() - start, buffered):
+                if next(iterator, _END) is not _END:
+                    done, empty = done + 1, 0
+                    continue
+                empty += 1
+                if empty >= 2:  # a new epoch gave nothing: the dataset is empty from here
+                    break
+                if not s.persistent_workers:
+                    _shutdown(iterator)
+                iterator = self._latest = self._iter(loader)
+            return done, time.perf_counter() - start
+        finally:
+            if self._latest is not first and not s.persistent_workers:
+                _shutdown(self._latest)
+
+    def _pass_done(self, done: int, elapsed: float, buffered: int = 0) -> bool:
+        """A time-bound pass lasts --seconds.  The ``buffered`` batches the workers prefetched at
+        its start go untimed, so on an epoch not much longer than that buffer a pass must also
+        run on past the next epoch's start (up to EPOCH_CAP times --seconds), where the workers
+        refill their queues (or start again) as they do in training: else it would overstate what
+        workers give on short epochs."""
+        if self.options.batches is not None:
+            return done >= self.options.batches
+        if done < MIN_BATCHES or elapsed < self.options.seconds:
+            return False
+        epoch = self.epoch_batches
+        short_epoch = epoch is not None and buffered > 0 and epoch < SHORT_EPOCH_BUFFERS * buffered
+        return not short_epoch or done >= epoch or elapsed >= EPOCH_CAP * self.options.seconds
+
+    def _loader(self, s: LoaderSettings) -> DataLoader:
+        return DataLoader(**self._kwargs(s))  # fresh each pass: every pass starts its workers, as training does
+
+    def _kwargs(self, s: LoaderSettings) -> dict:
+        src = self.loader
+        kwargs = dict(dataset=src.dataset, collate_fn=src.collate_fn, worker_init_fn=src.worker_init_fn,
+                      generator=src.generator, **s.kwargs())
+        if s.num_workers:  # DataLoader refuses these without workers
+            kwargs.update(multiprocessing_context=src.multiprocessing_context, timeout=src.timeout or WORKER_TIMEOUT_S)
+        if self.iterable:
+            kwargs.update(batch_size=src.batch_size, drop_last=src.drop_last)
+        else:
+            kwargs.update(batch_sampler=src.batch_sampler)
+        return kwargs
+
+    def _fastest(self, settings: list[LoaderSettings]) -> LoaderSettings:
+        measured = [s for s in settings if self.rows[s].error is None and self.rows[s].batches_per_s]
+        if not measured:
+            return self.current
+        return max(measured, key=lambda s: summarize(self.rows[s].batches_per_s).median)
+
+    def recommendation(self) -> tuple[LoaderSettings, float | None, tuple[float, float] | None]:
+        return recommend(self.current, self.fastest, self.rows, self.stages, self.samples)
+
+    # --- with the training step -------------------------------------------------------
+
+    def with_step(self, step: Callable[[Any], Any], state: list[Any]) -> None:
+        snapshot = Snapshot(state, self.device)
+        try:
+            batch = next(iter(DataLoader(**self._kwargs(LoaderSettings(0)))))
+            times = []
+            for _ in range(5):
+                start = time.perf_counter()
+                step(batch)
+                self.device.synchronize()
+                times.append(time.perf_counter() - start)
+            self.step_s = summarize(times[1:]).median
+            for name, s in (("current", self.current), ("best", self.recommendation()[0])):
+                self.progress(f"with the step: {name} loader…")
+                self.with_step_rows[name] = self._steps_per_s(s, step)
+        finally:
+            snapshot.restore()
+
+    def _steps_per_s(self, s: LoaderSettings, step) -> float:
+        iterator = None
+        try:
+            iterator = self._iter(self._loader(s))
+            step(next(iterator))
+            done, start = 0, time.perf_counter()
+            while not self._pass_done(done, time.perf_counter() - start):
+                try:
+                    step(next(iterator))
+                except StopIteration:
+                    break
+                done += 1
+            self.device.synchronize()
+            return done / (time.perf_counter() - start)
+        finally:
+            _shutdown(iterator)
+
+    # --- the end ----------------------------------------------------------------------
+
+    @uninterruptible
+    def _iter(self, loader: DataLoader):
+        """A new iterator (its workers started), known to close() before anyone can lose it."""
+        iterator = iter(loader)
+        self._iterators.add(iterator)
+        deliver_pending()
+        return iterator
+
+    @uninterruptible
+    def close(self) -> None:
+        """Stop every worker still running and put back the random state the iterators drew from."""
+        for iterator in list(self._iterators):
+            _shutdown(iterator)
+        multiprocessing.active_children()  # reaps the workers that have exited
+        self.device.set_rng_state(self._rng)
+        if self._generator is not None:
+            self.loader.generator.set_state(self._generator)
+        deliver_pending()
+
+    def interrupted_result(self, label: str, seconds: float) -> LoaderTuneResult:
+        """The settings measured before an interrupt, recommending none: a partial sweep's
+        rounds are not paired and the settings not yet run could be the fastest."""
+        measured = sum(1 for row in self.rows.values() if row.batches_per_s)
+        self.notes.append(f"interrupted after {measured} of {len(self.rows)} settings had a pass: "
+                          "no change is recommended from a partial sweep")
+        return self.result(label, seconds, recommend=False)
+
+    def result(self, label: str, seconds: float, recommend: bool = True) -> LoaderTuneResult:
+        best, speedup, ci = self.recommendation() if recommend else (self.current, None, None)
+        return LoaderTuneResult(label=label, device=self.device.describe(), current=self.current, best=best,
+                                fastest=self.fastest, rows=list(self.rows.values()), speedup=speedup, ci=ci,
+                                seconds=seconds, cpus=os.cpu_count() or 1, start_method=self.start_method,
+                                loader_call=_loader_call(self.loader, best),
+                                step_s=self.step_s, with_step=dict(self.with_step_rows), notes=self.notes,
+                                options={"workers": list(self.options.workers or default_workers()),
+                                         "batches": self.options.batches, "seconds": self.options.seconds,
+                                         "rounds": self.options.rounds})
+
+
+def _paired(samples: dict, stage: int, top: LoaderSettings, base: LoaderSettings):
+    """Speedup of ``top`` over ``base`` and its 95% CI, over the rounds of one stage, which ran
+    them side by side."""
+    a, b = samples.get((stage, top), []), samples.get((stage, base), [])
+    n = min(len(a), len(b))
+    if n < 2:
+        return None, None
+    speedup = summarize(a[:n]).median / summarize(b[:n]).median
+    return speedup, (bootstrap_ratio_ci(a[:n], b[:n]) if n >= MIN_PAIRED_ROUNDS else None)
+
+
+def recommend(current: LoaderSettings, fastest: LoaderSettings, rows: dict[LoaderSettings, LoaderRow],
+              stages: list[list[LoaderSettings]], samples: dict
+              ) -> tuple[LoaderSettings, float | None, tuple[float, float] | None]:
+    """The settings to use, always ones that were measured: among those faster than the current
+    settings with 95% confidence, the fastest, or a simpler one it does not beat with 95%
+    confidence.  None faster: the current settings, with the fastest's figures."""
+    if rows[current].error is not None:  # what works beats what fails
+        return fastest, None, None
+    faster = []
+    for stage, settings in enumerate(stages):
+        for s in settings:
+            if s != current and rows[s].error is None:
+                speedup, ci = _paired(samples, stage, s, current)
+                if ci is not None and ci[0] > 1:
+                    faster.append((stage, s, speedup, ci))
+    if not faster:
+        speedup, ci = _paired(samples, 0, fastest, current)
+        return current, speedup, ci
+    stage, top, speedup, ci = max(faster, key=lambda c: c[2])
+    for other_stage, s, other_speedup, other_ci in sorted(faster, key=lambda c: _complexity(c[1])):
+        if _complexity(s) >= _complexity(top):
+            break
+        if other_stage == stage:
+            _, top_over_s = _paired(samples, stage, top, s)
+            if top_over_s is not None and top_over_s[0] <= 1:
+                return s, other_speedup, other_ci
+    return top, speedup, ci
+
+
+def _complexity(s: LoaderSettings) -> int:
+    """How many arguments differ from DataLoader's defaults: fewer is simpler to keep."""
+    return sum(v is not None and DATALOADER_DEFAULTS.get(k) != v for k, v in s.kwargs().items())
+
+
+def _settings(workers: int, pin: bool) -> LoaderSettings:
+    """Worker counts are compared with persistent workers: a training loop over several epochs
+    should keep them (the second stage measures what dropping that costs)."""
+    return LoaderSettings(workers, pin, workers > 0, 2 if workers > 0 else None)
+
+
+@uninterruptible
+def _shutdown(iterator) -> None:
+    """Stop an iterator's worker processes now, not whenever it is garbage-collected.
+
+    torch closes the iterator's queues without waiting for their feeder threads, and terminates a
+    worker that is slow to exit without waiting for it to go: on a loaded machine both outlive the
+    call by a while.  Both are waited for here, so no thread or process does."""
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+        queues = [*getattr(iterator, "_index_queues", ()), getattr(iterator, "_worker_result_queue", None)]
+        for feeder in (getattr(q, "_thread", None) for q in queues):
+            if feeder is not None and feeder is not threading.current_thread():
+                feeder.join(EXIT_WAIT_S)
+        for worker in getattr(iterator, "_workers", ()):
+            worker.join(EXIT_WAIT_S)
+            if worker.is_alive():  # deaf to SIGTERM
+                worker.kill()
+                worker.join()
+    deliver_pending()
+
+
+def _start_method(loader: DataLoader) -> str:
+    context = loader.multiprocessing_context
+    if context is not None:
+        return context.get_start_method() if hasattr(context, "get_start_method") else str(context)
+    return torch.multiprocessing.get_start_method(allow_none=False)
+
+
+class _NoData(pickle.Pickler):
+    """Pickles the structure, not the data: tensors and arrays are stood in for, so the check
+    is cheap even for a dataset holding gigabytes."""
+
+    def persistent_id(self, obj):
+        if isinstance(obj, torch.Tensor) or type(obj).__name__ == "ndarray":
+            return id(obj)
+        return None
+
+
+def _pickle_problem(loader: DataLoader) -> str | None:
+    """Why the dataset (or collate or worker-init function) cannot be sent to a spawned worker."""
+    for what, obj in (("dataset", loader.dataset), ("collate_fn", loader.collate_fn),
+                      ("worker_init_fn", loader.worker_init_fn)):
+        if obj is None:
+            continue
+        try:
+            _NoData(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+        except Exception as exc:  # PicklingError, AttributeError ("Can't pickle local object"), TypeError
+            return f"{what}: {describe_error(exc)}"
+    return None
+
+
+def _spawn_message(problem: str, method: str) -> str:
+    return (f"workers are started with {method!r}, which sends the dataset to each worker by pickling, and it cannot "
+            f"be pickled ({problem}). Define transforms as module-level functions, not lambdas or local functions; "
+            "with spawn (the default on macOS and Windows) keep the dataset class in a .py module the workers can "
+            "import, and in a script guard the training code with `if __name__ == \"__main__\":`")
+
+
+def _describe(exc: Exception) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    if "Original Traceback" in str(exc):  # a worker's error: its own last line says what went wrong
+        text = f"{text.rstrip('.')}: {lines[-1].strip()}"
+    message = f"{type(exc).__name__}: {text[:300]}"
+    if "killed by signal" in text or "Bus error" in text:
+        message += " — a worker died; in Docker a small /dev/shm is the usual cause (--shm-size, or --ipc=host)"
+    elif "timed out" in text:
+        message += f" — no batch came from the workers for {WORKER_TIMEOUT_S} s"
+    return message
+
+
+def _loader_call(loader: DataLoader, best: LoaderSettings) -> str:
+    """A DataLoader(...) line to copy: the user's own arguments as far as the loader shows them,
+    with the recommended worker settings."""
+    args = ["dataset"]
+    sampler = getattr(loader, "sampler", None)
+    if isinstance(loader.dataset, IterableDataset) or loader.batch_size is not None:
+        args.append(f"batch_size={loader.batch_size}")
+        if isinstance(sampler, torch.utils.data.RandomSampler):
+            args.append("shuffle=True")
+        elif sampler is not None and not isinstance(sampler, torch.utils.data.SequentialSampler) \
+                and not type(sampler).__name__.startswith("_"):
+            args.append("sampler=sampler")
+        if loader.drop_last:
+            args.append("drop_last=True")
+    else:
+        args.append("batch_sampler=batch_sampler")
+    if loader.collate_fn is not None and getattr(loader.collate_fn, "__name__", "") not in ("default_collate", ""):
+        args.append(f"collate_fn={loader.collate_fn.__name__}")
+    args += [f"{k}={v!r}" for k, v in best.kwargs().items()
+             if v is not None and (k == "num_workers" or DATALOADER_DEFAULTS.get(k) != v)]
+    return f"DataLoader({', '.join(args)})"

@@ -1,0 +1,88 @@
+"""``%gpumem --free`` and ``torchmagic.free``: delete variables and what else pins their tensors
+(IPython's output history, the last traceback), collect, empty the caches, report what came back."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from ...core.devices import CpuDevice, Device, host_memory, visible_accelerators
+from ...core.interrupts import guards
+from .holders import Walker
+from .pins import Pin, drop_pins, namespace_pins
+from .report import holdings, memory_report, user_variables
+from .result import Freed, MemoryResult
+
+
+@guards
+def free(names: list[str], namespace: dict[str, Any], *, hidden: Iterable[str] = (),
+         devices: list[Device] | None = None, top: int = 10,
+         extra_pins: Callable[[], list[Pin]] | None = None) -> MemoryResult:
+    """Delete ``names``, drop what else pins their tensors (IPython's output history, the last
+    traceback, and ``extra_pins()``: the shell's own copies), collect, empty the caches.
+
+    With no names, drop the pins that hold memory no variable holds (what the report flags).
+    """
+    missing = [n for n in names if n not in namespace]
+    if missing:
+        raise NameError(f"not defined: {', '.join(missing)}")
+    devices = visible_accelerators() if devices is None else devices
+    walker = Walker()
+    targets: dict[tuple[str, int], int] = {}
+    for name in names:
+        targets.update(walker.holding(namespace[name]).storages)
+    if not names:
+        held = set(holdings(user_variables(namespace, hidden), walker).union)
+        for pin in namespace_pins(namespace) + (extra_pins() if extra_pins else []):
+            targets.update({k: n for k, n in walker.holding(pin.value).storages.items() if k not in held})
+    tensors = [weakref.ref(t) for t in _tensors_of([namespace[n] for n in names])]
+    before = {d.label: d.memory_allocated() for d in devices}
+    cpu_before = host_memory().rss_bytes
+    for name in names:
+        del namespace[name]
+    pins = namespace_pins(namespace) + (extra_pins() if extra_pins else [])
+    dropped = drop_pins(pins, set(targets), walker)
+    del pins  # they hold the values too
+    gc.collect()
+    for d in [*devices, CpuDevice()]:  # the CPU's: glibc hands freed heap back to the OS
+        d.empty_cache()
+    reclaimed = {}
+    for d in devices:
+        after = d.memory_allocated()
+        if before[d.label] is not None and after is not None:
+            reclaimed[d.label] = before[d.label] - after
+    cpu_after = host_memory().rss_bytes
+    if cpu_before is not None and cpu_after is not None:
+        reclaimed["host, resident"] = cpu_before - cpu_after
+    alive = [t for t in (ref() for ref in tensors) if t is not None]
+    report = memory_report(namespace, hidden=hidden, devices=devices, top=top,
+                           pins=namespace_pins(namespace) + (extra_pins() if extra_pins else []))
+    report.freed = Freed(names=list(names), dropped=dropped, reclaimed=reclaimed, still_alive_tensors=len(alive),
+                         still_alive_bytes=sum(_storage_bytes(t) for t in alive))
+    return report
+
+
+def _tensors_of(values: list[Any]) -> list[torch.Tensor]:
+    """The tensors a walk finds, kept only long enough to take weak references."""
+    found: list[torch.Tensor] = []
+
+    class Collector(Walker):
+        def _tensor(self, tensor, holding):
+            found.append(tensor)
+            super()._tensor(tensor, holding)
+
+    collector = Collector()
+    for value in values:
+        collector.holding(value)
+    return found
+
+
+def _storage_bytes(tensor: torch.Tensor) -> int:
+    try:
+        return tensor.untyped_storage().nbytes()
+    except Exception:
+        return 0

@@ -1,0 +1,150 @@
+"""%gpumem and %%gpumem: parse the line, report devices, host and variables (report.py), free
+them, reset peaks, watch in the background, or measure a cell; show the result."""
+
+from __future__ import annotations
+
+from IPython.core.magic import line_cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.display import display
+
+from ...core.devices import visible_accelerators
+from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, usage_error, user_frames_only
+from ...core.render.base import widget_frontend
+from ...core.shell import is_history
+from ...core.state import values_named
+from .free import free
+from .holders import traceback_locals
+from .pins import Pin, namespace_pins
+from .report import memory_report
+from .run import run_cell_memory
+from .watch import MemoryWatch
+
+
+@magics_class
+class MemoryMagics(TorchMagicsBase):
+    @magic_arguments()
+    @argument("--free", nargs="*", metavar="NAME",
+              help="delete these variables, drop what IPython keeps of them (Out, _, the last traceback), "
+                   "collect and empty the cache; report what came back.  With no names: drop what only "
+                   "IPython keeps (the output history and the last traceback)")
+    @argument("--reset", action="store_true", help="reset torch's peak memory counters on every GPU")
+    @argument("--watch", nargs="?", type=float, const=1.0, metavar="SECONDS",
+              help="sample memory and utilisation in the background every SECONDS (default 1) while later "
+                   "cells run; a live chart in JupyterLab")
+    @argument("--stop", action="store_true", help="stop the watch and show what it saw")
+    @argument("--top", type=int, default=10, metavar="K", help="variables listed (default 10)")
+    @DEVICE_ARGUMENT
+    @argument("-o", dest="output", metavar="NAME", help="store the result in variable NAME")
+    @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
+    @line_cell_magic
+    @user_frames_only
+    def gpumem(self, line, cell=None):
+        """Where did the memory go?  Every GPU (NVML and torch's allocator), the host, and the
+        notebook variables holding tensor memory.
+
+        %gpumem                       devices, host, largest variables (r = %gpumem keeps the result)
+        %gpumem --free NAME [NAME...] delete them and what pins them in IPython; report what came back
+        %gpumem --free                drop what only IPython's output history or last traceback holds
+        %gpumem --reset               reset torch's peak counters
+        %gpumem --watch [SECONDS]     sample in the background while later cells run; --stop ends it
+        %%gpumem                      the cell's peak and net memory, and the variables holding the net
+
+        Variables are walked without running any of their code (no properties, no __getattr__):
+        tensors and gradients, modules, optimizer state, containers and objects' attributes, to a
+        bounded depth; views and tied weights count once.  The cell's peak is read from the
+        profiler's allocation events, so no peak counter you watch is reset.
+        """
+        __tracebackhide__ = True  # noqa: F841
+        args = parse_argstring(self.gpumem, line, "%gpumem")
+        self.check_output_name(args.output)
+        actions = [a for a in ("free", "reset", "watch", "stop") if getattr(args, a) not in (None, False)]
+        if len(actions) > 1:
+            raise usage_error(f"%gpumem: use one of --{', --'.join(actions)} at a time")
+        if args.top < 1:
+            raise usage_error("%gpumem: --top must be at least 1")
+        if cell is not None:
+            if actions:
+                raise usage_error(f"%%gpumem measures a cell; --{actions[0]} is for the line magic %gpumem")
+            return self._measure_cell(cell, args)
+        if args.device is not None:
+            raise usage_error("%gpumem shows every device; --device is for %%gpumem, which measures a cell")
+        action = actions[0] if actions else None
+        namespace, hidden = self.shell.user_ns, self.shell.user_ns_hidden
+        if action == "reset":
+            gpus = visible_accelerators()
+            reset = [d.label for d in gpus if d.reset_peak_stats()]
+            print("%gpumem: peak counters reset on " + ", ".join(reset) if reset
+                  else "%gpumem: nothing to reset: " + ("torch keeps no peak counters on the CPU" if not gpus else
+                                                        "this process has not used a GPU yet"))
+            return None
+        if action == "watch":
+            return self._start_watch(args.watch)
+        if action == "stop":
+            if self._watch is None:
+                raise usage_error("%gpumem: no watch is running (start one with %gpumem --watch)")
+            result, self._watch = self._watch.stop(), None
+        elif action == "free":
+            try:
+                result = free(args.free, namespace, hidden=hidden, top=args.top, extra_pins=self._ipython_pins)
+            except NameError as exc:
+                raise usage_error(f"%gpumem --free: {exc}") from None
+        else:
+            result = memory_report(namespace, hidden=hidden, top=args.top,
+                                   pins=namespace_pins(namespace) + self._ipython_pins())
+        return self.line_outcome(args, result)
+
+    _watch: MemoryWatch | None = None
+
+    def _ipython_pins(self) -> list[Pin]:
+        """The shell's own copies of its output history: the display hook keeps _, __ and ___ and
+        pushes them into the namespace after every output, the table of hidden names keeps the
+        values it was given (_, _N ...), and the last execution result keeps the previous value."""
+        pins = []
+        hook, hidden = self.shell.displayhook, self.shell.user_ns_hidden
+        for name in ("_", "__", "___"):
+            if hasattr(hook, name):
+                pins.append(Pin("history", name, getattr(hook, name), lambda name=name: setattr(hook, name, "")))
+        for name in [n for n in hidden if is_history(n) and n not in ("In", "Out", "_ih", "_oh", "_dh")]:
+            pins.append(Pin("history", name, hidden[name], lambda name=name: hidden.__setitem__(name, "")))
+        last = getattr(self.shell, "last_execution_result", None)  # the previous cell's value, until this one ends
+        if getattr(last, "result", None) is not None:
+            pins.append(Pin("history", "the last cell's result", last.result, lambda: setattr(last, "result", None)))
+        handler = getattr(self.shell, "InteractiveTB", None)  # keeps the last traceback for %debug
+        if getattr(handler, "tb", None) is not None:
+            pins.append(Pin("traceback", "the last traceback", traceback_locals(handler.tb),
+                            lambda: setattr(handler, "tb", None)))
+        return pins
+
+    def _start_watch(self, interval: float):
+        if not interval > 0:
+            raise usage_error("%gpumem --watch: the interval must be a positive number of seconds")
+        if self._watch is not None:
+            self._watch.stop()
+        view = None
+        if widget_frontend():
+            import ipywidgets
+
+            view = ipywidgets.HTML()
+            display(view)
+        self._watch = MemoryWatch(visible_accelerators(), interval,
+                                  on_sample=(lambda w: setattr(view, "value", w.result().to_html())) if view else None
+                                  ).start()
+        if view is None:
+            print(f"%gpumem: watching every {interval:g} s in the background; %gpumem --stop shows what it saw")
+        return None
+
+    def _measure_cell(self, cell: str, args):
+        __tracebackhide__ = True  # noqa: F841
+        code = self.compile_cell(cell, "%%gpumem")
+        namespace = self.shell.user_ns
+        device = self.device(args.device, values_named(code.names, namespace), "%%gpumem")
+
+        def run():
+            __tracebackhide__ = True  # noqa: F841
+            return code.run(namespace)
+
+        try:
+            run_result = run_cell_memory(run, namespace, hidden=self.shell.user_ns_hidden, device=device, top=args.top)
+        except KeyboardInterrupt as exc:  # held while the measurement stopped, raised as the run ended
+            self.interrupted(args, exc)
+        return self.cell_outcome(args, run_result.result, run_result.value, run_result.error)

@@ -1,0 +1,88 @@
+"""%%torchprofile: parse the line, profile the cell with run_profile, show the ProfileResult."""
+
+from __future__ import annotations
+
+from IPython.core.magic import cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
+
+from ...core.cell import Cell
+from ...core.devices.profiler import ProfilerBusyError
+from ...core.ipython import (DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, run_from_button, usage_error,
+                             user_frames_only)
+from ...core.state import values_named
+from .result import SORT_KEYS
+from .run import ProfileOptions, run_profile
+
+
+@magics_class
+class ProfileMagics(TorchMagicsBase):
+    @magic_arguments()
+    @argument("--steps", type=int, default=1, metavar="N",
+              help="profile N runs of the cell, each marked as a step (default 1)")
+    @argument("--warmup", type=int, default=0, metavar="N",
+              help="run the cell N times un-profiled first; with N >= 2 the profiler's overhead is measured")
+    @argument("--record-shapes", action="store_true", help="show operators' input shapes")
+    @argument("--memory", action="store_true", help="record allocations: peak memory and bytes per operator")
+    @argument("--stack", action="store_true",
+              help="trace Python calls to rank your functions by the op time they call (slower)")
+    @argument("--flops", action="store_true", help="estimate FLOPs of matmuls and convolutions")
+    @argument("--trace", metavar="PATH", help="write a Chrome trace JSON (open it in ui.perfetto.dev)")
+    @argument("--sort", default="auto", metavar="KEY",
+              help="order operators by: auto (GPU time when present, else CPU), "
+                   + ", ".join(sorted(set(SORT_KEYS))))
+    @argument("--top", type=int, default=15, metavar="K", help="operators shown (default 15)")
+    @DEVICE_ARGUMENT
+    @argument("-o", dest="output", metavar="NAME", help="store the ProfileResult in variable NAME")
+    @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
+    @cell_magic
+    @user_frames_only
+    def torchprofile(self, line, cell):
+        """Profile the cell with torch.profiler and say what took the time and what to do about it.
+
+        The cell runs as usual: its variables stay defined and its last expression is
+        returned.  The report shows findings (bottleneck, fix, command to verify it), time by
+        category, the top operators and a timeline.  If the cell raises, the profile of
+        what ran is shown and the exception re-raised.
+        """
+        __tracebackhide__ = True  # noqa: F841
+        args = parse_argstring(self.torchprofile, line, "%%torchprofile")
+        try:
+            options = ProfileOptions(steps=args.steps, warmup=args.warmup, record_shapes=args.record_shapes,
+                                     memory=args.memory, stack=args.stack, flops=args.flops,
+                                     trace=args.trace, sort=args.sort, top=args.top)
+        except ValueError as exc:
+            raise usage_error(f"%%torchprofile: {exc}") from None
+        self.check_output_name(args.output)
+        code = self.compile_cell(cell, "%%torchprofile")
+        namespace = self.shell.user_ns
+        device = self.device(args.device, values_named(code.names, namespace), "%%torchprofile")
+
+        def step():
+            __tracebackhide__ = True  # noqa: F841
+            return code.run(namespace)
+
+        try:
+            run = run_profile(step, options, label="%%torchprofile", device=device, names=self._verify_names(code))
+        except ProfilerBusyError as exc:
+            raise usage_error(f"%%torchprofile: {exc}") from None
+        except KeyboardInterrupt as exc:  # held while the profiler stopped, raised as the run ended
+            self.interrupted(args, exc)
+        run.result.verify_runner = self._verify_runner(cell)
+        return self.cell_outcome(args, run.result, run.value, run.error)
+
+    def _verify_names(self, code: Cell) -> dict[str, str]:
+        """The notebook's names for the verify commands' placeholders: the DataLoader the cell uses."""
+        from torch.utils.data import DataLoader
+
+        loaders = sorted(n for n in code.names if isinstance(self.shell.user_ns.get(n), DataLoader))
+        return {"loader": loaders[0]} if loaders else {}
+
+    def _verify_runner(self, cell: str):
+        """Runs a finding's verify command from the report's button: a cell magic on top of the
+        profiled cell's code, a line magic as it is."""
+        def run(command: str) -> None:
+            with run_from_button():
+                self.shell.run_cell(f"{command}\n{cell}" if command.startswith("%%") else command,
+                                    store_history=False)
+
+        return run

@@ -1,0 +1,147 @@
+"""The result of ``%%torchprofile`` / ``torchmagic.profile``: plain data, renderable without a kernel."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ...core.render.base import Result
+
+SORT_KEYS = {
+    # our names, and the names torch's key_averages().table(sort_by=...) users already know
+    "self_cpu": "self_cpu_us", "self_cpu_time_total": "self_cpu_us",
+    "total_cpu": "total_cpu_us", "cpu_time_total": "total_cpu_us",
+    "self_device": "self_device_us", "self_cuda": "self_device_us",
+    "self_device_time_total": "self_device_us", "self_cuda_time_total": "self_device_us",
+    "calls": "calls", "count": "calls",
+    "flops": "flops",
+    "memory": "allocated_bytes", "self_cpu_memory_usage": "allocated_bytes",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosed bottleneck: what, how sure and how big, the fix, and how to verify it."""
+
+    rule: str
+    severity: str            # "high" | "medium" | "low"
+    title: str
+    evidence: dict[str, Any]
+    fix: str
+    snippet: str
+    verify: str | None = None
+    share: float = 0.0       # share of the step the rule's evidence accounts for
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class OpRow:
+    name: str
+    calls: int
+    self_cpu_us: float
+    total_cpu_us: float
+    self_device_us: float = 0.0
+    flops: int = 0
+    allocated_bytes: int = 0
+    shapes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TimelineSpan:
+    lane: str
+    start_us: float
+    dur_us: float
+    category: str
+    name: str
+
+
+@dataclass
+class ProfileResult(Result):
+    """What one profiling run measured and concluded.  Times in seconds unless named ``_us``."""
+
+    label: str
+    device: dict[str, Any]
+    step_s: list[float]                       # wall time of each profiled step (device synchronised)
+    warmup_s: list[float] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    ops: list[OpRow] = field(default_factory=list)
+    categories_s: dict[str, float] = field(default_factory=dict)         # CPU self time by category
+    device_categories_s: dict[str, float] = field(default_factory=dict)  # kernel time by category
+    overhead: float | None = None             # profiled / un-profiled step time
+    notes: list[str] = field(default_factory=list)
+    timeline: list[TimelineSpan] = field(default_factory=list)
+    step_starts_us: list[float] = field(default_factory=list)  # on the timeline's clock
+    memory_peak_bytes: dict[str, int] = field(default_factory=dict)
+    memory_allocated_bytes: dict[str, int] = field(default_factory=dict)
+    hot_lines: list[tuple[str, float]] = field(default_factory=list)     # (source frame, op µs)
+    nvml: dict[str, Any] | None = None
+    trace_path: str | None = None
+    event_count: int = 0
+    analysis_s: float = 0.0
+    error: str | None = None                  # the cell's exception, when it raised
+    options: dict[str, Any] = field(default_factory=dict)
+
+    # -- derived numbers -------------------------------------------------------------
+    @property
+    def steps(self) -> int:
+        return len(self.step_s)
+
+    @property
+    def median_step_s(self) -> float | None:
+        return statistics.median(self.step_s) if self.step_s else None
+
+    @property
+    def sort_field(self) -> str:
+        key = self.options.get("sort", "auto")
+        if key == "auto":
+            return "self_device_us" if any(op.self_device_us for op in self.ops) else "self_cpu_us"
+        return SORT_KEYS[key]
+
+    def sorted_ops(self) -> list[OpRow]:
+        field_name = self.sort_field
+        return sorted(self.ops, key=lambda op: getattr(op, field_name), reverse=True)
+
+    def finding(self, rule: str) -> Finding | None:
+        return next((f for f in self.findings if f.rule == rule), None)
+
+    # -- views -----------------------------------------------------------------------
+    def interrupted_line(self) -> str:
+        ran, asked = len(self.step_s), self.options.get("steps")
+        if ran:
+            return f"interrupted: {ran} of {asked} profiled steps ran; the profile below covers them"
+        if len(self.warmup_s) < self.options.get("warmup", 0):
+            return "interrupted during the warm-up runs, before profiling began"
+        return "interrupted before the first profiled step finished: the profile below has no full step"
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["steps"] = self.steps
+        data["median_step_s"] = self.median_step_s
+        data["hot_lines"] = [list(pair) for pair in self.hot_lines]
+        return data
+
+    def to_text(self) -> str:
+        from .view import profile_text
+
+        return profile_text(self)
+
+    def to_html(self) -> str:
+        from .view import profile_html
+
+        return profile_html(self)
+
+    def widget(self):
+        from .view import profile_widget
+
+        return profile_widget(self)
+
+    def __repr__(self) -> str:
+        from ...core.render.format import fmt_s
+
+        median = self.median_step_s
+        step = f"{fmt_s(median)}/step" if median is not None else "no complete step"
+        return (f"<ProfileResult {self.label}: {self.steps} step(s), {step}, "
+                f"{len(self.findings)} finding(s){', error' if self.error else ''}>")

@@ -1,0 +1,413 @@
+"""Diagnosis rules: small pure functions from a :class:`TraceSummary` to findings.
+
+Every threshold lives in :data:`THRESHOLDS`.  A rule returns ``None`` or one
+:class:`~torchmagic.features.profile.result.Finding`.  Rules read only the summary and a
+:class:`RuleContext` (what the device can do), so they are tested on real CPU profiles
+and on summaries built from numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .result import Finding
+from .trace import TraceSummary
+
+THRESHOLDS = {
+    # dataloader: exposed DataLoader __next__ time, as a share of the step (TensorBoard plugin's 5%)
+    "dataloader_share": 0.05,
+    # sync: host reads of device values per step worth batching; blocking share that is always worth it
+    "sync_calls_per_step": 3,
+    "sync_block_share": 0.05,
+    # dispatch_bound: many ops straight from Python, each short
+    "dispatch_ops_per_step": 100,
+    "dispatch_median_op_us": 20.0,
+    "dispatch_small_op_share": 0.3,   # share of the step spent in those short ops plus Python between them
+    # amp: share of op time in fp32 matmul/conv on hardware with fast 16-bit floats
+    "amp_fp32_matmul_share": 0.25,
+    # ... and only when the matmuls are not tiny: below this mean time per fp32 matmul call (its kernels'
+    # time on a GPU, where the host only launches them; its host time on CPU), the casts autocast adds
+    # cost more than 16-bit kernels save (an 8x32 @ 32x32 matmul ran 15x slower in bf16 on CPU)
+    "amp_min_matmul_us": 20.0,
+    # copies: copy/conversion share of the step
+    "copies_share": 0.10,
+    "pageable_h2d_per_step": 1,
+    # inference_grad: autograd graph nodes built per step with no backward (grad mode with nothing
+    # requiring grad records ops under one sequence number: that counts as one, not a graph)
+    "inference_grad_nodes_per_step": 2,
+    # optimizer: optimizer share of the step without foreach/fused kernels
+    "optimizer_share": 0.10,
+    "optimizer_ops_per_step": 8,
+    # gpu_idle: share of the step the device sits idle
+    "gpu_idle_share": 0.30,
+    # batch_size: memory pressure (allocator retries, or the step's peak allocation this close to the
+    # device's size: allocated, not reserved, so below 1 by the allocator's cache and the CUDA context),
+    # or a small batch: the device mostly idle with most of its memory unused
+    "batch_pressure_peak_fraction": 0.90,
+    "batch_small_idle_share": 0.50,
+    "batch_small_peak_fraction": 0.25,
+    # severity from the share of the step a finding could win back
+    "severity_high": 0.25,
+    "severity_medium": 0.10,
+}
+
+# The magics torchmagic has today; a verify command is offered only when its magic is here.
+AVAILABLE_MAGICS = frozenset({"torchprofile", "autobatch", "amp_compare", "gpumem", "loadertune"})
+
+# The torchmagic command that measures each rule's fix; {loader} and {step} are filled with the
+# notebook's names where the magic can tell them (VERIFY_NAMES otherwise).  A cell magic's command
+# goes on top of the profiled cell.
+VERIFY_NAMES = {"loader": "loader", "step": "step"}
+VERIFY = {
+    "dataloader": "%loadertune {loader}",
+    "batch_size": "%autobatch --throughput {step}",
+    "amp": "%%amp_compare --variants eager,amp",
+    "dispatch_bound": "%%amp_compare --variants eager,compile",
+    "inference_grad": "%%amp_compare --variants eager,inference_mode",
+    "sync": "%%torchprofile --warmup 1 --steps 5",
+    "copies": "%%torchprofile --warmup 1 --steps 5",
+    "optimizer": "%%torchprofile --warmup 1 --steps 5",
+    "gpu_idle": "%%torchprofile --warmup 1 --steps 5",
+}
+
+
+@dataclass(frozen=True)
+class AllocatorCounters:
+    """The GPU caching allocator's counters (bytes) before the cell's first run and after the profile."""
+
+    total: int                 # the device's size
+    allocated_before: int
+    allocated_after: int
+    peak_before: int           # the high-water mark, which torchmagic never resets (it is the user's)
+    peak_after: int
+    device: str = "cuda:0"     # which GPU: the trace's memory events are read for this one only
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    device_kind: str                 # "cpu", "cuda", "mps"
+    low_precision_fast: bool         # the device has fast bf16/fp16 matmuls
+    low_precision_dtype: str | None  # "bfloat16" / "float16"
+    low_precision_reason: str
+    available_magics: frozenset[str] = AVAILABLE_MAGICS
+    names: dict[str, str] = field(default_factory=dict)    # {loader} and {step} in verify commands
+    alloc_retries: int = 0                   # allocator cache flushes during the profile (CUDA)
+    allocator: AllocatorCounters | None = None  # for the profiled steps' peak (CUDA)
+
+
+def step_peak(s: TraceSummary, ctx: RuleContext) -> tuple[int, int] | None:
+    """The profiled steps' peak allocated bytes on the GPU, as (at least, at most).
+
+    The allocator's peak counter is the user's and is not reset, so the peak is read where it is known:
+    * with the profiler's memory events (--memory), exactly: the level at the profile's start (allocated
+      after it, less what it allocated net) plus the highest level the events reach above it;
+    * else, if the high-water mark rose, the cell's runs (warm-up and profiled: the same code) set it;
+    * else only bounds: what was held around the runs, and the older high-water mark.
+    """
+    a = ctx.allocator
+    if a is None:
+        return None
+    if s.memory_recorded:
+        start = max(a.allocated_after - s.allocated_net.get(a.device, 0), 0)
+        peak = start + s.peak_allocated.get(a.device, 0)
+        return peak, peak
+    if a.peak_after > a.peak_before:
+        return a.peak_after, a.peak_after
+    return max(a.allocated_before, a.allocated_after), a.peak_before
+
+
+def severity(share: float) -> str:
+    if share >= THRESHOLDS["severity_high"]:
+        return "high"
+    if share >= THRESHOLDS["severity_medium"]:
+        return "medium"
+    return "low"
+
+
+def _finding(rule: str, ctx: RuleContext, share: float, title: str, evidence: dict,
+             fix: str, snippet: str) -> Finding:
+    command = VERIFY.get(rule)
+    magic = command.lstrip("%").split()[0] if command else None
+    verify = command.format(**{**VERIFY_NAMES, **ctx.names}) if magic in ctx.available_magics else None
+    return Finding(rule=rule, severity=severity(share), title=title, evidence=evidence,
+                   fix=fix, snippet=snippet, verify=verify, share=round(share, 4))
+
+
+def _share(part_us: float, s: TraceSummary) -> float:
+    return part_us / s.total_step_us if s.total_step_us > 0 else 0.0
+
+
+_CPU_THREADS_NOTE = (" On a CPU-only machine the workers compete with torch's own threads for the cores: "
+                     "leave them cores with torch.set_num_threads(cores - workers), and measure.")
+
+
+def dataloader(s: TraceSummary, ctx: RuleContext) -> Finding | None:
+    # On a GPU only the loading time the device sits idle through is exposed; on CPU all of it is.
+    exposed = s.data_exposed_us if s.data_exposed_us is not None else s.data_us
+    share = _share(exposed, s)
+    if share <= THRESHOLDS["dataloader_share"]:
+        return None
+    return _finding(
+        "dataloader", ctx, share,
+        f"Input pipeline: {share:.0%} of the step waits on the DataLoader",
+        {"exposed_ms_per_step": round(exposed / s.steps / 1e3, 3),
+         "loading_ms_per_step": round(s.data_us / s.steps / 1e3, 3), "share_of_step": round(share, 4)},
+        "Load batches in background worker processes so the next batch is ready when the step "
+        "needs it; keep workers alive between epochs; pin memory for fast, asynchronous copies to a GPU."
+        + (_CPU_THREADS_NOTE if ctx.device_kind == "cpu" else ""),
+        "loader = DataLoader(dataset, batch_size=..., num_workers=4,\n"
+        "                    persistent_workers=True, prefetch_factor=2,\n"
+        "                    pin_memory=torch.cuda.is_available())",
+    )
+
+
+def sync(s: TraceSummary, ctx: RuleContext) -> Finding | None:
+    per_step = s.sync_calls / s.steps
+    blocking_us = s.sync_us + s.sync_runtime_us
+    share = _share(blocking_us, s)
+    if per_step < THRESHOLDS["sync_calls_per_step"] and share < THRESHOLDS["sync_block_share"]:
+        return None
+    if ctx.device_kind == "cpu":
+        title = (f"{per_step:.0f} host reads of tensor values per step (.item(), .tolist(), nonzero): "
+                 "free on CPU, a full pipeline stall each on a GPU")
+        share = min(share, THRESHOLDS["severity_medium"] - 1e-9)  # cheap here: never above 'low'
+    else:
+        title = f"{per_step:.0f} host-device syncs per step block the CPU for {share:.0%} of the step"
+    return _finding(
+        "sync", ctx, share, title,
+        {"syncs_per_step": round(per_step, 2), "blocking_ms_per_step": round(blocking_us / s.steps / 1e3, 3),
+         "share_of_step": round(share, 4), "sync_runtime_calls": s.sync_runtime_calls},
+        "Keep running values on the device and read them once per step (or every N steps); "
+        "avoid .item()/.tolist()/print(tensor) and data-dependent shapes (nonzero, masked_select) inside the loop.",
+        "running_loss = torch.zeros((), device=device)\n"
+        "for step, (x, y) in enumerate(loader):\n"
+        "    loss = train_step(x, y)\n"
+        "    running_loss += loss.detach()          # no sync\n"
+        "    if step % 50 == 0:\n"
+        "        print(running_loss.item() / 50)    # one sync every 50 steps\n"
+        "        running_loss.zero_()",
+    )
+
+
+def dispatch_bound(s: TraceSummary, ctx: RuleContext) -> Finding | None:
+    per_step = s.python_ops / s.steps
+    median = s.python_op_median_us
+    if median is None or per_step < THRESHOLDS["dispatch_ops_per_step"]:
+        return None
+    if median > THRESHOLDS["dispatch_median_op_us"]:
+        return None
+    small = sum(d for d in s.python_op_us if d <= THRESHOLDS["dispatch_median_op_us"])
+    share = _share(small + s.category_us["other"], s)
+    if share < THRESHOLDS["dispatch_small_op_share"]:
+        return None
+    target = "CUDA graphs (mode='reduce-overhead')" if ctx.device_kind == "cuda" else "fused kernels"
+    return _finding(
+        "dispatch_bound", ctx, share,
+        f"Overhead-bound: {per_step:.0f} ops per step from Python, median {median:.1f} µs each",
+        {"ops_per_step": round(per_step, 1), "median_op_us": round(median, 2),
+         "python_and_small_op_share": round(share, 4)},
+        f"Each op pays Python and dispatcher overhead; the work per op is too small to hide it. "
+        f"Compile the step so many small ops become {target}, or make each op do more work "
+        "(larger batches, vectorise Python loops over tensors).",
+        "model = torch.compile(model)  # pays off after the compile cost is amortised; measure it",
+    )
+
+
+def amp(s: TraceSummary, ctx: RuleContext) -> Finding | None:
+    if not ctx.low_precision_fast:
+        return None
+    if ctx.device_kind == "cuda" and not s.has_device_events:
+        return None  # a CUDA op's host time is its launch: without kernel times there is nothing to judge
+    # on a GPU, by kernel time: share of all kernel time, and time per call (the host only launches)
+    on_device = s.has_device_events
+    fp32 = s.matmul_fp32_device_us if on_device else s.matmul_fp32_us
+    calls = s.matmul_fp32_device_calls if on_device else s.matmul_fp32_calls
+    basis = sum(s.device_category_us.values()) if on_device else s.total_step_us
+    share = fp32 / basis if basis > 0 else 0.0
+    if share < THRESHOLDS["amp_fp32_matmul_share"]:
+        return None
+    if calls and fp32 / calls < THRESHOLDS["amp_min_matmul_us"]:
+        return None
+    dtype = ctx.low_precision_dtype or "bfloat16"
+    device = ctx.device_kind
+    training = s.backward_events > 0
+    fp16_training = training and dtype == "float16"
+    if fp16_training:
+        snippet = (f"scaler = torch.amp.GradScaler('{device}')   # once, before the loop\n"
+                   f"with torch.autocast('{device}', dtype=torch.float16):\n    loss = loss_fn(model(x), y)\n"
+                   "scaler.scale(loss).backward()\nscaler.step(optimizer)\nscaler.update()")
+    elif training:
+        snippet = (f"with torch.autocast('{device}', dtype=torch.{dtype}):\n    loss = loss_fn(model(x), y)\n"
+                   "loss.backward()   # outside autocast")
+    else:
+        snippet = f"with torch.inference_mode(), torch.autocast('{device}', dtype=torch.{dtype}):\n    out = model(x)"
+    if device == "cuda":
+        fix = (f"Run the forward pass under autocast: matmuls and convolutions in {dtype} on the tensor cores; "
+               "softmax, norms and losses stay in fp32. "
+               + ("bfloat16 (Ampere and newer GPUs) keeps fp32's range, so no loss scaling is needed. "
+                  if dtype == "bfloat16" else
+                  "This GPU has fp16 but not bf16 tensor cores (those came with Ampere): "
+                  + ("scale the loss with a GradScaler so small fp16 gradients do not flush to zero. "
+                     if training else "fp16 suits inference as is. ")))
+    else:
+        fix = (f"Run the forward pass under autocast: matmuls and convolutions in {dtype}; losses in fp32, "
+               "while on CPU softmax and norms follow their input's dtype. ")
+    per_call = fp32 / calls if calls else None
+    return _finding(
+        "amp", ctx, share,
+        f"{share:.0%} of the {'GPU kernel' if on_device else 'step'} time is fp32 matmul/conv; "
+        f"this device runs {dtype} faster",
+        {"fp32_matmul_share": round(share, 4), "fp32_matmul_ms": round(fp32 / 1e3, 3),
+         "fp32_matmul_us_per_call": round(per_call, 1) if per_call is not None else None,
+         "low_precision_matmul_ms": round((s.matmul_low_device_us if on_device else s.matmul_low_us) / 1e3, 3),
+         "why": ctx.low_precision_reason},
+        fix + "Check the accuracy of the result against fp32 (%%amp_compare does).",
+        snippet,
+    )
+
+
+def copies(s: TraceSummary, ctx: RuleContext) -> Finding | None:
+    share = _share(s.copy_us, s)
+    pageable = s.pageable_h2d / s.steps
+    if share < THRESHOLDS["copies_share"] and pageable < THRESHOLDS["pageable_h2d_per_step"]:
+        return None
+    parts = []
+    if pageable >= THRESHOLDS["pageable_h2d_per_step"]:
+        parts.append("host-to-device copies from pageable memory: pin the batch and copy with non_blocking=True")
+    if s.layout_copies:
+        parts.append(f"{s.layout_copies} .contiguous() layout conversions: keep one memory format "
+                     "(channels_last for convolution models)")
+    parts.append("move dtype/device conversions out of the loop: create tensors where and as they are used")
+    return _finding(
+        "copies", ctx, max(share, THRESHOLDS["severity_medium"] if pageable else 0.0),
+        f"Copies and conversions take {share:.0%} of the step",
+        {"copies_ms_per_step": round(s.copy_us / s.steps / 1e3, 3), "share_of_step": round(share, 4),
+         "pageable_h2d_per_step": round(pageable, 2), "contiguous_calls": s.layout_copies},
+        "; ".join(parts) + ".",
+        "loader = DataLoader(dataset, batch_size=..., pin_memory=True)\n"
+        "x = x.to(device, non_blocking=True)\n"
+        "model = model.to(memory_format=torch.channels_last)   # conv nets",
+    )
+
+
+def inference_grad(s: TraceSummary, ctx: RuleContext) -> Finding | None:
+    per_step = len(s.graph_nodes) / s.steps
+    if s.backward_events or per_step < THRESHOLDS["inference_grad_nodes_per_step"]:
+        return None
+    forward_share = _share(s.category_us["forward"], s)
+    return _finding(
+        "inference_grad", ctx, max(forward_share * 0.1, 0.0),
+        f"Inference with autograd on: {per_step:.0f} graph nodes per step are recorded and no backward uses them",
+        {"graph_nodes_per_step": round(per_step, 1), "backward_ops": s.backward_events},
+        "Run inference under torch.inference_mode(): no graph, no saved activations, less memory and time.",
+        "with torch.inference_mode():\n    out = model(x)",
+    )
+
+
+def optimizer(s: TraceSummary, ctx: RuleContext) -> Finding | None:
+    share = _share(s.optimizer_us, s)
+    ops_per_step = s.optimizer_ops / s.steps
+    if (share < THRESHOLDS["optimizer_share"] or s.optimizer_vectorised
+            or ops_per_step < THRESHOLDS["optimizer_ops_per_step"]):
+        return None
+    names = ", ".join(sorted(s.optimizer_names)) or "the optimizer"
+    name = sorted(s.optimizer_names)[0] if s.optimizer_names else "AdamW"
+    return _finding(
+        "optimizer", ctx, share,
+        f"{names} takes {share:.0%} of the step, one small op per parameter ({ops_per_step:.0f} ops per step)",
+        {"optimizer_ms_per_step": round(s.optimizer_us / s.steps / 1e3, 3), "share_of_step": round(share, 4),
+         "ops_per_step": round(ops_per_step, 1)},
+        "Use the multi-tensor (foreach) or fused implementation: one kernel over all parameters "
+        "instead of a Python loop of per-parameter ops.",
+        f"opt = torch.optim.{name}(model.parameters(), lr=..., foreach=True)   # or fused=True where supported",
+    )
+
+
+def gpu_idle(s: TraceSummary, ctx: RuleContext, others: list[Finding] = ()) -> Finding | None:
+    if ctx.device_kind != "cuda" or not s.has_device_events or s.total_step_us <= 0:
+        return None
+    idle = max(s.total_step_us - s.device_busy_us, 0.0)
+    share = idle / s.total_step_us
+    if share < THRESHOLDS["gpu_idle_share"]:
+        return None
+    causes = [f.rule for f in others if f.rule in ("dataloader", "sync", "dispatch_bound", "copies")]
+    because = f"; likely causes found above: {', '.join(causes)}" if causes else ""
+    return _finding(
+        "gpu_idle", ctx, share,
+        f"The GPU is idle {share:.0%} of the step{because}",
+        {"idle_ms_per_step": round(idle / s.steps / 1e3, 3), "busy_ms_per_step":
+         round(s.device_busy_us / s.steps / 1e3, 3), "kernels": s.device_kernels, "causes": causes},
+        "Keep the GPU fed: fix the causes listed, then batch more work per launch "
+        "(larger batches, torch.compile, CUDA graphs).",
+        "model = torch.compile(model, mode='reduce-overhead')  # CUDA graphs for static shapes",
+    )
+
+
+def batch_size(s: TraceSummary, ctx: RuleContext) -> Finding | None:
+    """Memory pressure (the allocator had to flush its cache, or the step's peak nearly fills the device),
+    or the opposite: a batch so small the device idles with most of its memory unused.  Where only
+    bounds of the peak are known (see :func:`step_peak`), pressure needs the lower bound high and a
+    small batch the upper bound low."""
+    peak = step_peak(s, ctx) if ctx.device_kind == "cuda" else None
+    if peak is None or ctx.allocator.total <= 0:
+        return None
+    least, most = (p / ctx.allocator.total for p in peak)
+    evidence = {"alloc_retries": ctx.alloc_retries, "peak_fraction": round(least, 3)}
+    if most != least:
+        evidence["peak_fraction_at_most"] = round(most, 3)
+    if ctx.alloc_retries > 0 or least >= THRESHOLDS["batch_pressure_peak_fraction"]:
+        why = (f"the allocator flushed its cache and retried {ctx.alloc_retries} times (each a cudaFree and a "
+               "synchronisation)" if ctx.alloc_retries else f"the step's peak reaches {least:.0%} of the GPU's memory")
+        return _finding(
+            "batch_size", ctx, 0.10 if ctx.alloc_retries else 0.05,
+            f"Memory pressure: {why}",
+            evidence,
+            "Use a batch that leaves headroom (measure the largest that fits with %autobatch), reach the batch you "
+            "want with gradient accumulation, and let the allocator grow segments instead of fragmenting.",
+            "import os\nos.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'  # before CUDA starts",
+        )
+    if not s.has_device_events or s.total_step_us <= 0:
+        return None
+    idle = max(s.total_step_us - s.device_busy_us, 0.0) / s.total_step_us
+    if idle >= THRESHOLDS["batch_small_idle_share"] and most < THRESHOLDS["batch_small_peak_fraction"]:
+        in_use = f"{most:.0%}" if most == least else f"at most {most:.0%}"
+        return _finding(
+            "batch_size", ctx, idle * 0.5,
+            f"Small batch: the GPU idles {idle:.0%} of the step with {in_use} of its memory in use",
+            {"idle_share": round(idle, 3), **evidence},
+            "A bigger batch gives each kernel more work and the GPU less waiting; %autobatch --throughput finds "
+            "the largest that fits and where samples/s stop growing (the knee).",
+            "def step(batch_size):\n    x = make_batch(batch_size)   # your batch\n    train_step(x)",
+        )
+    return None
+
+
+def missing_kernels_note(s: TraceSummary, ctx: RuleContext) -> str | None:
+    """One line for a CUDA profile whose steps ran ops that launch kernels, but whose trace has none.
+    The device is where the code's tensors live, so its ops ran there and CUPTI (the source of every
+    kernel and runtime event) recorded nothing; unless the device was a guess (the code named no
+    tensor) and the ops ran on the CPU."""
+    if ctx.device_kind != "cuda" or s.has_device_events or s.launching_ops == 0:
+        return None
+    return (f"No GPU kernels in this profile of a CUDA device, though its steps ran {s.launching_ops} ops: CUPTI "
+            "recorded none (another profiler such as Nsight attached, or no CUPTI access in this container), "
+            "or the ops ran on the CPU (then --device cpu); the GPU rules (GPU idle time, small batch, amp by "
+            "kernel time) were skipped.")
+
+
+RULES: tuple[Callable[[TraceSummary, RuleContext], Finding | None], ...] = (
+    dataloader, sync, dispatch_bound, amp, copies, inference_grad, optimizer, batch_size,
+)
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
+
+
+def diagnose(summary: TraceSummary, ctx: RuleContext) -> list[Finding]:
+    """All findings for a profile, most costly first."""
+    if summary.steps == 0 or summary.total_step_us <= 0:
+        return []
+    found = [f for rule in RULES if (f := rule(summary, ctx)) is not None]
+    idle = gpu_idle(summary, ctx, found)
+    if idle is not None:
+        found.append(idle)
+    return sorted(found, key=lambda f: (SEVERITY_ORDER[f.severity], -f.share))

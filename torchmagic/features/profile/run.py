@@ -1,0 +1,191 @@
+"""The profiling engine: run a step under torch.profiler, summarise, diagnose.
+
+It knows nothing of IPython: a step is any zero-argument callable (the magic passes
+one that runs the cell).  On an exception in the step the profiler is stopped, what
+ran is summarised, and the exception is handed back for the caller to re-raise.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from ...core.devices import Device, choose_device
+from ...core.devices.profiler import ensure_profiler_free, stop_profiler, without_profiler_banner
+from ...core.interrupts import guards
+from ...core.limits import check_count, describe_error
+from ...core.measure import timed_call
+from .activity import python_calls
+from .frames import frame_label, ipython_cell_files
+from .result import SORT_KEYS, OpRow, ProfileResult
+from .rules import AllocatorCounters, RuleContext, diagnose, missing_kernels_note
+from .trace import STEP_PREFIX, TraceSummary, summarize_trace
+
+HOT_LINES_KEPT = 50
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    steps: int = 1
+    warmup: int = 0
+    record_shapes: bool = False
+    memory: bool = False
+    stack: bool = False
+    flops: bool = False
+    trace: str | None = None
+    sort: str = "auto"
+    top: int = 15
+
+    def __post_init__(self):
+        if self.steps < 1:
+            raise ValueError(f"steps must be at least 1, got {self.steps}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be 0 or more, got {self.warmup}")
+        if self.top < 1:
+            raise ValueError(f"top must be at least 1, got {self.top}")
+        for name in ("steps", "warmup", "top"):
+            check_count(name, getattr(self, name))
+        if self.sort != "auto" and self.sort not in SORT_KEYS:
+            raise ValueError(f"unknown sort key {self.sort!r}; choose from auto, {', '.join(SORT_KEYS)}")
+        if self.trace is not None:
+            folder = os.path.dirname(os.path.abspath(self.trace))
+            if not os.path.isdir(folder):
+                raise ValueError(f"cannot write the trace to {self.trace!r}: folder {folder!r} does not exist")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ProfileRun:
+    result: ProfileResult
+    value: Any                     # the last completed step's return value
+    error: BaseException | None    # the step's exception, for the caller to re-raise
+
+
+@guards
+def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOptions(), *,
+                label: str = "profile", device: Device | None = None,
+                names: dict[str, str] | None = None) -> ProfileRun:
+    """Profile ``step``; ``names`` fill the verify commands' placeholders ({loader}, {step})."""
+    __tracebackhide__ = True  # noqa: F841
+    ensure_profiler_free()
+    device = device or choose_device()
+    memory_before = device.allocator_stats()
+    warmup_s: list[float] = []
+    step_s: list[float] = []
+    value, error, prof = None, None, None
+    try:
+        for _ in range(options.warmup):
+            value, seconds = timed_call(step, device)
+            warmup_s.append(seconds)
+        prof = torch.profiler.profile(
+            activities=device.profiler_activities(),
+            record_shapes=True,  # always: the amp rule needs input dtypes; shapes show on request
+            profile_memory=options.memory,
+            with_stack=options.stack,
+            with_flops=options.flops,
+        )
+        with without_profiler_banner():
+            try:
+                prof.start()
+                for i in range(options.steps):
+                    value, seconds = timed_call(step, device, marker=f"{STEP_PREFIX}{i}")
+                    step_s.append(seconds)
+            finally:
+                stop_profiler(prof)
+    except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt too: summarise, then re-raise)
+        error = exc
+    ctx = _rule_context(device, names or {}, memory_before)
+    result = _build_result(prof, options, label, device, warmup_s, step_s, error, ctx)
+    return ProfileRun(result, value, error)
+
+
+def _rule_context(device: Device, names: dict[str, str], before) -> RuleContext:
+    low = device.low_precision()
+    after = device.allocator_stats()
+    retries, counters = 0, None
+    if before is not None and after is not None:
+        retries = after.num_alloc_retries - before.num_alloc_retries
+        # the steps' own peak is read from these and the trace's memory events: rules.step_peak says how
+        counters = AllocatorCounters(total=device.memory_capacity()[1],
+                                     allocated_before=before.allocated_bytes, allocated_after=after.allocated_bytes,
+                                     peak_before=before.peak_allocated_bytes, peak_after=after.peak_allocated_bytes,
+                                     device=device.label)
+    return RuleContext(device_kind=device.kind, low_precision_fast=low.fast,
+                       low_precision_dtype=str(low.dtype).removeprefix("torch.") if low.dtype else None,
+                       low_precision_reason=low.reason, names=names, alloc_retries=retries,
+                       allocator=counters)
+
+
+def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: RuleContext) -> ProfileResult:
+    notes = [note for note in (device.choice_note(), device.profile_note()) if note]
+    if options.warmup == 0:
+        notes.append("The first run includes one-time costs (lazy initialisation, allocator warm-up); "
+                     "--warmup 1 leaves them out.")
+    nvml = device.nvml()
+    if isinstance(nvml, str):
+        notes.append(nvml)
+        nvml = None
+    result = ProfileResult(
+        label=label, device=device.describe(), step_s=step_s, warmup_s=warmup_s,
+        notes=notes, nvml=nvml.to_dict() if nvml is not None else None,
+        error=_describe(error), options=options.to_dict(),
+    )
+    if len(warmup_s) >= 2 and step_s:
+        # the first warm-up run is cold; the others are the un-profiled baseline
+        result.overhead = statistics.median(step_s) / statistics.median(warmup_s[1:])
+    results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    if results is None:
+        if error is None:
+            result.notes.append("The profiler returned no events.")
+        return result
+    started = time.perf_counter()
+    summary = summarize_trace(results.events(), results.trace_start_ns(), shapes=options.record_shapes,
+                              flops=options.flops, python_calls=python_calls(results) if options.stack else ())
+    _fill_from_summary(result, summary, ctx)
+    result.analysis_s = time.perf_counter() - started
+    if options.trace:
+        try:
+            prof.export_chrome_trace(options.trace)
+            result.trace_path = os.path.abspath(options.trace)
+        except Exception as exc:  # disk full, permissions: the profile itself is still good
+            result.notes.append(f"Could not write the trace to {options.trace}: {exc}")
+    # The profiler object sits in reference cycles, so only the cyclic GC would free it, at some
+    # later moment in the user's code, along with the events it holds (~0.3 s for 100k events).
+    # Free them now, inside the time the magic reports.
+    prof.profiler.kineto_results = None
+    return result
+
+
+def _fill_from_summary(result: ProfileResult, s: TraceSummary, ctx: RuleContext) -> None:
+    result.findings = diagnose(s, ctx)
+    if note := missing_kernels_note(s, ctx):
+        result.notes.append(note)
+    result.event_count = s.event_count
+    result.ops = [
+        OpRow(o.name, o.calls, o.self_cpu_us, o.total_cpu_us, o.self_device_us, o.flops,
+              o.allocated_bytes, tuple(o.top_shapes()))
+        for o in s.ops.values()
+    ]
+    # Python between ops shows as the step markers' own time: count it under "other"
+    result.categories_s = {k: v / 1e6 for k, v in s.category_us.items() if v > 0}
+    result.device_categories_s = {k: v / 1e6 for k, v in s.device_category_us.items() if v > 0}
+    result.timeline = s.timeline
+    result.step_starts_us = list(s.step_start_us)
+    result.memory_peak_bytes = dict(s.peak_allocated)
+    result.memory_allocated_bytes = dict(s.allocated_total)
+    cells = ipython_cell_files()
+    result.hot_lines = [(frame_label(frame, cells), us) for frame, us in s.hot_lines.most_common(HOT_LINES_KEPT)]
+    if s.steps > len(result.step_s):
+        result.notes.append("The last profiled step did not finish; it is included up to the failure.")
+
+
+def _describe(error: BaseException | None) -> str | None:
+    return None if error is None else describe_error(error, width=10_000)

@@ -1,0 +1,630 @@
+"""Turn the profiler's raw events into a :class:`TraceSummary` the diagnosis rules can read.
+
+We read kineto's raw events rather than ``prof.events()``/``key_averages()``: building
+torch's FunctionEvent tree costs ~90 µs an event (11 s for 125k events on our CI machine),
+while one sweep over the raw events here costs a few µs each.
+
+One sweep per CPU thread, over events sorted by start, keeps a stack of open events.
+From it each event gets its parent, its self time (duration minus children), and the
+inherited context that decides where its self time belongs:
+
+* the *phase* it runs in: data loading (``enumerate(DataLoader)...__next__``), backward
+  (``autograd::engine::evaluate_function``) or optimizer (``Optimizer.step#``/``zero_grad#``),
+* whether it is inside a host-device sync op (``.item()``, ``nonzero`` ...) or a copy op,
+* the step it belongs to (``ProfilerStep#N`` markers), and the innermost user source frame
+  when the python tracer ran (``--stack``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+import statistics
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from torch.autograd import DeviceType
+
+from ...core.gc_pause import gc_paused
+from ...core.measure.timing import DEVICE_WAIT_MARKER
+from .activity import activity_reader, is_hidden
+from .result import TimelineSpan as Span  # a bar: a step's top-level event, or a kernel
+
+DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, OTHER = (
+    "data loading",
+    "forward",
+    "backward",
+    "optimizer",
+    "copies",
+    "syncs",
+    "device wait",  # the CPU waiting at step end for queued GPU work (GPU-bound: good)
+    "other",        # Python between ops, user annotations' own time
+)
+CATEGORIES = (DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, OTHER)
+
+STEP_PREFIX = "ProfilerStep#"
+_PHASE_PREFIXES = (
+    (DEVICE_WAIT_MARKER, DEVICE_WAIT),
+    ("enumerate(DataLoader)", DATA),
+    ("autograd::engine::evaluate_function", BACKWARD),
+    ("Optimizer.step#", OPTIMIZER),
+    ("Optimizer.zero_grad#", OPTIMIZER),
+)
+# Ops that read a device value on the host: a full stall when the tensor lives on a GPU.
+SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero",
+                      "aten::equal", "aten::unique", "aten::_unique2", "aten::masked_select"})
+# Runtime calls that block the host until the device catches up (CUDA traces only).
+SYNC_RUNTIME = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+                          "cudaMemcpy", "hipStreamSynchronize", "hipDeviceSynchronize"})
+COPY_OPS = frozenset({"aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone",
+                      "aten::_copy_from", "aten::_copy_from_and_resize", "aten::pin_memory",
+                      "aten::_pin_memory"})
+MATMUL_OPS = frozenset({
+    "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::_addmm_activation",
+    "aten::mkldnn_convolution", "aten::cudnn_convolution", "aten::_slow_conv2d_forward",
+    "aten::convolution_backward", "aten::cudnn_convolution_transpose", "aten::miopen_convolution",
+    "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_cudnn_attention",
+    "aten::mkldnn_rnn_layer", "aten::_thnn_fused_lstm_cell", "aten::linear_backward", "aten::_mm",
+})
+LOW_PRECISION_DTYPES = frozenset({"c10::BFloat16", "c10::Half", "c10::Float8_e4m3fn", "c10::Float8_e5m2"})
+# Ops that never launch device work (views, metadata, allocation): a step of only these on a GPU has no kernels
+NO_KERNEL_OPS = frozenset({
+    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::view", "aten::_unsafe_view",
+    "aten::reshape", "aten::_reshape_alias", "aten::as_strided", "aten::t", "aten::transpose", "aten::permute",
+    "aten::expand", "aten::squeeze", "aten::unsqueeze", "aten::select", "aten::slice", "aten::narrow",
+    "aten::alias", "aten::detach", "aten::detach_", "aten::lift_fresh", "aten::resolve_conj", "aten::resolve_neg",
+    "aten::split", "aten::chunk", "aten::unbind", "aten::flatten", "aten::requires_grad_", "aten::size",
+})
+# the profiler's own bookkeeping around record_function ranges
+_SKIPPED_NAMES = frozenset({"profiler::_record_function_enter", "profiler::_record_function_enter_new",
+                            "profiler::_record_function_exit"})
+_NOT_USER_CODE = ("torch/", "torchmagic/", "IPython/", "ipykernel/", "<built-in", "site-packages/",
+                  "dist-packages/", "<frozen", "contextlib.py", "typing.py", "functools.py")
+
+MAX_BARS_PER_LANE = 1000  # the drawing is ~1000 pixels wide
+
+
+@dataclass
+class OpStats:
+    """Totals for one operator name over the profiled steps (times in µs)."""
+
+    name: str
+    calls: int = 0
+    self_cpu_us: float = 0.0
+    total_cpu_us: float = 0.0
+    self_device_us: float = 0.0
+    flops: int = 0
+    allocated_bytes: int = 0
+    shapes: Counter = field(default_factory=Counter)  # shapes -> self µs, kept only when asked
+
+    def top_shapes(self, n: int = 2) -> list[str]:
+        return [s for s, _ in self.shapes.most_common(n)]
+
+
+@dataclass
+class TraceSummary:
+    """Everything the rules and the report need, as plain numbers (µs, bytes, counts)."""
+
+    event_count: int = 0
+    step_us: list[float] = field(default_factory=list)
+    step_start_us: list[float] = field(default_factory=list)
+    ops: dict[str, OpStats] = field(default_factory=dict)
+    category_us: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
+    device_category_us: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
+    # dispatch: ops called straight from Python (no op above them), outside data/backward/optimizer
+    python_ops: int = 0
+    python_op_us: list[float] = field(default_factory=list)
+    # syncs: host reads of tensor values outside data loading
+    sync_calls: int = 0
+    sync_us: float = 0.0
+    sync_runtime_calls: int = 0
+    sync_runtime_us: float = 0.0
+    # copies
+    copy_us: float = 0.0
+    layout_copies: int = 0
+    pageable_h2d: int = 0
+    # matmul/conv time by precision (self CPU µs on CPU traces, device µs on GPU traces)
+    matmul_fp32_us: float = 0.0
+    matmul_fp32_calls: int = 0
+    matmul_low_us: float = 0.0
+    matmul_fp32_device_us: float = 0.0
+    matmul_fp32_device_calls: int = 0  # fp32 matmul/conv calls whose kernels are in the trace
+    matmul_low_device_us: float = 0.0
+    # autograd: sequence numbers of graph nodes created outside backward (one per recorded op)
+    graph_nodes: set = field(default_factory=set)
+    backward_events: int = 0
+    # optimizer
+    optimizer_us: float = 0.0
+    optimizer_ops: int = 0
+    optimizer_vectorised: bool = False
+    optimizer_names: set = field(default_factory=set)
+    # data loading: CPU time in DataLoader __next__, and the part of it the device sat idle
+    data_us: float = 0.0
+    data_exposed_us: float | None = None
+    # device (CUDA traces)
+    has_device_events: bool = False
+    device_busy_us: float = 0.0
+    device_kernels: int = 0
+    # ops in the steps that put work on the device when their tensors live there: those called from
+    # Python, a phase or a user range (not from another op), less views, allocations and data loading
+    launching_ops: int = 0
+    # memory (profile_memory)
+    memory_recorded: bool = False
+    peak_allocated: dict[str, int] = field(default_factory=dict)   # device -> peak bytes above start
+    allocated_total: dict[str, int] = field(default_factory=dict)  # device -> bytes allocated
+    allocated_net: dict[str, int] = field(default_factory=dict)    # device -> bytes still held at the end
+    # the user's innermost functions (python tracer): frame -> inclusive µs of the ops they called
+    hot_lines: Counter = field(default_factory=Counter)
+    timeline: list[Span] = field(default_factory=list)
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_us)
+
+    @property
+    def total_step_us(self) -> float:
+        return sum(self.step_us)
+
+    @property
+    def python_op_median_us(self) -> float | None:
+        return statistics.median(self.python_op_us) if self.python_op_us else None
+
+
+class _Ev:
+    """A raw event reduced to what every event needs; the rest is read from ``raw`` on demand
+    (each read of a kineto event attribute costs ~0.4 µs, the main cost of the analysis)."""
+
+    # cats: self µs by category under a timeline bar (set on bars only)
+    __slots__ = ("name", "start", "end", "tid", "corr", "kind", "raw", "cats")
+
+    def __init__(self, name, start, end, tid, kind, raw, corr=0):
+        self.name, self.start, self.end, self.tid = name, start, end, tid
+        self.kind, self.raw, self.corr = kind, raw, corr
+
+
+# event kinds
+_OP, _ANNOTATION, _PYTHON, _RUNTIME, _MEMORY = range(5)
+_CPU_KINDS = {"cpu_op": _OP, "user_annotation": _ANNOTATION, "python_function": _PYTHON}
+_DEVICE_ACTIVITIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+
+
+def summarize_trace(events, trace_start_ns: int, *, shapes: bool = False, flops: bool = False,
+                    python_calls=()) -> TraceSummary:
+    """Build the summary from kineto's raw events (``prof.profiler.kineto_results.events()``), and
+    the Python tracer's calls where this torch keeps them apart (``activity.python_calls``)."""
+    # ~100k short-lived records, none in a cycle: the cyclic GC's passes would only cost time
+    with gc_paused():
+        return _summarize(events, trace_start_ns, shapes, flops, python_calls)
+
+
+def _summarize(events, trace_start_ns: int, shapes: bool, flops: bool, python_calls) -> TraceSummary:
+    out = TraceSummary()
+    cpu, device = _split(events, trace_start_ns, out)
+    for name, start_ns, end_ns, tid in python_calls:
+        out.event_count += 1
+        start = (start_ns - trace_start_ns) / 1000.0
+        cpu.append(_Ev(name, start, start + (end_ns - start_ns) / 1000.0, tid, _PYTHON, None))
+    if device:
+        _link_runtime_threads(cpu)
+    by_thread: dict[int, list[_Ev]] = defaultdict(list)
+    for ev in cpu:
+        by_thread[ev.tid].append(ev)
+    markers = sorted((ev for ev in cpu if ev.kind == _ANNOTATION and ev.name.startswith(STEP_PREFIX)),
+                     key=lambda ev: ev.start)
+    out.step_us = [ev.end - ev.start for ev in markers]
+    out.step_start_us = [ev.start for ev in markers]
+    windows = [(ev.start, ev.end) for ev in markers]
+    main_tid = markers[0].tid if markers else None
+    sweep = _Sweep(out, windows, {id(ev): i for i, ev in enumerate(markers)}, shapes=shapes, flops=flops)
+    for tid, evs in by_thread.items():
+        sweep.run(evs, "CPU main thread" if tid == main_tid else f"CPU thread {tid}")
+    _discount_waiting(out, sweep, windows)
+    _memory_levels(out, sweep.memory)
+    _attribute_device(device, out, sweep, windows)
+    _bound_timeline(out)
+    return out
+
+
+def _split(events, trace_start_ns, out):
+    """Convert raw events to light records (µs since trace start), CPU and device apart."""
+    cpu, device = [], []
+    t0 = trace_start_ns
+    activity_of = activity_reader(events[0] if events else None)
+    for e in events:
+        out.event_count += 1
+        try:
+            name = e.name()
+            activity = activity_of(e)
+        except UnicodeDecodeError:
+            # torch 2.13's Python tracer sometimes returns a garbled name for its own frames
+            # (seen: torch/profiler/_cupti_monitor.py); such an event is not the user's
+            continue
+        kind = _CPU_KINDS.get(activity)
+        if kind is None:
+            if activity in _DEVICE_ACTIVITIES:
+                start = (e.start_ns() - t0) / 1000.0
+                device.append(_Ev(name, start, start + e.duration_ns() / 1000.0, e.device_resource_id(),
+                                  _OP, e, e.linked_correlation_id()))
+                continue
+            if name == "[memory]":
+                start = (e.start_ns() - t0) / 1000.0
+                cpu.append(_Ev(name, start, start, e.start_thread_id(), _MEMORY, e))
+                continue
+            if not activity.endswith(("_runtime", "_driver")):
+                continue  # profiler overhead markers, GPU-side annotations, sync records
+            kind = _RUNTIME  # a CUDA/HIP runtime or driver call, linked to the op that made it
+        if name in _SKIPPED_NAMES or e.is_async() or is_hidden(e):
+            continue
+        start = (e.start_ns() - t0) / 1000.0
+        ev = _Ev(name, start, start + e.duration_ns() / 1000.0, e.start_thread_id(), kind, e)
+        if kind == _RUNTIME:
+            ev.corr = e.linked_correlation_id()
+        cpu.append(ev)
+    return cpu, device
+
+
+def _link_runtime_threads(cpu: list[_Ev]) -> None:
+    """Join runtime calls to their op's thread (CUPTI reports OS thread ids), and give ops
+    their correlation ids, which only matter when there are kernels to attribute.  Unlinked
+    calls (a bare torch.cuda.synchronize()) go to the thread their OS thread was seen to be."""
+    corr_tid = {}
+    for ev in cpu:
+        if ev.kind == _OP:
+            ev.corr = ev.raw.correlation_id()
+            corr_tid[ev.corr] = ev.tid
+    runtime = [ev for ev in cpu if ev.kind == _RUNTIME]
+    os_thread = {ev.tid: corr_tid[ev.corr] for ev in runtime if ev.corr in corr_tid}
+    for ev in runtime:
+        ev.tid = corr_tid.get(ev.corr) or os_thread.get(ev.tid, ev.tid)
+
+
+@functools.lru_cache(maxsize=4096)
+def _phase_of(name: str) -> str | None:
+    """The phase an event opens (cached: a trace repeats a few hundred names)."""
+    for prefix, phase in _PHASE_PREFIXES:
+        if name.startswith(prefix):
+            return phase
+    return None
+
+
+def _is_user_frame(name: str) -> bool:
+    if any(marker in name for marker in _NOT_USER_CODE):
+        return False
+    top = name.split("/", 1)[0].split("(", 1)[0].removesuffix(".py")
+    return top not in sys.stdlib_module_names
+
+
+def _category(kind, name, phase, in_sync, in_copy) -> str:
+    if phase is not None:
+        return phase
+    if in_sync or (kind == _RUNTIME and name in SYNC_RUNTIME):
+        return SYNCS
+    if in_copy:
+        return COPIES
+    if kind in (_OP, _RUNTIME):
+        return FORWARD
+    return OTHER  # Python between ops, and user annotations' own time
+
+
+def _matmul_precision(raw) -> str | None:
+    dtypes = raw.dtypes()
+    if not dtypes:
+        return None
+    if dtypes[0] in LOW_PRECISION_DTYPES:
+        return "low"
+    return "fp32" if dtypes[0] == "float" else None
+
+
+def _window_of(windows: list[tuple[float, float]], t: float) -> int | None:
+    i = bisect.bisect_right(windows, (t, math.inf)) - 1
+    return i if i >= 0 and windows[i][0] <= t < windows[i][1] else None
+
+
+class _Sweep:
+    """The per-thread pass: a stack of open events, each with the context its children inherit."""
+
+    def __init__(self, out: TraceSummary, windows, marker_index: dict[int, int], *, shapes: bool, flops: bool):
+        self.out = out
+        self.shapes = shapes
+        self.flops = flops
+        self.windows = windows
+        self.marker_index = marker_index
+        self.op_of_corr: dict[int, tuple[str, str, str | None]] = {}  # corr -> (op, category, precision)
+        # CUPTI correlation id of a launch no op encloses -> (its innermost user range or None, category)
+        self.launches: dict[int, tuple[str | None, str]] = {}
+        self.memory: list[tuple[float, str, int]] = []  # (time, device, bytes) of each allocation/free
+        self.bars: dict[str, list[tuple[float, float]]] = defaultdict(list)  # lane -> top-level intervals
+        self.data_intervals: list[tuple[float, float]] = []
+        self.main_lane = "CPU main thread"
+
+    def run(self, evs: list[_Ev], lane: str) -> None:
+        out = self.out
+        evs.sort(key=lambda ev: (ev.start, -ev.end))
+        # An open event: [ev, child_us, phase, in_sync, in_copy, step, top, frame, under_op]
+        stack: list[list] = []
+        for ev in evs:
+            while stack and stack[-1][0].end <= ev.start:
+                self._close(stack.pop(), lane)
+            parent = stack[-1] if stack else None
+            if ev.kind == _MEMORY:
+                self._memory(ev, parent)
+                continue
+            name, kind = ev.name, ev.kind
+            if parent is None:
+                phase, in_sync, in_copy, step, top, frame, under_op = None, False, False, None, None, None, False
+            else:
+                parent[1] += ev.end - ev.start
+                _, _, phase, in_sync, in_copy, step, top, frame, under_op = parent
+            marker = self.marker_index.get(id(ev))
+            if marker is not None:
+                step, top = marker, None
+            elif parent is None:
+                step = _window_of(self.windows, ev.start)  # work on other threads, placed by time
+                top = ev if step is not None else None
+            elif top is None and step is not None:
+                top = ev  # a direct child of the step marker
+            if top is ev:
+                ev.cats = {}
+            own_phase = _phase_of(name)
+            if own_phase is not None and phase is None:
+                phase = own_phase
+                if own_phase == BACKWARD:
+                    out.backward_events += 1
+                elif own_phase == OPTIMIZER and kind == _ANNOTATION:
+                    out.optimizer_names.add(name.split("#", 1)[1].split(".", 1)[0])
+                elif own_phase == DATA and step is not None:
+                    self.data_intervals.append((ev.start, ev.end))
+            if kind == _PYTHON and _is_user_frame(name):
+                frame = name
+            if kind == _OP:
+                # a sync or copy the user asked for, not one inside another op's implementation
+                in_sync = in_sync or (name in SYNC_OPS and not under_op)
+                in_copy = in_copy or (name in COPY_OPS and not under_op)
+                if step is not None:
+                    self._op_opened(ev, phase, frame, under_op)
+            elif kind == _RUNTIME and step is not None:
+                if name in SYNC_RUNTIME and phase is None and not in_sync:
+                    out.sync_runtime_calls += 1  # explicit torch.cuda.synchronize() and friends
+                    out.sync_runtime_us += ev.end - ev.start
+                if not under_op:
+                    self._launch_outside_ops(ev, stack, _category(kind, name, phase, in_sync, in_copy))
+            stack.append([ev, 0.0, phase, in_sync, in_copy, step, top, frame, under_op or kind == _OP])
+        while stack:
+            self._close(stack.pop(), lane)
+
+    def _launch_outside_ops(self, ev: _Ev, stack: list[list], category: str) -> None:
+        """A runtime call no op encloses (a custom extension's or a hand-written Triton kernel's launch
+        under record_function): kineto links kernels to ops only, so remember the launch's innermost
+        user range and category for its kernels, found by CUPTI's correlation id that they share."""
+        corr = ev.raw.correlation_id()
+        if corr:
+            user_range = next((entry[0].name for entry in reversed(stack)
+                               if entry[0].kind == _ANNOTATION and id(entry[0]) not in self.marker_index), None)
+            self.launches[corr] = (user_range, category)
+
+    def _op_opened(self, ev: _Ev, phase, frame, under_op) -> None:
+        out, name, dur = self.out, ev.name, ev.end - ev.start
+        if not under_op and phase != DATA and name not in NO_KERNEL_OPS:
+            out.launching_ops += 1
+        if phase is None and not under_op:  # called straight from Python
+            out.python_ops += 1
+            out.python_op_us.append(dur)
+            if frame is not None:
+                out.hot_lines[frame] += dur
+            if name in SYNC_OPS:
+                out.sync_calls += 1
+                out.sync_us += dur
+        if phase is None:
+            seq = ev.raw.sequence_nr()
+            if seq >= 0:
+                out.graph_nodes.add(seq)
+        if phase == OPTIMIZER:
+            out.optimizer_ops += 1
+            if "_foreach_" in name or "_fused_" in name:
+                out.optimizer_vectorised = True
+        if name == "aten::contiguous":
+            out.layout_copies += 1
+
+    def _close(self, entry, lane: str) -> None:
+        ev, child_us, phase, in_sync, in_copy, step, top, _, _ = entry
+        if step is None:
+            return  # outside the profiled steps (profiler start and stop)
+        out, name, kind = self.out, ev.name, ev.kind
+        dur = ev.end - ev.start
+        self_us = max(dur - child_us, 0.0)
+        is_step = top is None  # only a step marker has a step but no bar above it
+        category = OTHER if is_step else _category(kind, name, phase, in_sync, in_copy)
+        out.category_us[category] += self_us
+        if top is not None:
+            top.cats[category] = top.cats.get(category, 0.0) + self_us
+            if top is ev:
+                dominant = max(ev.cats, key=ev.cats.get)
+                out.timeline.append(Span(lane, ev.start, dur, dominant, name))
+                self.bars[lane].append((ev.start, ev.end))
+        if kind == _PYTHON or is_step:
+            return
+        if category == OPTIMIZER:
+            out.optimizer_us += self_us
+        elif category == DATA:
+            out.data_us += self_us
+        elif category == COPIES:
+            out.copy_us += self_us
+        stats = out.ops.get(name)
+        if stats is None:
+            stats = out.ops[name] = OpStats(name)
+        stats.calls += 1
+        stats.self_cpu_us += self_us
+        stats.total_cpu_us += dur
+        if kind != _OP:
+            return
+        precision = _matmul_precision(ev.raw) if name in MATMUL_OPS else None
+        if precision == "low":
+            out.matmul_low_us += self_us
+        elif precision == "fp32":
+            out.matmul_fp32_us += self_us
+            out.matmul_fp32_calls += 1
+        if ev.corr:
+            self.op_of_corr[ev.corr] = (name, category, precision)
+        if self.flops:
+            stats.flops += ev.raw.flops()
+        if self.shapes:
+            stats.shapes[_shape_text(ev.raw.shapes())] += self_us
+
+    def _memory(self, ev: _Ev, parent) -> None:
+        out = self.out
+        out.memory_recorded = True
+        device_type = ev.raw.device_type()
+        # per device, never summed across GPUs: "cuda:1", as a Device's label reads
+        device = ("cpu" if device_type == DeviceType.CPU
+                  else f"{str(device_type).rsplit('.', 1)[-1].lower()}:{max(ev.raw.device_index(), 0)}")
+        nbytes = ev.raw.nbytes()
+        self.memory.append((ev.start, device, nbytes))
+        if nbytes > 0:
+            out.allocated_total[device] = out.allocated_total.get(device, 0) + nbytes
+            if parent is not None and parent[0].kind == _OP:
+                stats = out.ops.get(parent[0].name)
+                if stats is None:
+                    stats = out.ops[parent[0].name] = OpStats(parent[0].name)
+                stats.allocated_bytes += nbytes
+
+
+def _memory_levels(out: TraceSummary, records: list[tuple[float, str, int]]) -> None:
+    """Peak and final allocation level per device above the profile's start, in time order across
+    threads: on CUDA, backward allocates on the autograd thread while the main thread's tensors live."""
+    level: dict[str, int] = defaultdict(int)
+    for _, device, nbytes in sorted(records, key=lambda r: r[0]):
+        level[device] += nbytes
+        out.peak_allocated[device] = max(out.peak_allocated.get(device, 0), level[device])
+    out.allocated_net = dict(level)
+
+
+def _discount_waiting(out: TraceSummary, sweep: _Sweep, windows) -> None:
+    """The main thread's gaps count as Python ("other") unless another thread worked meanwhile:
+    on CUDA, backward runs on an autograd thread while the main thread waits for it."""
+    others = [iv for lane, ivs in sweep.bars.items() if lane != sweep.main_lane for iv in ivs]
+    if not others:
+        return
+    gaps = _subtract(_union(windows), _union(sweep.bars.get(sweep.main_lane, [])))
+    out.category_us[OTHER] = max(out.category_us[OTHER] - _overlap(gaps, _union(others)), 0.0)
+
+
+def _shape_text(shapes) -> str:
+    return ", ".join(f"[{', '.join(map(str, s))}]" if isinstance(s, list) else str(s) for s in shapes if s != [])
+
+
+def _attribute_device(device: list[_Ev], out: TraceSummary, sweep: _Sweep, windows) -> None:
+    """Give each kernel/memcpy to the op that launched it, or where no op did, to the user range
+    around its launch; measure device busy time in steps."""
+    if not device:
+        return
+    out.has_device_events = True
+    intervals = []
+    fp32_calls = set()
+    for ev in device:
+        dur = ev.end - ev.start
+        op, category, precision = sweep.op_of_corr.get(ev.corr, (None, OTHER, None))
+        if op is None and sweep.launches:
+            op, category = sweep.launches.get(ev.raw.correlation_id(), (None, OTHER))
+        if op is not None:
+            stats = out.ops.get(op)
+            if stats is None:
+                stats = out.ops[op] = OpStats(op)
+            stats.self_device_us += dur
+        if precision == "low":
+            out.matmul_low_device_us += dur
+        elif precision == "fp32":
+            out.matmul_fp32_device_us += dur
+            fp32_calls.add(ev.corr)
+        out.device_category_us[category] += dur
+        out.device_kernels += 1
+        if "HtoD" in ev.name and "Pageable" in ev.name:
+            out.pageable_h2d += 1
+        intervals.append((ev.start, ev.end))
+        out.timeline.append(Span(f"GPU stream {ev.tid}", ev.start, dur, category, ev.name))
+    out.matmul_fp32_device_calls = len(fp32_calls)
+    busy = _union(intervals)
+    out.device_busy_us = _overlap(busy, _union(windows))
+    data = _union(sweep.data_intervals)
+    out.data_exposed_us = sum(end - start for start, end in data) - _overlap(data, busy)
+
+
+def _union(intervals) -> list[tuple[float, float]]:
+    merged: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def _overlap(a, b) -> float:
+    """Total length where two sorted, disjoint interval lists overlap."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def _subtract(a, b) -> list[tuple[float, float]]:
+    """Parts of sorted disjoint intervals ``a`` not covered by sorted disjoint ``b``."""
+    out = []
+    j = 0
+    for start, end in a:
+        cur = start
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < end:
+            if b[k][0] > cur:
+                out.append((cur, b[k][0]))
+            cur = max(cur, b[k][1])
+            k += 1
+        if cur < end:
+            out.append((cur, end))
+    return out
+
+
+def _bound_timeline(out: TraceSummary) -> None:
+    """At most MAX_BARS_PER_LANE bars per lane, whatever the trace length: past that, bars are
+    binned by time (about one bin per pixel of the drawing), each bin drawn as one bar in the
+    category that took most of its time.  Every step stays on the timeline."""
+    lanes: dict[str, list[Span]] = defaultdict(list)
+    for span in out.timeline:
+        lanes[span.lane].append(span)
+    bounded: list[Span] = []
+    for lane, spans in lanes.items():
+        spans.sort(key=lambda s: s.start_us)
+        if len(spans) <= MAX_BARS_PER_LANE:
+            bounded += spans
+            continue
+        t0 = spans[0].start_us
+        width = (max(s.start_us + s.dur_us for s in spans) - t0) / MAX_BARS_PER_LANE
+        bins: dict[int, list[Span]] = defaultdict(list)
+        for s in spans:
+            bins[min(int((s.start_us - t0) / width), MAX_BARS_PER_LANE - 1)].append(s)
+        bars: list[list] = []  # [start, end, category]
+        for index in sorted(bins):
+            members = bins[index]
+            time_in: dict[str, float] = defaultdict(float)
+            for s in members:
+                time_in[s.category] += s.dur_us
+            category = max(time_in, key=time_in.get)
+            start = members[0].start_us
+            end = max(s.start_us + s.dur_us for s in members)
+            if bars and bars[-1][2] == category and start - bars[-1][1] <= width:
+                bars[-1][1] = max(bars[-1][1], end)  # one bar across neighbouring bins
+            else:
+                bars.append([start, end, category])
+        bounded += [Span(lane, start, end - start, category, "(binned)") for start, end, category in bars]
+    out.timeline = bounded

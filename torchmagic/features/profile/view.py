@@ -1,0 +1,299 @@
+"""Text, HTML and widget views of a :class:`ProfileResult`.  The answer (findings) comes first."""
+
+from __future__ import annotations
+
+import html
+import textwrap
+from typing import TYPE_CHECKING
+
+from ...core.render.base import png_img, report_html, tabbed
+from ...core.render.format import bar, fmt_bytes, fmt_count, fmt_flops, fmt_pct, fmt_s, fmt_us
+from ...core.render.table import Column, Table
+
+if TYPE_CHECKING:  # the result imports this view when it is shown, not the other way round
+    from .result import ProfileResult
+
+CATEGORY_COLORS = {
+    "data loading": "#e8a33d",
+    "forward": "#4c78a8",
+    "backward": "#72b7b2",
+    "optimizer": "#b279a2",
+    "copies": "#9d755d",
+    "syncs": "#e45756",
+    "other": "#bab0ac",
+}
+SEVERITY_MARK = {"high": "!!!", "medium": "!! ", "low": "!  "}
+
+
+def headline(r: ProfileResult) -> str:
+    device = r.device.get("name") or r.device.get("kind", "?")
+    parts = [f"{r.label}: {r.steps} step{'s' if r.steps != 1 else ''} on {r.device.get('kind', '?').upper()} ({device})"]
+    if r.step_s:
+        if r.steps > 1:
+            parts.append(f"step {fmt_s(r.median_step_s)} median (min {fmt_s(min(r.step_s))}, "
+                         f"max {fmt_s(max(r.step_s))})")
+        else:
+            parts.append(f"step {fmt_s(r.step_s[0])}")
+    if r.overhead is not None:
+        parts.append(f"profiler overhead {r.overhead:.2f}×")
+    return " · ".join(parts)
+
+
+SORT_LABELS = {"self_cpu_us": "self CPU time", "total_cpu_us": "total CPU time",
+               "self_device_us": "self GPU time", "calls": "calls", "flops": "FLOPs",
+               "allocated_bytes": "bytes allocated"}
+
+
+def sort_label(r: ProfileResult) -> str:
+    return SORT_LABELS[r.sort_field]
+
+
+def _categories_table(values_s: dict[str, float]) -> Table | None:
+    total = sum(values_s.values())
+    if total <= 0:
+        return None
+    rows = [(name, s, s / total) for name, s in values_s.items() if s > 0]
+    rows.sort(key=lambda row: -row[1])
+    return Table([
+        Column("category", lambda row: row[0], "left"),
+        Column("time", lambda row: fmt_s(row[1])),
+        Column("share", lambda row: fmt_pct(row[2])),
+        Column("", lambda row: bar(row[2]), "left"),
+    ], rows, noun="categories")
+
+
+def _ops_table(r: ProfileResult) -> Table:
+    show_device = any(op.self_device_us for op in r.ops)
+    show_flops = r.options.get("flops") and any(op.flops for op in r.ops)
+    show_mem = r.options.get("memory") and any(op.allocated_bytes for op in r.ops)
+    show_shapes = r.options.get("record_shapes")
+    total_self = sum(op.self_cpu_us for op in r.ops) or 1.0
+    total_device = sum(op.self_device_us for op in r.ops) or 1.0
+    columns = [
+        Column("operator", lambda op: op.name, "left"),
+        Column("calls", lambda op: fmt_count(op.calls)),
+        Column("self CPU", lambda op: fmt_us(op.self_cpu_us)),
+        Column("%", lambda op: fmt_pct(op.self_cpu_us / total_self)),
+        Column("total CPU", lambda op: fmt_us(op.total_cpu_us)),
+    ]
+    if show_device:
+        columns += [Column("self GPU", lambda op: fmt_us(op.self_device_us)),
+                    Column("GPU %", lambda op: fmt_pct(op.self_device_us / total_device))]
+    if show_flops:
+        columns += [Column("FLOPs", lambda op: fmt_flops(op.flops) if op.flops else ""),
+                    Column("FLOP/s", lambda op: _rate(op, show_device))]
+    if show_mem:
+        columns.append(Column("allocated", lambda op: fmt_bytes(op.allocated_bytes) if op.allocated_bytes else ""))
+    if show_shapes:
+        columns.append(Column("input shapes (most time)", _shapes_cell, "left"))
+    return Table(columns, r.sorted_ops(), limit=r.options.get("top", 15), noun="operators",
+                 hint=" (--top N shows more)")
+
+
+def _shapes_cell(op) -> str:
+    if not op.shapes:
+        return ""
+    first = op.shapes[0] if len(op.shapes[0]) <= 48 else op.shapes[0][:47] + "…"
+    return first + (f"  (+{len(op.shapes) - 1} more)" if len(op.shapes) > 1 else "")
+
+
+def _rate(op, on_device: bool) -> str:
+    us = op.self_device_us if on_device and op.self_device_us else op.self_cpu_us
+    return f"{fmt_flops(op.flops / (us / 1e6))}/s" if op.flops and us > 0 else ""
+
+
+def _hot_lines_table(r: ProfileResult) -> Table:
+    total = sum(us for _, us in r.hot_lines) or 1.0
+    return Table([
+        Column("function (where it starts)", lambda row: row[0], "left"),
+        Column("op time", lambda row: fmt_us(row[1])),
+        Column("share", lambda row: fmt_pct(row[1] / total)),
+    ], r.hot_lines, limit=r.options.get("top", 15), noun="functions")
+
+
+def _memory_lines(r: ProfileResult) -> list[str]:
+    return [f"{device}: peak {fmt_bytes(peak)} above the start of the profile, "
+            f"{fmt_bytes(r.memory_allocated_bytes.get(device, 0))} allocated in total"
+            for device, peak in sorted(r.memory_peak_bytes.items())]
+
+
+def _nvml_line(r: ProfileResult) -> str | None:
+    n = r.nvml
+    if not n:
+        return None
+    parts = [f"{n['name']}: {fmt_bytes(n['used_bytes'])} of {fmt_bytes(n['total_bytes'])} used (all processes)"]
+    if n.get("utilization_pct") is not None:
+        parts.append(f"{n['utilization_pct']:.0f}% busy over NVML's last sample period")
+    if n.get("temperature_c") is not None:
+        parts.append(f"{n['temperature_c']:.0f} °C")
+    if n.get("power_w") is not None:
+        parts.append(f"{n['power_w']:.0f} W")
+    return "NVML after the profile: " + ", ".join(parts)
+
+
+def _trace_line(r: ProfileResult) -> str | None:
+    if not r.trace_path:
+        return None
+    return f"Chrome trace written to {r.trace_path}: open it in https://ui.perfetto.dev or chrome://tracing"
+
+
+# -- text ------------------------------------------------------------------------------
+def profile_text(r: ProfileResult) -> str:
+    out = [headline(r)]
+    if r.error:
+        out.append(f"The cell raised {r.error}; what ran before it is summarised below.")
+    out += r.notes
+    nvml = _nvml_line(r)
+    if nvml:
+        out.append(nvml)
+    if r.findings:
+        out.append("")
+        out.append("Findings, most costly first:")
+        for i, f in enumerate(r.findings, 1):
+            out += textwrap.wrap(f"{i}. [{f.severity}] {f.rule}: {f.title}", 100, initial_indent=" ",
+                                 subsequent_indent="    ")
+            out += textwrap.wrap(f"fix: {f.fix}", 100, initial_indent="    ", subsequent_indent="         ")
+            out += [f"      {line}" for line in f.snippet.splitlines()]
+            if f.verify:
+                out.append(f"    verify: {f.verify}")
+    elif r.steps:
+        out.append("No known bottleneck found: the time is in the operators below.")
+    categories = _categories_table(r.categories_s)
+    if categories:
+        out += ["", "CPU time by category:", categories.to_text()]
+    device_categories = _categories_table(r.device_categories_s)
+    if device_categories:
+        out += ["", "GPU kernel time by the category of the op that launched it:", device_categories.to_text()]
+    if r.ops:
+        out += ["", f"Top operators by {sort_label(r)}:", _ops_table(r).to_text()]
+    if r.hot_lines:
+        out += ["", "Your functions by the op time they call (the innermost one of your code):", _hot_lines_table(r).to_text()]
+    memory = _memory_lines(r)
+    if memory:
+        out += ["", "Memory (torch allocations during the profile):"] + [f"  {line}" for line in memory]
+    trace = _trace_line(r)
+    if trace:
+        out += ["", trace]
+    return "\n".join(out)
+
+
+# -- HTML ------------------------------------------------------------------------------
+def _findings_html(r: ProfileResult) -> str:
+    if not r.findings:
+        return ('<p>No known bottleneck found: the time is in the operators below.</p>' if r.steps else "")
+    items = []
+    for f in r.findings:
+        verify = (f'<div>verify: <code>{html.escape(f.verify)}</code></div>' if f.verify else "")
+        items.append(
+            f'<div class="tm-finding {f.severity}"><span class="tm-sev {f.severity}">{f.severity}</span> '
+            f'<b>{html.escape(f.rule)}</b>: {html.escape(f.title)}'
+            f'<div>{html.escape(f.fix)}</div><pre>{html.escape(f.snippet)}</pre>{verify}</div>'
+        )
+    return "<h4>Findings, most costly first</h4>" + "".join(items)
+
+
+def _categories_html(values_s: dict[str, float], title: str) -> str:
+    total = sum(values_s.values())
+    if total <= 0:
+        return ""
+    rows = sorted(((n, s) for n, s in values_s.items() if s > 0), key=lambda row: -row[1])
+    body = "".join(
+        f'<tr><td style="text-align:left">{html.escape(n)}</td><td style="text-align:right">{fmt_s(s)}</td>'
+        f'<td style="text-align:right">{fmt_pct(s / total)}</td><td style="text-align:left">'
+        # a bar of block characters: it survives sanitisers that strip inline styles (untrusted notebooks)
+        f'<span class="tm-bar" style="color:{CATEGORY_COLORS.get(n, "#888")}">{bar(s / total)}</span></td></tr>'
+        for n, s in rows
+    )
+    return (f"<h4>{html.escape(title)}</h4><table class=\"tm-table\"><thead><tr><th style=\"text-align:left\">"
+            f"category</th><th>time</th><th>share</th><th></th></tr></thead><tbody>{body}</tbody></table>")
+
+
+def _summary_html(r: ProfileResult) -> str:
+    parts = [f'<div class="tm-headline">{html.escape(headline(r))}</div>']
+    if r.error:
+        parts.append(f'<p class="tm-note">The cell raised <code>{html.escape(r.error)}</code>; '
+                     "what ran before it is summarised below.</p>")
+    nvml = _nvml_line(r)
+    parts += [f'<div class="tm-note">{html.escape(note)}</div>' for note in r.notes + ([nvml] if nvml else [])]
+    parts.append(_findings_html(r))
+    parts.append(_categories_html(r.categories_s, "CPU time by category"))
+    parts.append(_categories_html(r.device_categories_s, "GPU kernel time by category"))
+    trace = _trace_line(r)
+    if trace:
+        parts.append(f'<p class="tm-note">{html.escape(trace)}</p>')
+    return "".join(parts)
+
+
+def _ops_html(r: ProfileResult) -> str:
+    if not r.ops:
+        return ""
+    title = f"Top operators by {sort_label(r)}"
+    return f"<h4>{html.escape(title)}</h4>" + _ops_table(r).to_html()
+
+
+def _extras_html(r: ProfileResult) -> str:
+    parts = []
+    if r.hot_lines:
+        parts.append("<h4>Your functions by the op time they call (the innermost one of your code)</h4>" + _hot_lines_table(r).to_html())
+    memory = _memory_lines(r)
+    if memory:
+        parts.append("<h4>Memory (torch allocations during the profile)</h4>"
+                     + "".join(f"<div>{html.escape(line)}</div>" for line in memory))
+    return "".join(parts)
+
+
+def _timeline_img(r: ProfileResult) -> str:
+    img = png_img(timeline_png(r), "timeline of the profiled steps")
+    return f"<h4>Timeline</h4>{img}" if img else ""
+
+
+def profile_html(r: ProfileResult) -> str:
+    return report_html(_summary_html(r) + _ops_html(r) + _extras_html(r) + _timeline_img(r))
+
+
+def timeline_png(r: ProfileResult) -> bytes | None:
+    if not r.timeline:
+        return None
+    from ...core.render.plot import timeline_figure_png
+
+    return timeline_figure_png(r.timeline, CATEGORY_COLORS, r.step_starts_us)
+
+
+# -- widget ----------------------------------------------------------------------------
+def profile_widget(r: ProfileResult):
+    runner = getattr(r, "verify_runner", None)
+    summary = _summary_html(r)
+    pages: list[tuple[str, object]] = [("Summary", _with_verify_buttons(summary, r, runner) if runner else summary)]
+    if r.ops:
+        pages.append(("Operators", _ops_html(r)))
+    png = timeline_png(r)
+    if png is not None:
+        pages.append(("Timeline", png))
+    extras = _extras_html(r)
+    if extras:
+        pages.append(("Sources & memory", extras))
+    return tabbed(pages)
+
+
+def _with_verify_buttons(summary: str, r: ProfileResult, runner):
+    """The summary, then one button per distinct verify command: a click runs it (a cell magic on
+    top of the profiled cell), its report appearing below the buttons."""
+    import ipywidgets as w
+
+    commands = list(dict.fromkeys(f.verify for f in r.findings if f.verify))
+    if not commands:
+        return w.HTML(report_html(summary))
+    out = w.Output()
+    buttons = []
+    for command in commands:
+        button = w.Button(description=f"▶ {command}", tooltip=f"run {command}" + (" on top of the profiled cell"
+                          if command.startswith("%%") else ""), layout=w.Layout(width="auto"))
+
+        def on_click(_, command=command):
+            with out:
+                runner(command)
+
+        button.on_click(on_click)
+        buttons.append(button)
+    label = w.HTML('<span class="tm-note">Verify a fix (runs the command; the report appears below):</span>')
+    return w.VBox([w.HTML(report_html(summary)), label, w.HBox(buttons, layout=w.Layout(flex_flow="row wrap")), out])
