@@ -64,7 +64,16 @@ def _lines_run(shell, source) -> list[tuple]:
     finally:
         sys.settrace(None)
     own = os.path.join(PACKAGE, "core", "interrupts.py")
-    return [key for key in seen if key[0].co_filename != own and key not in _ENTRY]
+    return [key for key in seen if key[0].co_filename != own and key not in _ENTRY and not _only_nops(*key)]
+
+
+def _only_nops(code, line: int) -> bool:
+    """A line made of NOPs (a ``try:``).  Python runs a signal handler only where it checks for
+    signals (a call, a backward jump, a function's start), never at a NOP; and a trace function
+    raising at a ``try:`` that opens a ``with`` block escapes the block (CPython 3.11 leaves that
+    NOP out of the block's exception table), which no real Ctrl-C can do."""
+    ops = [i.opname for i in dis.get_instructions(code) if i.positions and i.positions.lineno == line]
+    return bool(ops) and all(op == "NOP" for op in ops)
 
 
 # The first line of the magic's outermost frame (user_frames_only's wrapper, which IPython calls):

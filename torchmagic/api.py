@@ -11,11 +11,11 @@ import torch
 from .core.cell import Cell
 from .core.devices import Device, choose_device
 from .core.shell import current_shell
-from .core.state import objects_for_model, objects_used_by, referenced_values, values_named
+from .core.state import objects_used_by, referenced_values, values_named
 from .features.autobatch.result import AutobatchResult
 from .features.autobatch.run import AutobatchOptions, run_autobatch
 from .features.compare.result import CompareResult
-from .features.compare.run import CompareOptions, run_compare
+from .features.compare.run import CompareOptions, objects_to_restore, run_compare
 from .features.compare.variants import DEFAULT_VARIANTS, Variant, parse_variants
 from .features.memory.result import MemoryResult
 from .features.profile.result import ProfileResult
@@ -76,7 +76,7 @@ def autobatch(step: Callable[[int], Any], *, budget: float | None = None, min: i
     back afterwards, as is the random state: probing does not train the model.
     """
     __tracebackhide__ = True  # noqa: F841
-    options = AutobatchOptions(budget=budget, min_size=min, max_size=max, multiple_of=multiple_of,
+    options = AutobatchOptions(budget=budget, min=min, max=max, multiple_of=multiple_of,
                                margin=margin, target_batch=target_batch, throughput=throughput,
                                estimate=estimate)
     state = objects_used_by(step) if restore is None else restore
@@ -109,10 +109,7 @@ def compare(fn: Callable[..., Any], *, model: Any = None,
     if isinstance(restore, list):
         state = restore
     else:
-        state = objects_used_by(fn)
-        if model is not None:
-            scope = getattr(inspect.unwrap(fn), "__globals__", {})
-            state = [o for o in objects_for_model(model, [], scope) if not any(o is s for s in state)] + state
+        state = objects_to_restore(model, objects_used_by(fn), getattr(inspect.unwrap(fn), "__globals__", {}))
     call = fn if model is not None else (lambda _model: fn())
     device = choose_device(device, [model, *referenced_values(fn)])
     run = run_compare(call, model, options, state=state, device=device,

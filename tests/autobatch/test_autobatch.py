@@ -157,7 +157,7 @@ def test_result_renders_and_serialises():
 
 @pytest.mark.parametrize("kw, message", [({"budget": -1}, "budget"), ({"margin": 1.5}, "margin"),
                                          ({"min": 10, "max": 5}, "below min"),
-                                         ({"target_batch": 0}, "target batch")])
+                                         ({"target_batch": 0}, "target_batch")])
 def test_bad_options(kw, message):
     with pytest.raises(ValueError, match=message):
         torchmagic.autobatch(lambda bs: None, **kw)

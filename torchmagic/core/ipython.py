@@ -18,6 +18,7 @@ from IPython.utils.process import arg_split
 from .cell import Cell
 from .devices import Device, choose_device
 from .interrupts import signal_handler_code
+from .limits import SettingError
 from .render.base import widget_frontend
 
 # Every magic that runs code measures one device: the one named here, else where its tensors are.
@@ -32,6 +33,12 @@ def usage_error(message: str) -> ipython_error.UsageError:
     whole tensor's repr.  (IPython recognises the exact class, so this is not a subclass.)"""
     text = " ".join(message.split())
     return ipython_error.UsageError(text if len(text) <= 300 else text[:299] + "…")
+
+
+def refused(magic: str, exc: ValueError) -> ipython_error.UsageError:
+    """An engine's refusal of a setting, as a usage error naming the magic's flag (the engine names
+    the API's parameter: min_time for the API, --min-time here)."""
+    return usage_error(f"{magic}: {exc.as_flag() if isinstance(exc, SettingError) else exc}")
 
 
 def parse_argstring(magic, line: str, name: str):

@@ -13,16 +13,29 @@ MAX_SECONDS = 24 * 3600.0  # a time limit past a day
 WORKERS_PER_CORE = 4       # DataLoader workers beyond this many per usable core only contend
 
 
+class SettingError(ValueError):
+    """A setting refused before anything runs.  The message names it as the Python API does
+    (``runs must be at most ...``); a magic names its flag instead (``--runs must be ...``)."""
+
+    def __init__(self, setting: str, problem: str):
+        super().__init__(f"{setting} {problem}")
+        self.setting, self.problem = setting, problem
+
+    def as_flag(self) -> str:
+        """The message with the setting as the magics' flag: min_time → --min-time."""
+        return f"--{self.setting.replace('_', '-')} {self.problem}"
+
+
 def check_count(name: str, value: int | None) -> None:
     """The upper bound of a count (callers check the lower one, with their own words)."""
     if value is not None and value > MAX_COUNT:
-        raise ValueError(f"{name} must be at most {MAX_COUNT:,}, got {value}")
+        raise SettingError(name, f"must be at most {MAX_COUNT:,}, got {value}")
 
 
 def check_seconds(name: str, value: float) -> None:
     """A time limit's upper bound, NaN included (callers check that it is positive)."""
     if not value <= MAX_SECONDS:
-        raise ValueError(f"{name} must be a number of seconds up to a day, got {value}")
+        raise SettingError(name, f"must be a number of seconds up to a day, got {value}")
 
 
 def usable_cores() -> int:
@@ -37,7 +50,7 @@ def check_workers(workers: tuple[int, ...] | None) -> None:
         return
     most = WORKERS_PER_CORE * usable_cores()
     if max(workers) > most:
-        raise ValueError(f"--workers {max(workers)} is more than {WORKERS_PER_CORE}x the {usable_cores()} usable "
+        raise SettingError("workers", f"{max(workers)} is more than {WORKERS_PER_CORE}x the {usable_cores()} usable "
                          f"cores ({most}): each worker is a process with its own copy of the dataset")
 
 

@@ -107,7 +107,7 @@ def objects_used_by(fn: Callable, namespace: dict[str, Any] | None = None) -> li
     for value in [*referenced_values(fn), *(namespace or {}).values()]:
         if is_stateful(value) and not any(value is f for f in found):
             found.append(value)
-    return _outermost(found)
+    return outermost(found)
 
 
 def objects_for_model(model: nn.Module, names: Iterable[str], namespace: dict[str, Any]) -> list[Any]:
@@ -129,10 +129,11 @@ def objects_for_model(model: nn.Module, names: Iterable[str], namespace: dict[st
     for value in namespace.values():
         if isinstance(value, torch.optim.lr_scheduler.LRScheduler) and any(value.optimizer is o for o in optimizers):
             add(value)
-    return _outermost(found)
+    return outermost(found)
 
 
-def _outermost(found: list[Any]) -> list[Any]:
+def outermost(found: list[Any]) -> list[Any]:
+    """Without the modules nested in another found module (its state_dict covers them)."""
     # a module's own optimizer-less parameters are covered by the module; nested modules
     # inside a found module are covered by its state_dict, so keep only the outermost
     modules = [o for o in found if isinstance(o, nn.Module)]

@@ -6,7 +6,8 @@ device with :func:`use_device`, so the GPU logic above this layer runs on CPU.
 """
 
 from .base import AllocatorStats, CpuDevice, Device, HostMemory, LowPrecision, host_memory
-from .cuda import CudaDevice, MpsDevice
+from .cuda import CudaDevice
+from .mps import MpsDevice
 from .nvml import NvmlProcess, NvmlReading, nvml_reading
 from .oom import is_out_of_memory
 from .select import choose_device, parse_device, use_device, visible_accelerators

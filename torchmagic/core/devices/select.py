@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from .base import CpuDevice, Device
-from .cuda import CudaDevice, MpsDevice
+from .cuda import CudaDevice
+from .mps import MpsDevice
 
 _injected: list[Device] = []
 

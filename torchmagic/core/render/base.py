@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
+import importlib
 import json
 import os
 from typing import Any
@@ -43,14 +44,26 @@ class Result:
         """One line on what was measured, for a run a Ctrl-C cut short."""
         return "interrupted: what was measured is below"
 
+    # The module beside the result's own that renders it: functions text(r), html(r) and, where the
+    # view builds tabs, widget(r).  It imports the result only for type checking, so the result
+    # imports it when first shown, never the other way round.
+    _view_module = "view"
+
+    def _view(self):
+        """The result's view module, imported on first use."""
+        return importlib.import_module(f".{self._view_module}", type(self).__module__.rpartition(".")[0])
+
     def to_text(self) -> str:
-        raise NotImplementedError
+        return self._view().text(self)
 
     def to_html(self) -> str:
-        raise NotImplementedError
+        return self._view().html(self)
 
     def widget(self):
-        """An ipywidgets view; subclasses build tabs, the default wraps the HTML."""
+        """An ipywidgets view; views build tabs, the default wraps the HTML."""
+        view = self._view()
+        if hasattr(view, "widget"):
+            return view.widget(self)
         import ipywidgets
 
         return ipywidgets.HTML(self.to_html())

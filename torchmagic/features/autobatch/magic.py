@@ -9,7 +9,7 @@ from IPython.core.magic import line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from ...core.devices.profiler import ProfilerBusyError
-from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, usage_error, user_frames_only
+from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, refused, usage_error, user_frames_only
 from ...core.state import objects_used_by, referenced_values, values_named
 from .run import AutobatchOptions, run_autobatch
 
@@ -71,10 +71,10 @@ class AutobatchMagics(TorchMagicsBase):
         try:
             options = AutobatchOptions(
                 budget=parse_budget(args.budget) if args.budget is not None else None,
-                min_size=args.min, max_size=args.max, multiple_of=args.multiple_of, margin=args.margin,
+                min=args.min, max=args.max, multiple_of=args.multiple_of, margin=args.margin,
                 target_batch=args.target_batch, throughput=args.throughput, estimate=not args.no_estimate)
         except ValueError as exc:
-            raise usage_error(f"%autobatch: {exc}") from None
+            raise refused("%autobatch", exc) from None
         step, label, values = self._step(args.step, expression)
         state = objects_used_by(step, self.shell.user_ns)
         device = self.device(args.device, values, "%autobatch")

@@ -17,7 +17,7 @@ from typing import Any
 from ...core.devices import Device, choose_device, is_out_of_memory
 from ...core.devices.profiler import ensure_profiler_free
 from ...core.interrupts import guards
-from ...core.limits import describe_error
+from ...core.limits import SettingError, describe_error
 from ...core.measure import timed_call
 from ...core.state import Snapshot
 from .estimate import fake_estimator
@@ -31,8 +31,8 @@ DEVICE_DEFAULT_BUDGET = 0.9  # of the accelerator's memory
 @dataclass(frozen=True)
 class AutobatchOptions:
     budget: float | None = None   # bytes (> 1) or a fraction of memory (<= 1); None: the default
-    min_size: int = 1
-    max_size: int = 65536
+    min: int = 1                  # batch sizes considered: min to max, multiples of multiple_of
+    max: int = 65536
     multiple_of: int = 1
     margin: float = 0.1           # headroom kept below the budget
     target_batch: int | None = None
@@ -41,15 +41,19 @@ class AutobatchOptions:
 
     def __post_init__(self):
         if self.budget is not None and not 0 < self.budget < math.inf:
-            raise ValueError(f"budget must be a positive number (bytes, or a fraction of memory), got {self.budget}")
+            raise SettingError("budget", f"must be a positive number (bytes, or a fraction of memory), got {self.budget}")
         if not 0 <= self.margin < 1:
-            raise ValueError(f"margin must be in [0, 1), got {self.margin}")
+            raise SettingError("margin", f"must be in [0, 1), got {self.margin}")
         if self.target_batch is not None and self.target_batch < 1:
-            raise ValueError(f"target batch must be at least 1, got {self.target_batch}")
-        SearchSpace(self.min_size, self.max_size, self.multiple_of)  # validates the range
+            raise SettingError("target_batch", f"must be at least 1, got {self.target_batch}")
+        search_space(self)  # validates the range
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def search_space(options: AutobatchOptions) -> SearchSpace:
+    return SearchSpace(options.min, options.max, options.multiple_of)
 
 
 def resolve_budget(budget: float | None, device: Device) -> tuple[int, str]:
@@ -89,7 +93,7 @@ def run_autobatch(step: Callable[[int], Any], options: AutobatchOptions = Autoba
     __tracebackhide__ = True  # noqa: F841
     ensure_profiler_free()
     device = device or choose_device()
-    space = SearchSpace(options.min_size, options.max_size, options.multiple_of)
+    space = search_space(options)
     snapshot = Snapshot(state, device)
     _release(device)
     before = device.memory_in_use()

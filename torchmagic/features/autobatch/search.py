@@ -26,6 +26,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ...core.limits import SettingError
+
 
 @dataclass(frozen=True)
 class Probe:
@@ -93,13 +95,15 @@ class SearchSpace:
     multiple_of: int = 1
 
     def __post_init__(self):
-        if self.min_size < 1 or self.multiple_of < 1:
-            raise ValueError("min and multiple-of must be at least 1")
+        if self.min_size < 1:
+            raise SettingError("min", f"must be at least 1, got {self.min_size}")
+        if self.multiple_of < 1:
+            raise SettingError("multiple_of", f"must be at least 1, got {self.multiple_of}")
         if self.max_size < self.min_size:
-            raise ValueError(f"max ({self.max_size}) is below min ({self.min_size})")
+            raise SettingError("max", f"({self.max_size}) is below min ({self.min_size})")
         if self.round_down(self.max_size) < self.min_size:
-            raise ValueError(f"no multiple of {self.multiple_of} lies between min {self.min_size} "
-                             f"and max {self.max_size}")
+            raise SettingError("multiple_of", f"{self.multiple_of}: no multiple of it lies between min "
+                                              f"{self.min_size} and max {self.max_size}")
 
     def round_down(self, size: float) -> int:
         """The largest allowed size at or below ``size`` (may fall below min_size)."""

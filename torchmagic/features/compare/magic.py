@@ -7,10 +7,10 @@ from IPython.core.magic import cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from ...core.devices.profiler import ProfilerBusyError
-from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, usage_error, user_frames_only
+from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, refused, usage_error, user_frames_only
 from ...core.shell import is_internal
-from ...core.state import is_stateful, objects_for_model, values_named
-from .run import CompareOptions, run_compare
+from ...core.state import values_named
+from .run import CompareOptions, objects_to_restore, run_compare
 from .variants import DEFAULT_VARIANTS, TECHNIQUES, parse_variants
 
 
@@ -62,13 +62,12 @@ class CompareMagics(TorchMagicsBase):
                 warmup=args.warmup, dtype=args.dtype.lower() if args.dtype else None, atol=args.atol,
                 rtol=args.rtol, restore=not args.no_restore)
         except ValueError as exc:
-            raise usage_error(f"%%amp_compare: {exc}") from None
+            raise refused("%%amp_compare", exc) from None
         code = self.compile_cell(cell, "%%amp_compare")
         namespace = self.shell.user_ns
         name = self._model_name(args.model, code.names)
         model = namespace[name] if name else None
-        state = (objects_for_model(model, code.names, namespace) if model is not None
-                 else [namespace[n] for n in sorted(code.names) if is_stateful(namespace.get(n))])
+        state = objects_to_restore(model, [namespace[n] for n in sorted(code.names) if n in namespace], namespace)
         device = self.device(args.device, [model, *values_named(code.names, namespace)], "%%amp_compare")
 
         def run_cell(variant_model):

@@ -3,14 +3,10 @@ interval, one-time compile cost, memory and numerical error against fp32 eager."
 
 from __future__ import annotations
 
-import html
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ...core.render.base import Result, png_img, report_html, tabbed
-from ...core.render.format import fmt_bytes, fmt_s
-from ...core.render.table import Column, Table
+from ...core.render.base import Result
 
 
 @dataclass
@@ -99,49 +95,15 @@ class CompareResult(Result):
         faster = [v for v in self.variants[1:] if v.trustworthy and v.verdict == "faster"]
         return max(faster, key=lambda v: v.speedup) if faster else self.baseline
 
+    # -- views: rendered by view.py ---------------------------------------------------
     def headline(self) -> str:
-        base = self.baseline
-        if not base.ok:
-            return f"No comparison: eager failed ({base.error})."
-        best = self.best
-        if best is base:
-            measured = [v for v in self.variants[1:] if v.ok]
-            if not measured:
-                return "No variant ran besides eager (see below)."
-            return "eager is fastest: no variant was faster with 95% confidence" + _slower_summary(measured)
-        low, high = best.ci
-        parts = [f"{best.name}: {best.speedup:.2f}× faster than eager (95% CI {low:.2f}–{high:.2f})"]
-        if best.max_rel_err is not None:
-            parts.append(f"max rel err {_fmt_err(best.max_rel_err)}")
-        if best.compile_s is not None:
-            parts.append(f"pays off after {best.break_even_runs:,} runs" if best.break_even_runs is not None
-                         else f"one-time cost {fmt_s(best.compile_s)}")
-        return ", ".join(parts)
+        return self._view().headline(self)
 
     def details(self) -> list[str]:
-        lines = [f"{self.rounds} interleaved rounds in {fmt_s(self.seconds)} on "
-                 f"{self.device.get('name', self.device.get('kind'))}; medians per run, speedup CIs by paired "
-                 f"bootstrap over rounds; errors against fp32 eager's output (relative to its largest value)"]
-        lines += self.notes
-        for v in self.variants:
-            if v.error:
-                lines.append(f"{v.name} failed: {v.error}")
-            lines += [f"{v.name}: {note}" for note in v.notes]
-        return lines
+        return self._view().details(self)
 
-    def _table(self) -> Table:
-        return Table([
-            Column("variant", lambda v: v.name, "left"),
-            Column("median", lambda v: fmt_s(v.median_s)),
-            Column("IQR", lambda v: fmt_s(v.iqr_s)),
-            Column("speedup (95% CI)", _fmt_speedup),
-            Column("compile", lambda v: fmt_s(v.compile_s), optional=True),
-            Column("pays off after", _fmt_break_even, optional=True),
-            Column("peak mem", lambda v: fmt_bytes(v.peak_bytes)),
-            Column("graph pool", lambda v: fmt_bytes(v.graph_pool_bytes), optional=True),
-            Column("max rel err", lambda v: _fmt_err(v.max_rel_err) + ("" if v.numerics_ok is not False else " ✗")),
-            Column("notes", lambda v: "failed" if not v.ok else ", ".join(v.flags()), "left", optional=True),
-        ], self.variants, noun="variants")
+    def plot_png(self) -> bytes | None:
+        return self._view().plot_png(self)
 
     def interrupted_line(self) -> str:
         return f"interrupted after {self.rounds} timed rounds: the figures below cover them"
@@ -154,62 +116,6 @@ class CompareResult(Result):
             entry["verdict"] = variant.verdict
         return data
 
-    def to_text(self) -> str:
-        return "\n".join([self.headline(), "", self._table().to_text(), "", *self.details()])
-
-    def plot_png(self) -> bytes | None:
-        if not any(v.ci for v in self.variants):
-            return None
-        from ...core.render.plot import speedup_png
-
-        return speedup_png(self)
-
-    def _summary_html(self) -> str:
-        details = "".join(f'<div class="tm-note">{html.escape(line)}</div>' for line in self.details())
-        return (f'<div class="tm-headline">{html.escape(self.headline())}</div>'
-                f"{self._table().to_html()}{details}")
-
-    def to_html(self) -> str:
-        return report_html(self._summary_html()
-                           + png_img(self.plot_png(), "speedup over eager with 95% confidence intervals"))
-
-    def widget(self):
-        pages: list[tuple[str, str | bytes]] = [("Verdict", self._summary_html())]
-        png = self.plot_png()
-        if png:
-            pages.append(("Chart", png))
-        return tabbed(pages)
-
     def __repr__(self) -> str:
         return f"<CompareResult {self.label}: best={self.best.name}, {len(self.variants)} variants>"
 
-
-def _fmt_speedup(v: VariantResult) -> str:
-    if v.speedup is None:
-        return "–"
-    if v.ci is None:
-        return f"{v.speedup:.2f}×"
-    return f"{v.speedup:.2f}× ({v.ci[0]:.2f}–{v.ci[1]:.2f})"
-
-
-def _fmt_break_even(v: VariantResult) -> str:
-    if v.compile_s is None:
-        return ""
-    if v.break_even_runs is not None:
-        return f"{v.break_even_runs:,} runs"
-    return "never" if v.verdict == "slower" else "–"
-
-
-def _fmt_err(err: float | None) -> str:
-    if err is None:
-        return "–"
-    if err == 0:
-        return "0"
-    return "∞" if math.isinf(err) else f"{err:.1e}"
-
-
-def _slower_summary(measured: list[VariantResult]) -> str:
-    slower = [v for v in measured if v.verdict == "slower"]
-    if not slower:
-        return ""
-    return " (slower: " + ", ".join(f"{v.name} {v.speedup:.2f}×" for v in slower) + ")"

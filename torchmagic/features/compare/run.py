@@ -14,7 +14,7 @@ import gc
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,11 +24,12 @@ from torch import nn
 from ...core.devices import Device, choose_device, is_out_of_memory
 from ...core.devices.profiler import ensure_profiler_free
 from ...core.interrupts import deliver_pending, guards, uninterruptible
-from ...core.limits import check_count, check_seconds, describe_error
+from ...core.limits import SettingError, check_count, check_seconds, describe_error
 from ...core.measure import Rounds, bootstrap_ratio_ci, calls_per_block, summarize, timed_block, timed_call
+from ...core.outcome import Outcome
 from ...core.render.format import fmt_bytes
 from ...core.settings import TorchSettings
-from ...core.state import Snapshot
+from ...core.state import Snapshot, is_stateful, objects_for_model, outermost
 from . import numerics
 from .compile_watch import CompileCounts, compile_counts, is_recompile_limit, loud_recompile_limit
 from .result import CompareResult, VariantResult
@@ -52,29 +53,22 @@ class CompareOptions:
 
     def __post_init__(self):
         if self.runs is not None and self.runs < 2:
-            raise ValueError("--runs needs at least 2 rounds (a confidence interval needs more than one)")
-        check_count("--runs", self.runs)
+            raise SettingError("runs", "needs at least 2 rounds (a confidence interval needs more than one)")
+        check_count("runs", self.runs)
         if not self.min_time > 0:
-            raise ValueError("--min-time must be positive")
-        check_seconds("--min-time", self.min_time)
+            raise SettingError("min_time", "must be positive")
+        check_seconds("min_time", self.min_time)
         if self.warmup < 0:
-            raise ValueError("--warmup cannot be negative")
-        check_count("--warmup", self.warmup)
+            raise SettingError("warmup", "cannot be negative")
+        check_count("warmup", self.warmup)
         if self.dtype is not None and self.dtype not in AMP_DTYPES:
-            raise ValueError(f"--dtype is bf16 or fp16, got {self.dtype!r}")
+            raise SettingError("dtype", f"is bf16 or fp16, got {self.dtype!r}")
         for name in ("atol", "rtol"):
             value = getattr(self, name)
             if value is not None and not 0 <= value < math.inf:
-                raise ValueError(f"--{name} must be a non-negative number")
+                raise SettingError(name, "must be a non-negative number")
         if not self.variants or not self.variants[0].is_baseline:
             raise ValueError("the first variant must be the eager baseline")
-
-
-@dataclass
-class CompareRun:
-    result: CompareResult | None
-    value: Any = None                  # what the baseline's first run returned (the cell's value)
-    error: BaseException | None = None  # the baseline's own failure, or an interrupt
 
 
 @dataclass
@@ -93,12 +87,23 @@ class _Entry:
         self.built = None
 
 
+def objects_to_restore(model: Any, used: Iterable[Any], scope: dict[str, Any]) -> list[Any]:
+    """What the variants can change, put back before each and afterwards: the stateful objects the
+    code uses (modules, optimizers ...) and, with a model, the model and the optimizers in ``scope``
+    holding its parameters, with their schedulers.  The magic and the API both choose this way."""
+    found = objects_for_model(model, [], scope) if model is not None else []
+    for value in used:
+        if is_stateful(value) and not any(value is f for f in found):
+            found.append(value)
+    return outermost(found)
+
+
 @guards
 def run_compare(fn: Callable[[Any], Any], model: nn.Module | None, options: CompareOptions, *,
                 state: list[Any], device: Device | None = None, label: str = "compare",
                 output: Callable[[Any], Any] | None = None,
                 on_progress: Callable[[str], None] | None = None,
-                after_baseline: Callable[[], None] | None = None) -> CompareRun:
+                after_baseline: Callable[[], None] | None = None) -> Outcome[CompareResult]:
     """Compare ``fn(model_variant)`` across ``options.variants``.
 
     ``state`` lists the stateful objects (modules, optimizers, schedulers) to restore before each
@@ -130,7 +135,7 @@ class _Comparison:
     def device(self) -> Device:
         return self.env.device
 
-    def run(self, label: str) -> CompareRun:
+    def run(self, label: str) -> Outcome[CompareResult]:
         __tracebackhide__ = True  # noqa: F841
         settings = TorchSettings.capture()
         started = time.perf_counter()
@@ -138,7 +143,7 @@ class _Comparison:
         compiled = sum(v.compiles for v in self.options.variants)
         graphs = CudaGraphs(list(self.options.variants), self.env)
         pools_at_start = self.device.graph_pool_bytes() if graphs.active else None
-        run = CompareRun(None)
+        run: Outcome[CompareResult] = Outcome(None)  # value: the baseline's first run's (the cell's)
         rounds, measured = None, []
         try:
             with loud_recompile_limit(compiled) if compiled else contextlib.nullcontext() as limit:
@@ -163,7 +168,7 @@ class _Comparison:
                                    notes=self._notes(run, rounds) + self.graph_notes)
         return run
 
-    def _notes(self, run: CompareRun, rounds: Rounds) -> list[str]:
+    def _notes(self, run: Outcome, rounds: Rounds) -> list[str]:
         notes = [note for note in (self.device.choice_note(),) if note]
         notes += [] if self.options.restore else [
             "--no-restore: the model and optimizer keep what the runs did to them, and variants started from "
@@ -174,7 +179,7 @@ class _Comparison:
             notes.append(f"eager failed in timed round {rounds.done + 1}: the figures cover the rounds before")
         return notes
 
-    def _prepare(self, entry: _Entry, run: CompareRun) -> None:
+    def _prepare(self, entry: _Entry, run: Outcome) -> None:
         """From the starting state: build, first run (one-time cost, numerics), warm-up, peak."""
         __tracebackhide__ = True  # noqa: F841
         variant, out, env = entry.variant, entry.out, self.env
@@ -223,7 +228,7 @@ class _Comparison:
         if not entry.out.ok:  # outside the except block: the failed run's tensors can go now
             _release(self.device)
 
-    def _check_output(self, entry: _Entry, value, run: CompareRun) -> None:
+    def _check_output(self, entry: _Entry, value, run: Outcome) -> None:
         compared = self.output(value)
         if entry.variant.is_baseline:
             run.value = value

@@ -7,7 +7,7 @@ import ast
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, usage_error, user_frames_only
+from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, refused, usage_error, user_frames_only
 from ...core.state import objects_used_by, referenced_values
 from .run import LoaderTuneOptions, as_loader, run_loadertune
 
@@ -56,7 +56,7 @@ class LoaderTuneMagics(TorchMagicsBase):
             options = LoaderTuneOptions(workers=workers, batches=args.batches, seconds=args.seconds, rounds=args.rounds)
             loader = as_loader(namespace[args.loader], self._loader_kwargs(args.loader_kwargs))
         except ValueError as exc:
-            raise usage_error(f"%loadertune: {exc}") from None
+            raise refused("%loadertune", exc) from None
         step = None
         if args.step is not None:
             step = namespace.get(args.step)

@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from ...core.devices import Device, choose_device
 from ...core.interrupts import deliver_pending, guards, uninterruptible
-from ...core.limits import check_count, check_seconds, check_workers, describe_error
+from ...core.limits import SettingError, check_count, check_seconds, check_workers, describe_error
 from ...core.measure import bootstrap_ratio_ci, summarize
 from ...core.state import Snapshot
 from .result import DATALOADER_DEFAULTS, LoaderRow, LoaderSettings, LoaderTuneResult
@@ -49,17 +49,17 @@ class LoaderTuneOptions:
 
     def __post_init__(self):
         if self.workers is not None and (not self.workers or any(w < 0 for w in self.workers)):
-            raise ValueError("--workers takes worker counts such as 0,1,2,4 (0 or more)")
+            raise SettingError("workers", "takes worker counts such as 0,1,2,4 (0 or more)")
         check_workers(self.workers)
         if self.batches is not None and self.batches < 1:
-            raise ValueError("--batches must be at least 1")
-        check_count("--batches", self.batches)
+            raise SettingError("batches", "must be at least 1")
+        check_count("batches", self.batches)
         if not self.seconds > 0:
-            raise ValueError("--seconds must be positive")
-        check_seconds("--seconds", self.seconds)
+            raise SettingError("seconds", "must be positive")
+        check_seconds("seconds", self.seconds)
         if self.rounds < 2:
-            raise ValueError("rounds must be at least 2 (a confidence interval needs more than one)")
-        check_count("--rounds", self.rounds)
+            raise SettingError("rounds", "must be at least 2 (a confidence interval needs more than one)")
+        check_count("rounds", self.rounds)
 
 
 def default_workers(cpus: int | None = None) -> tuple[int, ...]:

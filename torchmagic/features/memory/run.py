@@ -5,26 +5,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from ...core.devices import Device, choose_device
 from ...core.devices.profiler import ProfilerBusyError
 from ...core.interrupts import guards
+from ...core.outcome import Outcome
 from .report import holdings, memory_report, user_variables, variable_rows
 from .result import CellMemory, MemoryResult
 
 
-@dataclass
-class CellRun:
-    result: MemoryResult
-    value: Any
-    error: BaseException | None
-
-
 @guards
 def run_cell_memory(fn: Callable[[], Any], namespace: dict[str, Any], *, hidden: Iterable[str] = (),
-                    device: Device | None = None, top: int = 10) -> CellRun:
+                    device: Device | None = None, top: int = 10) -> Outcome[MemoryResult]:
     """Run ``fn`` and measure its peak and net allocations on the device, then name the new
     variables that hold the net memory."""
     __tracebackhide__ = True  # noqa: F841
@@ -59,4 +52,4 @@ def run_cell_memory(fn: Callable[[], Any], namespace: dict[str, Any], *, hidden:
     report.cell = CellMemory(device=device.label, peak_bytes=peak, net_bytes=net, seconds=seconds,
                              new_variables=rows, note=note)
     report.notes += [n for n in (device.choice_note(),) if n]
-    return CellRun(report, value, error)
+    return Outcome(report, value, error)

@@ -7,8 +7,8 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from ...core.cell import Cell
 from ...core.devices.profiler import ProfilerBusyError
-from ...core.ipython import (DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, run_from_button, usage_error,
-                             user_frames_only)
+from ...core.ipython import (DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, refused, run_from_button,
+                             usage_error, user_frames_only)
 from ...core.state import values_named
 from .result import SORT_KEYS
 from .run import ProfileOptions, run_profile
@@ -51,7 +51,7 @@ class ProfileMagics(TorchMagicsBase):
                                      memory=args.memory, stack=args.stack, flops=args.flops,
                                      trace=args.trace, sort=args.sort, top=args.top)
         except ValueError as exc:
-            raise usage_error(f"%%torchprofile: {exc}") from None
+            raise refused("%%torchprofile", exc) from None
         self.check_output_name(args.output)
         code = self.compile_cell(cell, "%%torchprofile")
         namespace = self.shell.user_ns

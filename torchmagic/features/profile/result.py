@@ -123,21 +123,6 @@ class ProfileResult(Result):
         data["hot_lines"] = [list(pair) for pair in self.hot_lines]
         return data
 
-    def to_text(self) -> str:
-        from .view import profile_text
-
-        return profile_text(self)
-
-    def to_html(self) -> str:
-        from .view import profile_html
-
-        return profile_html(self)
-
-    def widget(self):
-        from .view import profile_widget
-
-        return profile_widget(self)
-
     def __repr__(self) -> str:
         from ...core.render.format import fmt_s
 

@@ -19,8 +19,9 @@ import torch
 from ...core.devices import Device, choose_device
 from ...core.devices.profiler import ensure_profiler_free, stop_profiler, without_profiler_banner
 from ...core.interrupts import guards
-from ...core.limits import check_count, describe_error
+from ...core.limits import SettingError, check_count, describe_error
 from ...core.measure import timed_call
+from ...core.outcome import Outcome
 from .activity import python_calls
 from .frames import frame_label, ipython_cell_files
 from .result import SORT_KEYS, OpRow, ProfileResult
@@ -44,35 +45,28 @@ class ProfileOptions:
 
     def __post_init__(self):
         if self.steps < 1:
-            raise ValueError(f"steps must be at least 1, got {self.steps}")
+            raise SettingError("steps", f"must be at least 1, got {self.steps}")
         if self.warmup < 0:
-            raise ValueError(f"warmup must be 0 or more, got {self.warmup}")
+            raise SettingError("warmup", f"must be 0 or more, got {self.warmup}")
         if self.top < 1:
-            raise ValueError(f"top must be at least 1, got {self.top}")
+            raise SettingError("top", f"must be at least 1, got {self.top}")
         for name in ("steps", "warmup", "top"):
             check_count(name, getattr(self, name))
         if self.sort != "auto" and self.sort not in SORT_KEYS:
-            raise ValueError(f"unknown sort key {self.sort!r}; choose from auto, {', '.join(SORT_KEYS)}")
+            raise SettingError("sort", f"{self.sort!r} is an unknown sort key; choose from auto, {', '.join(SORT_KEYS)}")
         if self.trace is not None:
             folder = os.path.dirname(os.path.abspath(self.trace))
             if not os.path.isdir(folder):
-                raise ValueError(f"cannot write the trace to {self.trace!r}: folder {folder!r} does not exist")
+                raise SettingError("trace", f"cannot be written to {self.trace!r}: folder {folder!r} does not exist")
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-@dataclass
-class ProfileRun:
-    result: ProfileResult
-    value: Any                     # the last completed step's return value
-    error: BaseException | None    # the step's exception, for the caller to re-raise
-
-
 @guards
 def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOptions(), *,
                 label: str = "profile", device: Device | None = None,
-                names: dict[str, str] | None = None) -> ProfileRun:
+                names: dict[str, str] | None = None) -> Outcome[ProfileResult]:
     """Profile ``step``; ``names`` fill the verify commands' placeholders ({loader}, {step})."""
     __tracebackhide__ = True  # noqa: F841
     ensure_profiler_free()
@@ -104,7 +98,7 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
         error = exc
     ctx = _rule_context(device, names or {}, memory_before)
     result = _build_result(prof, options, label, device, warmup_s, step_s, error, ctx)
-    return ProfileRun(result, value, error)
+    return Outcome(result, value, error)  # the value: the last completed step's
 
 
 def _rule_context(device: Device, names: dict[str, str], before) -> RuleContext:

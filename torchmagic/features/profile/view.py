@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import html
 import textwrap
+from collections import defaultdict
+from html import escape
 from typing import TYPE_CHECKING
 
 from ...core.render.base import png_img, report_html, tabbed
 from ...core.render.format import bar, fmt_bytes, fmt_count, fmt_flops, fmt_pct, fmt_s, fmt_us
+from ...core.render.plot import figure_png, new_figure
 from ...core.render.table import Column, Table
 
 if TYPE_CHECKING:  # the result imports this view when it is shown, not the other way round
@@ -138,7 +140,7 @@ def _trace_line(r: ProfileResult) -> str | None:
 
 
 # -- text ------------------------------------------------------------------------------
-def profile_text(r: ProfileResult) -> str:
+def text(r: ProfileResult) -> str:
     out = [headline(r)]
     if r.error:
         out.append(f"The cell raised {r.error}; what ran before it is summarised below.")
@@ -183,11 +185,11 @@ def _findings_html(r: ProfileResult) -> str:
         return ('<p>No known bottleneck found: the time is in the operators below.</p>' if r.steps else "")
     items = []
     for f in r.findings:
-        verify = (f'<div>verify: <code>{html.escape(f.verify)}</code></div>' if f.verify else "")
+        verify = (f'<div>verify: <code>{escape(f.verify)}</code></div>' if f.verify else "")
         items.append(
             f'<div class="tm-finding {f.severity}"><span class="tm-sev {f.severity}">{f.severity}</span> '
-            f'<b>{html.escape(f.rule)}</b>: {html.escape(f.title)}'
-            f'<div>{html.escape(f.fix)}</div><pre>{html.escape(f.snippet)}</pre>{verify}</div>'
+            f'<b>{escape(f.rule)}</b>: {escape(f.title)}'
+            f'<div>{escape(f.fix)}</div><pre>{escape(f.snippet)}</pre>{verify}</div>'
         )
     return "<h4>Findings, most costly first</h4>" + "".join(items)
 
@@ -198,29 +200,29 @@ def _categories_html(values_s: dict[str, float], title: str) -> str:
         return ""
     rows = sorted(((n, s) for n, s in values_s.items() if s > 0), key=lambda row: -row[1])
     body = "".join(
-        f'<tr><td style="text-align:left">{html.escape(n)}</td><td style="text-align:right">{fmt_s(s)}</td>'
+        f'<tr><td style="text-align:left">{escape(n)}</td><td style="text-align:right">{fmt_s(s)}</td>'
         f'<td style="text-align:right">{fmt_pct(s / total)}</td><td style="text-align:left">'
         # a bar of block characters: it survives sanitisers that strip inline styles (untrusted notebooks)
         f'<span class="tm-bar" style="color:{CATEGORY_COLORS.get(n, "#888")}">{bar(s / total)}</span></td></tr>'
         for n, s in rows
     )
-    return (f"<h4>{html.escape(title)}</h4><table class=\"tm-table\"><thead><tr><th style=\"text-align:left\">"
+    return (f"<h4>{escape(title)}</h4><table class=\"tm-table\"><thead><tr><th style=\"text-align:left\">"
             f"category</th><th>time</th><th>share</th><th></th></tr></thead><tbody>{body}</tbody></table>")
 
 
 def _summary_html(r: ProfileResult) -> str:
-    parts = [f'<div class="tm-headline">{html.escape(headline(r))}</div>']
+    parts = [f'<div class="tm-headline">{escape(headline(r))}</div>']
     if r.error:
-        parts.append(f'<p class="tm-note">The cell raised <code>{html.escape(r.error)}</code>; '
+        parts.append(f'<p class="tm-note">The cell raised <code>{escape(r.error)}</code>; '
                      "what ran before it is summarised below.</p>")
     nvml = _nvml_line(r)
-    parts += [f'<div class="tm-note">{html.escape(note)}</div>' for note in r.notes + ([nvml] if nvml else [])]
+    parts += [f'<div class="tm-note">{escape(note)}</div>' for note in r.notes + ([nvml] if nvml else [])]
     parts.append(_findings_html(r))
     parts.append(_categories_html(r.categories_s, "CPU time by category"))
     parts.append(_categories_html(r.device_categories_s, "GPU kernel time by category"))
     trace = _trace_line(r)
     if trace:
-        parts.append(f'<p class="tm-note">{html.escape(trace)}</p>')
+        parts.append(f'<p class="tm-note">{escape(trace)}</p>')
     return "".join(parts)
 
 
@@ -228,7 +230,7 @@ def _ops_html(r: ProfileResult) -> str:
     if not r.ops:
         return ""
     title = f"Top operators by {sort_label(r)}"
-    return f"<h4>{html.escape(title)}</h4>" + _ops_table(r).to_html()
+    return f"<h4>{escape(title)}</h4>" + _ops_table(r).to_html()
 
 
 def _extras_html(r: ProfileResult) -> str:
@@ -238,7 +240,7 @@ def _extras_html(r: ProfileResult) -> str:
     memory = _memory_lines(r)
     if memory:
         parts.append("<h4>Memory (torch allocations during the profile)</h4>"
-                     + "".join(f"<div>{html.escape(line)}</div>" for line in memory))
+                     + "".join(f"<div>{escape(line)}</div>" for line in memory))
     return "".join(parts)
 
 
@@ -247,20 +249,50 @@ def _timeline_img(r: ProfileResult) -> str:
     return f"<h4>Timeline</h4>{img}" if img else ""
 
 
-def profile_html(r: ProfileResult) -> str:
+def html(r: ProfileResult) -> str:
     return report_html(_summary_html(r) + _ops_html(r) + _extras_html(r) + _timeline_img(r))
 
 
 def timeline_png(r: ProfileResult) -> bytes | None:
     if not r.timeline:
         return None
-    from ...core.render.plot import timeline_figure_png
-
     return timeline_figure_png(r.timeline, CATEGORY_COLORS, r.step_starts_us)
 
 
+def timeline_figure_png(spans, colors: dict[str, str], step_starts_us=(), width_in: float = 10.0) -> bytes:
+    """Bars per lane (CPU thread, GPU streams) over time, coloured by category; dashed lines
+    mark where each profiled step starts."""
+    from matplotlib.patches import Patch
+
+    lanes = sorted({s.lane for s in spans}, key=lambda lane: (lane != "CPU", lane))
+    bars: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    t0 = min([s.start_us for s in spans] + list(step_starts_us))
+    for s in spans:
+        bars[(s.lane, s.category)].append(((s.start_us - t0) / 1e3, max(s.dur_us / 1e3, 1e-4)))
+    fig = new_figure(width_in, 0.55 * len(lanes) + 1.1)
+    ax = fig.add_subplot()
+    for (lane, category), ranges in bars.items():
+        y = lanes.index(lane)
+        ax.broken_barh(ranges, (y - 0.38, 0.76), facecolors=colors.get(category, "#888"), linewidth=0)
+    for i, start in enumerate(step_starts_us):
+        x = (start - t0) / 1e3
+        ax.axvline(x, color="#59636e", linestyle="--", linewidth=0.8)
+        if len(step_starts_us) <= 12:
+            ax.annotate(f"step {i}", (x, len(lanes) - 0.5), xytext=(2, 2), textcoords="offset points",
+                        fontsize=7, color="#59636e")
+    ax.set_yticks(range(len(lanes)), lanes)
+    ax.set_ylim(len(lanes) - 0.5, -0.5)
+    ax.set_xlabel("time since the first profiled step (ms); gaps are Python or idle time")
+    ax.spines[["top", "right"]].set_visible(False)
+    used = [c for c in colors if any(cat == c for _, cat in bars)]
+    ax.legend(handles=[Patch(color=colors[c], label=c) for c in used], loc="lower left",
+              bbox_to_anchor=(0.0, 1.02), ncol=len(used), frameon=False, fontsize=8,
+              handlelength=1.2, borderaxespad=0.0)
+    return figure_png(fig)
+
+
 # -- widget ----------------------------------------------------------------------------
-def profile_widget(r: ProfileResult):
+def widget(r: ProfileResult):
     runner = getattr(r, "verify_runner", None)
     summary = _summary_html(r)
     pages: list[tuple[str, object]] = [("Summary", _with_verify_buttons(summary, r, runner) if runner else summary)]

@@ -1,0 +1,158 @@
+"""Text, HTML and widget views of an :class:`AutobatchResult`, and its memory-law plot.  The answer comes first."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import TYPE_CHECKING
+
+from ...core.render.base import png_img, report_html, tabbed
+from ...core.render.format import fmt_bytes, fmt_s
+from ...core.render.plot import figure_png, new_figure
+from ...core.render.table import Column, Table
+
+if TYPE_CHECKING:  # the result imports this view when it is shown, not the other way round
+    from .result import AutobatchResult
+
+
+def headline(r: AutobatchResult) -> str:
+    if r.batch_size is None:
+        return f"No batch size fits: {r.reason}."
+    trial = r.answer_trial
+    peak = f", peaked at {fmt_bytes(trial.peak_bytes)}" if trial and trial.peak_bytes is not None else ""
+    return (f"Largest batch size that fits: {r.batch_size} (ran{peak}; limit "
+            f"{fmt_bytes(r.limit_bytes)} = budget {fmt_bytes(r.budget_bytes)} less "
+            f"{r.options.get('margin', 0):.0%} margin)")
+
+
+def details(r: AutobatchResult) -> list[str]:
+    lines = [f"Why: {r.reason}. Budget: {r.budget_source}."]
+    if r.per_sample_bytes is not None:
+        lines.append(f"Memory law: {fmt_bytes(max(r.fixed_bytes, 0))} fixed + "
+                     f"{fmt_bytes(r.per_sample_bytes)} per sample, fitted on the runs")
+    real = sum(not t.estimated for t in r.trials)
+    estimated = len(r.trials) - real
+    how = (f"{estimated} fake-tensor estimates (scaled by {r.calibration:.2f} to match a real run) and "
+           if r.calibration else "")
+    lines.append(f"{how}{real} real trial{'s' if real != 1 else ''} in {fmt_s(r.seconds)} on "
+                 f"{r.device.get('name', r.device.get('kind'))}, after one warm-up step")
+    target = r.options.get("target_batch")
+    if r.accumulation_steps == 1:
+        lines.append(f"Batch {target} fits in one step: no gradient accumulation needed")
+    elif r.accumulation_steps:
+        lines.append(f"Batch {target}: {r.accumulation_steps} accumulation steps of {r.micro_batch}"
+                     + (f" (effective {r.accumulation_steps * r.micro_batch})"
+                        if r.accumulation_steps * r.micro_batch != target else ""))
+    if r.throughput:
+        best = max(r.throughput, key=lambda p: p.samples_per_s)
+        lines.append(f"Throughput: best {best.samples_per_s:,.0f} samples/s at batch {best.batch_size}; "
+                     f"batch {r.knee_batch_size} is within 5% of it (the knee)")
+    lines += r.notes
+    if r.memory_before_bytes is not None and r.memory_after_bytes is not None:
+        lines.append(f"Memory in use before the search {fmt_bytes(r.memory_before_bytes)}, "
+                     f"after {fmt_bytes(r.memory_after_bytes)}")
+    return lines
+
+
+def _trials_table(r: AutobatchResult) -> Table:
+    return Table([
+        Column("batch", lambda t: str(t.batch_size)),
+        Column("peak", lambda t: fmt_bytes(t.peak_bytes) if t.peak_bytes is not None else "–"),
+        Column("result", lambda t: ("estimate" if t.estimated else "fits" if t.ok and t.peak_bytes is not None
+                                    and t.peak_bytes <= r.limit_bytes else
+                                    "over the limit" if t.ok else "out of memory"), "left"),
+        Column("time", lambda t: fmt_s(t.seconds)),
+    ], r.trials, noun="trials")
+
+
+def _throughput_table(r: AutobatchResult) -> Table:
+    return Table([
+        Column("batch", lambda p: str(p.batch_size)),
+        Column("samples/s", lambda p: f"{p.samples_per_s:,.0f}"),
+        Column("step", lambda p: fmt_s(p.seconds_per_step)),
+    ], r.throughput, noun="sizes")
+
+
+# -- text ------------------------------------------------------------------------------
+def text(r: AutobatchResult) -> str:
+    lines = [headline(r), *details(r), "", "Trials, in the order run:", _trials_table(r).to_text()]
+    if r.throughput:
+        lines += ["", "Throughput (un-profiled, median of 3 steps):", _throughput_table(r).to_text()]
+    return "\n".join(lines)
+
+
+# -- HTML ------------------------------------------------------------------------------
+def _summary_html(r: AutobatchResult) -> str:
+    notes = "".join(f'<div class="tm-note">{escape(line)}</div>' for line in details(r))
+    return f'<div class="tm-headline">{escape(headline(r))}</div>{notes}'
+
+
+def _tables_html(r: AutobatchResult) -> str:
+    out = f"<h4>Trials, in the order run</h4>{_trials_table(r).to_html()}"
+    if r.throughput:
+        out += f"<h4>Throughput (un-profiled, median of 3 steps)</h4>{_throughput_table(r).to_html()}"
+    return out
+
+
+def html(r: AutobatchResult) -> str:
+    return report_html(_summary_html(r) + png_img(plot_png(r), "peak memory against batch size")
+                       + _tables_html(r))
+
+
+# -- widget ----------------------------------------------------------------------------
+def widget(r: AutobatchResult):
+    pages: list[tuple[str, str | bytes]] = [("Answer", _summary_html(r))]
+    png = plot_png(r)
+    if png:
+        pages.append(("Memory law", png))
+    pages.append(("Trials", _tables_html(r)))
+    return tabbed(pages)
+
+
+# -- plot ------------------------------------------------------------------------------
+def plot_png(r: AutobatchResult) -> bytes | None:
+    if not any(t.peak_bytes is not None for t in r.trials):
+        return None
+    return memory_law_png(r)
+
+
+def memory_law_png(result: AutobatchResult, width_in: float = 7.0) -> bytes:
+    """Measured peaks against batch size, the fitted law, and the limit and budget lines."""
+    mib = 2**20
+    fig = new_figure(width_in, 3.6)
+    ax = fig.add_subplot()
+    real = [t for t in result.trials if not t.estimated]
+    estimates = [t for t in result.trials if t.estimated and t.peak_bytes is not None]
+    fits = [t for t in real if t.peak_bytes is not None and t.ok and t.peak_bytes <= result.limit_bytes]
+    over = [t for t in real if t.peak_bytes is not None and t not in fits]
+    failed = [t for t in real if t.peak_bytes is None]
+    sizes = [t.batch_size for t in result.trials] or [1]
+    x_max = max(sizes) * 1.05
+    if result.per_sample_bytes is not None:
+        ax.plot([0, x_max], [result.fixed_bytes / mib, (result.fixed_bytes + result.per_sample_bytes * x_max) / mib],
+                color="#59636e", linewidth=1, label="fitted law")
+    ax.axhline(result.limit_bytes / mib, color="#bf8700", linestyle="--", linewidth=1, label="limit (budget - margin)")
+    ax.axhline(result.budget_bytes / mib, color="#d1242f", linestyle=":", linewidth=1, label="budget")
+    ax.scatter([t.batch_size for t in fits], [t.peak_bytes / mib for t in fits], color="#1a7f37", zorder=3,
+               label="ran, fits")
+    if estimates:
+        scale = result.calibration or 1.0
+        ax.scatter([t.batch_size for t in estimates], [t.peak_bytes * scale / mib for t in estimates],
+                   facecolors="none", edgecolors="#0969da", zorder=3,
+                   label=f"fake-tensor estimate (x{scale:.2f})")
+    if over:
+        ax.scatter([t.batch_size for t in over], [t.peak_bytes / mib for t in over], color="#d1242f", marker="o",
+                   zorder=3, label="ran, over the limit")
+    if failed:
+        ax.scatter([t.batch_size for t in failed], [result.budget_bytes / mib] * len(failed), color="#d1242f",
+                   marker="x", zorder=3, label="out of memory")
+    if result.batch_size is not None:
+        ax.axvline(result.batch_size, color="#1a7f37", linewidth=0.8)
+        ax.annotate(f"answer: {result.batch_size}", (result.batch_size, 0), xytext=(4, 4),
+                    textcoords="offset points", fontsize=8, color="#1a7f37")
+    ax.set_xlim(0, x_max)
+    ax.set_ylim(0, result.budget_bytes / mib * 1.12)
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("peak above start (MiB)")
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return figure_png(fig)

@@ -1,0 +1,154 @@
+"""Text, HTML and widget views of a :class:`CompareResult`, and its speedup chart.  The verdict comes first."""
+
+from __future__ import annotations
+
+import math
+from html import escape
+from typing import TYPE_CHECKING
+
+from ...core.render.base import png_img, report_html, tabbed
+from ...core.render.format import fmt_bytes, fmt_s
+from ...core.render.plot import figure_png, new_figure
+from ...core.render.table import Column, Table
+
+if TYPE_CHECKING:  # the result imports this view when it is shown, not the other way round
+    from .result import CompareResult, VariantResult
+
+VERDICT_COLORS = {"faster": "#1a7f37", "slower": "#d1242f", "no clear difference": "#8c959f",
+                  "baseline": "#59636e", "unknown": "#8c959f"}
+
+
+def headline(r: CompareResult) -> str:
+    base = r.baseline
+    if not base.ok:
+        return f"No comparison: eager failed ({base.error})."
+    best = r.best
+    if best is base:
+        measured = [v for v in r.variants[1:] if v.ok]
+        if not measured:
+            return "No variant ran besides eager (see below)."
+        return "eager is fastest: no variant was faster with 95% confidence" + _slower_summary(measured)
+    low, high = best.ci
+    parts = [f"{best.name}: {best.speedup:.2f}× faster than eager (95% CI {low:.2f}–{high:.2f})"]
+    if best.max_rel_err is not None:
+        parts.append(f"max rel err {_fmt_err(best.max_rel_err)}")
+    if best.compile_s is not None:
+        parts.append(f"pays off after {best.break_even_runs:,} runs" if best.break_even_runs is not None
+                     else f"one-time cost {fmt_s(best.compile_s)}")
+    return ", ".join(parts)
+
+
+def details(r: CompareResult) -> list[str]:
+    lines = [f"{r.rounds} interleaved rounds in {fmt_s(r.seconds)} on "
+             f"{r.device.get('name', r.device.get('kind'))}; medians per run, speedup CIs by paired "
+             f"bootstrap over rounds; errors against fp32 eager's output (relative to its largest value)"]
+    lines += r.notes
+    for v in r.variants:
+        if v.error:
+            lines.append(f"{v.name} failed: {v.error}")
+        lines += [f"{v.name}: {note}" for note in v.notes]
+    return lines
+
+
+def _table(r: CompareResult) -> Table:
+    return Table([
+        Column("variant", lambda v: v.name, "left"),
+        Column("median", lambda v: fmt_s(v.median_s)),
+        Column("IQR", lambda v: fmt_s(v.iqr_s)),
+        Column("speedup (95% CI)", _fmt_speedup),
+        Column("compile", lambda v: fmt_s(v.compile_s), optional=True),
+        Column("pays off after", _fmt_break_even, optional=True),
+        Column("peak mem", lambda v: fmt_bytes(v.peak_bytes)),
+        Column("graph pool", lambda v: fmt_bytes(v.graph_pool_bytes), optional=True),
+        Column("max rel err", lambda v: _fmt_err(v.max_rel_err) + ("" if v.numerics_ok is not False else " ✗")),
+        Column("notes", lambda v: "failed" if not v.ok else ", ".join(v.flags()), "left", optional=True),
+    ], r.variants, noun="variants")
+
+
+def _fmt_speedup(v: VariantResult) -> str:
+    if v.speedup is None:
+        return "–"
+    if v.ci is None:
+        return f"{v.speedup:.2f}×"
+    return f"{v.speedup:.2f}× ({v.ci[0]:.2f}–{v.ci[1]:.2f})"
+
+
+def _fmt_break_even(v: VariantResult) -> str:
+    if v.compile_s is None:
+        return ""
+    if v.break_even_runs is not None:
+        return f"{v.break_even_runs:,} runs"
+    return "never" if v.verdict == "slower" else "–"
+
+
+def _fmt_err(err: float | None) -> str:
+    if err is None:
+        return "–"
+    if err == 0:
+        return "0"
+    return "∞" if math.isinf(err) else f"{err:.1e}"
+
+
+def _slower_summary(measured: list[VariantResult]) -> str:
+    slower = [v for v in measured if v.verdict == "slower"]
+    if not slower:
+        return ""
+    return " (slower: " + ", ".join(f"{v.name} {v.speedup:.2f}×" for v in slower) + ")"
+
+
+# -- text ------------------------------------------------------------------------------
+def text(r: CompareResult) -> str:
+    return "\n".join([headline(r), "", _table(r).to_text(), "", *details(r)])
+
+
+# -- HTML ------------------------------------------------------------------------------
+def _summary_html(r: CompareResult) -> str:
+    notes = "".join(f'<div class="tm-note">{escape(line)}</div>' for line in details(r))
+    return (f'<div class="tm-headline">{escape(headline(r))}</div>'
+            f"{_table(r).to_html()}{notes}")
+
+
+def html(r: CompareResult) -> str:
+    return report_html(_summary_html(r)
+                       + png_img(plot_png(r), "speedup over eager with 95% confidence intervals"))
+
+
+# -- widget ----------------------------------------------------------------------------
+def widget(r: CompareResult):
+    pages: list[tuple[str, str | bytes]] = [("Verdict", _summary_html(r))]
+    png = plot_png(r)
+    if png:
+        pages.append(("Chart", png))
+    return tabbed(pages)
+
+
+# -- plot ------------------------------------------------------------------------------
+def plot_png(r: CompareResult) -> bytes | None:
+    if not any(v.ci for v in r.variants):
+        return None
+    return speedup_png(r)
+
+
+def speedup_png(result: CompareResult, width_in: float = 7.0) -> bytes:
+    """Each variant's speedup over eager with its 95% CI as whiskers; colour says whether the
+    interval excludes 1 (green faster, red slower, grey no clear difference)."""
+    shown = [v for v in result.variants if v.speedup is not None]
+    fig = new_figure(width_in, 0.45 * len(shown) + 1.0)
+    ax = fig.add_subplot()
+    for y, v in enumerate(shown):
+        color = VERDICT_COLORS[v.verdict]
+        hatch = "//" if not v.trustworthy else None
+        ax.barh(y, v.speedup, color=color, alpha=0.85, height=0.6, hatch=hatch, edgecolor="white")
+        if v.ci:
+            ax.errorbar(v.speedup, y, xerr=[[v.speedup - v.ci[0]], [v.ci[1] - v.speedup]], color="#1f2328",
+                        capsize=3, linewidth=1)
+        label = f"{v.speedup:.2f}×" + ("" if v.trustworthy else " (not trusted)")
+        ax.annotate(label, (max(v.ci[1] if v.ci else v.speedup, v.speedup), y), xytext=(4, 0),
+                    textcoords="offset points", va="center", fontsize=8)
+    ax.axvline(1.0, color="#1f2328", linewidth=0.8, linestyle="--")
+    ax.set_yticks(range(len(shown)), [v.name for v in shown])
+    ax.set_ylim(len(shown) - 0.5, -0.5)
+    ax.set_xlim(0, max(max((v.ci[1] if v.ci else v.speedup) for v in shown) * 1.2, 1.2))
+    ax.set_xlabel("speedup over eager (higher is faster; whiskers: 95% CI)")
+    ax.spines[["top", "right"]].set_visible(False)
+    return figure_png(fig)

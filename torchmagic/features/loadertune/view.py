@@ -1,0 +1,123 @@
+"""Text, HTML and widget views of a :class:`LoaderTuneResult`, and its throughput chart.  The answer
+and the DataLoader line to copy come first."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from html import escape
+from typing import TYPE_CHECKING
+
+from ...core.render.base import png_img, report_html, tabbed
+from ...core.render.format import fmt_s
+from ...core.render.plot import figure_png, new_figure
+from ...core.render.table import Column, Table
+
+if TYPE_CHECKING:  # the result imports this view when it is shown, not the other way round
+    from .result import LoaderTuneResult
+
+
+def headline(r: LoaderTuneResult) -> str:
+    ci = f" (95% CI {r.ci[0]:.2f}–{r.ci[1]:.2f})" if r.ci else ""
+    if r.best == r.current:
+        if r.fastest == r.current or r.speedup is None:
+            return f"Keep the current settings ({r.current.label()}): they fed batches fastest"
+        return (f"Keep the current settings ({r.current.label()}): no setting fed batches faster with 95% "
+                f"confidence (the fastest, {r.fastest.label()}, measured {r.speedup:.2f}×{ci})")
+    change = ", ".join(f"{k}={v!r}" for k, v in r.changes.items())
+    failing = r.row(r.current)
+    if failing is not None and failing.error is not None:
+        return f"Set {change}: the current settings ({r.current.label()}) fail (below)"
+    return (f"Set {change}: {r.speedup:.2f}× the batches/s{ci} of the current settings "
+            f"({r.current.label()})")
+
+
+def details(r: LoaderTuneResult) -> list[str]:
+    lines = [f"copy: {r.loader_call}"]
+    lines.append(f"{len(r.rows)} settings, {r.options.get('rounds')} interleaved passes each, on "
+                 f"{r.cpus} CPU cores in {fmt_s(r.seconds)}; workers start with {r.start_method!r}; "
+                 "batches/s is the loader alone, after its first batch")
+    if r.step_s is not None:
+        loader_s = 1 / r.row(r.best).median_batches_per_s if r.row(r.best) and \
+            r.row(r.best).median_batches_per_s else None
+        bound = ("the model (the loader keeps up)" if loader_s is not None and r.step_s >= loader_s
+                 else "the loader")
+        lines.append(f"the training step alone takes {fmt_s(r.step_s)} a batch; with the current loader "
+                     f"{r.with_step.get('current', 0):,.1f} steps/s, with the best "
+                     f"{r.with_step.get('best', 0):,.1f} steps/s: the bottleneck is {bound}")
+    best = r.best
+    if best.persistent_workers and not r.current.persistent_workers:
+        fresh, kept = r.row(replace(best, persistent_workers=False)), r.row(best)
+        if fresh and kept and fresh.median_batches_per_s and kept.median_batches_per_s:
+            lines.append(f"persistent_workers=True keeps the workers between epochs: {_fmt_rate(kept.median_batches_per_s)} "
+                         f"batches/s with it, {_fmt_rate(fresh.median_batches_per_s)} without (new epochs' starts included)")
+    if best.num_workers > 0 and best.num_workers >= r.cpus:
+        lines.append("as many workers as cores: torch's own threads compete with them; on a CPU-only machine "
+                     "try torch.set_num_threads(1) in the training process")
+    lines += r.notes
+    return lines
+
+
+def _table(r: LoaderTuneResult) -> Table:
+    return Table([
+        Column("settings", lambda row: row.settings.label() + ("  (current)" if row.settings == r.current else "")
+               + ("  ← best" if row.settings == r.best and r.best != r.current else ""), "left"),
+        Column("batches/s", lambda row: _fmt_rate(row.median_batches_per_s)),
+        Column("first batch", lambda row: fmt_s(row.median_first_batch_s)),
+        Column("result", lambda row: row.error or "", "left", optional=True),
+    ], r.rows, noun="settings")
+
+
+def _fmt_rate(per_s: float | None) -> str:
+    """Three significant figures at least, no false precision: 8,078 / 59.2 / 0.41."""
+    if not per_s:
+        return "–"
+    return f"{per_s:,.0f}" if per_s >= 100 else f"{per_s:.3g}"
+
+
+# -- text ------------------------------------------------------------------------------
+def text(r: LoaderTuneResult) -> str:
+    return "\n".join([headline(r), *details(r), "", _table(r).to_text()])
+
+
+# -- HTML ------------------------------------------------------------------------------
+def _body_html(r: LoaderTuneResult) -> str:
+    notes = "".join(f'<div class="tm-note">{escape(line)}</div>' for line in details(r)[1:])
+    return (f'<div class="tm-headline">{escape(headline(r))}</div>'
+            f"<pre>{escape(r.loader_call)}</pre>{notes}{_table(r).to_html()}")
+
+
+def html(r: LoaderTuneResult) -> str:
+    return report_html(_body_html(r) + png_img(plot_png(r), "batches per second for each setting"))
+
+
+# -- widget ----------------------------------------------------------------------------
+def widget(r: LoaderTuneResult):
+    pages: list[tuple[str, str | bytes]] = [("Answer", _body_html(r))]
+    png = plot_png(r)
+    if png:
+        pages.append(("Chart", png))
+    return tabbed(pages)
+
+
+# -- plot ------------------------------------------------------------------------------
+def plot_png(r: LoaderTuneResult) -> bytes | None:
+    if not any(row.batches_per_s for row in r.rows):
+        return None
+    return loader_png(r)
+
+
+def loader_png(result: LoaderTuneResult, width_in: float = 7.0) -> bytes:
+    """Batches per second per setting: each pass as a dot, the median as a bar; the current
+    settings in grey, the best in green."""
+    rows = [r for r in result.rows if r.batches_per_s]
+    fig = new_figure(width_in, 0.45 * len(rows) + 1.0)
+    ax = fig.add_subplot()
+    for y, row in enumerate(rows):
+        color = "#1a7f37" if row.settings == result.best else "#8c959f" if row.settings == result.current else "#0969da"
+        ax.barh(y, row.median_batches_per_s, color=color, alpha=0.8, height=0.6)
+        ax.scatter(row.batches_per_s, [y] * len(row.batches_per_s), color="#1f2328", s=8, zorder=3)
+    ax.set_yticks(range(len(rows)), [r.settings.label() for r in rows], fontsize=8)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel("batches per second, the loader alone (bars: median; dots: each pass)")
+    ax.spines[["top", "right"]].set_visible(False)
+    return figure_png(fig)
