@@ -1,2 +1,3 @@
 """Rendering shared by the features' views: the Result base class (text, HTML, widget and dict
-from one object), number formats, the table renderer and matplotlib plots drawn on demand."""
+from one object, each view imported when a result is first shown), number formats, the table
+renderer, and the matplotlib canvas the views draw on (matplotlib imported only to draw)."""
