@@ -49,9 +49,15 @@ def jupyterlab(root: Path, timeout: float = 120.0):
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1",
          f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         # A fresh venv's first kernel compiles the bytecode of torch and IPython as it imports them:
+         # past the default 60 s the server gives up on it, restarts it, and the queued cells are lost.
+         "--MappingKernelManager.kernel_info_timeout=600"],
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root)
     base = f"http://127.0.0.1:{port}"
+    # the imports a kernel makes, done once here so their bytecode is compiled before it starts
+    subprocess.run([sys.executable, "-c", "import torch, IPython, ipykernel, ipywidgets, torchmagic.api"],
+                   check=True, timeout=600)
     try:
         deadline = time.monotonic() + timeout
         while True:
