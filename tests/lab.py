@@ -46,6 +46,9 @@ def jupyterlab(root: Path, timeout: float = 120.0):
     news.write_text('{"fetchNews": "false", "checkForUpdates": false}')
     env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(settings),
                JUPYTERLAB_WORKSPACES_DIR=str(root / ".lab-workspaces"))
+    # the imports a kernel makes, done once here so their bytecode is compiled before it starts
+    subprocess.run([sys.executable, "-c", "import torch, IPython, ipykernel, ipywidgets, torchmagic.api"],
+                   check=True, timeout=600)
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1",
          f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
@@ -55,9 +58,6 @@ def jupyterlab(root: Path, timeout: float = 120.0):
          "--MappingKernelManager.kernel_info_timeout=600"],
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root)
     base = f"http://127.0.0.1:{port}"
-    # the imports a kernel makes, done once here so their bytecode is compiled before it starts
-    subprocess.run([sys.executable, "-c", "import torch, IPython, ipykernel, ipywidgets, torchmagic.api"],
-                   check=True, timeout=600)
     try:
         deadline = time.monotonic() + timeout
         while True:
