@@ -16,7 +16,8 @@ from torchmagic.core.devices.profiler import PeakReading
 
 class FakeCudaDevice(Device):
     kind = "cuda"
-    captures_cuda_graphs = has_tf32 = pinned_memory_helps = True
+    captures_cuda_graphs = has_tf32 = pinned_memory_helps = traces_kernels = True
+    autocast_keeps = "softmax, norms and losses stay in fp32"
 
     def __init__(self, capacity_bytes: int = 80 * 2**30, nvml: NvmlReading | str | None = None,
                  name: str = "Fake H100", index: int = 0):

@@ -79,7 +79,7 @@ def autobatch(step: Callable[[int], Any], *, budget: float | None = None, min: i
     options = AutobatchOptions(budget=budget, min=min, max=max, multiple_of=multiple_of,
                                margin=margin, target_batch=target_batch, throughput=throughput,
                                estimate=estimate)
-    state = objects_used_by(step) if restore is None else restore
+    state = objects_used_by(referenced_values(step)) if restore is None else restore
     device = choose_device(device, [*state, *referenced_values(step)])
     return run_autobatch(step, options, state=state, device=device, label=getattr(step, "__name__", "autobatch"))
 
@@ -109,7 +109,7 @@ def compare(fn: Callable[..., Any], *, model: Any = None,
     if isinstance(restore, list):
         state = restore
     else:
-        state = objects_to_restore(model, objects_used_by(fn), getattr(inspect.unwrap(fn), "__globals__", {}))
+        state = objects_to_restore(model, referenced_values(fn), getattr(inspect.unwrap(fn), "__globals__", {}))
     call = fn if model is not None else (lambda _model: fn())
     device = choose_device(device, [model, *referenced_values(fn)])
     run = run_compare(call, model, options, state=state, device=device,
@@ -187,7 +187,7 @@ def loadertune(loader: Any, *, workers: list[int] | None = None, batches: int | 
 
     options = LoaderTuneOptions(workers=tuple(workers) if workers else None, batches=batches, seconds=seconds,
                                 rounds=rounds)
-    state = restore if restore is not None else (objects_used_by(step) if step is not None else None)
+    state = restore if restore is not None else (objects_used_by(referenced_values(step)) if step is not None else None)
     device = choose_device(device, referenced_values(step) if step is not None else [])
     return run_loadertune(as_loader(loader, loader_kwargs), options, step=step, state=state, device=device,
                           label=getattr(loader, "__name__", type(loader).__name__))

@@ -102,3 +102,24 @@ def test_no_estimate_flag(shell):
     shell.run_cell(SETUP)
     result, _ = run(shell, "r = %autobatch --no-estimate --budget 4MiB step")
     assert result.success and not any(t.estimated for t in shell.user_ns["r"].trials)
+
+
+def test_the_magic_and_the_api_restore_the_same_objects(shell, monkeypatch):
+    """Both restore what the step reaches (here through a helper), not every model in the notebook."""
+    import torchmagic.api
+    import torchmagic.features.autobatch.magic as magic
+
+    shell.run_cell(SETUP + "unrelated = nn.Linear(4, 4)\ndef outer(bs):\n    step(bs)\n")
+    chosen = []
+
+    def spy(step, options, *, state, **kwargs):
+        chosen.append(state)
+        raise KeyboardInterrupt  # stop before any probing: only the choice is under test
+
+    monkeypatch.setattr(magic, "run_autobatch", spy)
+    monkeypatch.setattr(torchmagic.api, "run_autobatch", spy)
+    run(shell, "%autobatch outer")
+    with pytest.raises(KeyboardInterrupt):
+        torchmagic.api.autobatch(shell.user_ns["outer"])
+    model, opt = shell.user_ns["model"], shell.user_ns["opt"]
+    assert [[id(o) for o in state] for state in chosen] == [[id(model), id(opt)]] * 2

@@ -10,6 +10,8 @@ from torch.autograd import DeviceType
 from torchmagic.features.profile import rules, trace
 from torchmagic.features.profile.trace import TraceSummary
 
+from .contexts import cpu_context, cuda_context
+
 T0 = 1_000_000_000
 
 
@@ -121,7 +123,7 @@ def test_timeline_has_cpu_threads_and_gpu_stream(summary):
 
 
 def test_rules_on_the_gpu_trace(summary):
-    ctx = rules.RuleContext("cuda", True, "bfloat16", "sm90")
+    ctx = cuda_context()
     found = {f.rule: f for f in rules.diagnose(summary, ctx)}
     assert found["gpu_idle"].evidence["idle_ms_per_step"] == pytest.approx(0.47)
     assert set(found["gpu_idle"].evidence["causes"]) == {"dataloader", "sync", "copies"}
@@ -161,7 +163,7 @@ def test_amp_fires_on_long_fp32_kernels_whose_host_time_is_only_the_launch():
     s = trace.summarize_trace(events, T0)
     assert s.matmul_fp32_us / s.matmul_fp32_calls == pytest.approx(5)
     assert s.matmul_fp32_device_calls == 3 and s.matmul_fp32_device_us == pytest.approx(750)
-    f = rules.amp(s, rules.RuleContext("cuda", True, "bfloat16", "sm90"))
+    f = rules.amp(s, cuda_context())
     assert f is not None and f.title.startswith("100% of the GPU kernel time is fp32 matmul/conv")
     assert f.evidence["fp32_matmul_us_per_call"] == pytest.approx(250)
 
@@ -173,7 +175,7 @@ def test_amp_silent_on_tiny_fp32_kernels_even_when_their_host_time_is_long():
                              dtypes=["float", "float"])), end=2000)
     s = trace.summarize_trace(events, T0)
     assert s.matmul_fp32_us / s.matmul_fp32_calls > rules.THRESHOLDS["amp_min_matmul_us"]
-    assert rules.amp(s, rules.RuleContext("cuda", True, "bfloat16", "sm90")) is None
+    assert rules.amp(s, cuda_context()) is None
 
 
 def _training_matmul_trace():
@@ -184,10 +186,10 @@ def _training_matmul_trace():
 
 def test_amp_fix_on_cuda_is_bf16_autocast_on_ampere_and_fp16_with_grad_scaler_before():
     s = trace.summarize_trace(_training_matmul_trace(), T0)
-    bf16 = rules.amp(s, rules.RuleContext("cuda", True, "bfloat16", "compute capability 9.0"))
+    bf16 = rules.amp(s, cuda_context((9, 0)))
     assert "torch.autocast('cuda', dtype=torch.bfloat16)" in bf16.snippet and "GradScaler" not in bf16.snippet
     assert "no loss scaling" in bf16.fix
-    fp16 = rules.amp(s, rules.RuleContext("cuda", True, "float16", "compute capability 7.5"))
+    fp16 = rules.amp(s, cuda_context((7, 5)))
     assert "torch.autocast('cuda', dtype=torch.float16)" in fp16.snippet
     assert "torch.amp.GradScaler('cuda')" in fp16.snippet and "scaler.scale(loss).backward()" in fp16.snippet
     assert "GradScaler" in fp16.fix and "Ampere" in fp16.fix
@@ -211,7 +213,7 @@ def test_memory_peak_is_counted_in_time_order_across_threads():
 
 
 def _cuda_ctx(**counters):
-    return rules.RuleContext("cuda", True, "bfloat16", "t", allocator=rules.AllocatorCounters(**counters))
+    return cuda_context(allocator=rules.AllocatorCounters(**counters))
 
 
 def test_step_peak_from_memory_events_is_exact_whatever_the_user_s_peak_counter_says():
@@ -251,18 +253,18 @@ def test_a_cuda_profile_whose_ops_launched_no_kernels_says_cupti_recorded_none()
                   Ev("aten::addmm", 110, 290, corr=2, dtypes=["float", "float"]), Ev("aten::relu", 400, 450, corr=3))
     s = trace.summarize_trace(events, T0)
     assert s.launching_ops == 2  # linear and relu; view launches nothing, addmm is inside linear
-    ctx = rules.RuleContext("cuda", True, "bfloat16", "sm90")
+    ctx = cuda_context()
     note = rules.missing_kernels_note(s, ctx)
     assert note.startswith("No GPU kernels in this profile of a CUDA device, though its steps ran 2 ops: "
                            "CUPTI recorded none")
     assert {f.rule for f in rules.diagnose(s, ctx)}.isdisjoint({"amp", "gpu_idle"})
-    assert rules.missing_kernels_note(s, rules.RuleContext("cpu", True, "bfloat16", "t")) is None
+    assert rules.missing_kernels_note(s, cpu_context()) is None
     views_only = trace.summarize_trace(step(Ev("aten::view", 10, 20), Ev("aten::detach", 30, 40)), T0)
     assert rules.missing_kernels_note(views_only, ctx) is None
 
 
 def test_no_note_when_the_kernels_are_there(summary):
-    assert rules.missing_kernels_note(summary, rules.RuleContext("cuda", True, "bfloat16", "sm90")) is None
+    assert rules.missing_kernels_note(summary, cuda_context()) is None
 
 
 # --- kernels under user ranges and compiled graphs ----------------------------------------------

@@ -10,6 +10,7 @@ from torchmagic.features.profile.trace import TraceSummary
 
 from .. import workloads as w
 from ..fakes import FastBf16Cpu
+from .contexts import cpu_context, cuda_context
 
 
 def profile(step, device=None, **kw):
@@ -139,7 +140,7 @@ def test_optimizer_silent_with_foreach():
 # gpu_idle needs device events, which only a real GPU produces: the rule is checked on
 # summaries built from numbers here, and on a real trace by the gpu-marked test.
 def _ctx(kind="cuda"):
-    return rules.RuleContext(kind, True, "bfloat16", "test")
+    return cuda_context() if kind == "cuda" else cpu_context()
 
 
 def _gpu_summary(busy_us):
@@ -170,7 +171,7 @@ def test_every_threshold_is_used_by_some_rule():
 
 
 def test_verify_commands_are_offered_only_for_magics_that_exist():
-    ctx = rules.RuleContext("cpu", True, "bfloat16", "test", available_magics=frozenset({"torchprofile"}))
+    ctx = cpu_context(available_magics=frozenset({"torchprofile"}))
     s = TraceSummary(step_us=[1000.0], data_us=500.0, sync_calls=10)
     found = {f.rule: f for f in rules.diagnose(s, ctx)}
     assert found["dataloader"].verify is None  # its magic is not in the (restricted) set
@@ -184,7 +185,7 @@ def test_findings_sorted_by_severity_then_share():
 
 
 def test_every_verifiable_rule_names_a_command_and_fills_the_notebooks_names():
-    ctx = rules.RuleContext("cpu", True, "bfloat16", "test", names={"loader": "train_loader"})
+    ctx = cpu_context(names={"loader": "train_loader"})
     s = TraceSummary(step_us=[1000.0], data_us=500.0, sync_calls=10)
     found = {f.rule: f for f in rules.diagnose(s, ctx)}
     assert found["dataloader"].verify == "%loadertune train_loader"
@@ -197,7 +198,7 @@ def _peaked(fraction, retries=0):
     """A CUDA context whose step set a new high-water mark at ``fraction`` of a 1000-byte GPU."""
     counters = rules.AllocatorCounters(total=1000, allocated_before=0, allocated_after=0, peak_before=0,
                                        peak_after=round(fraction * 1000))
-    return rules.RuleContext("cuda", True, "bfloat16", "t", alloc_retries=retries, allocator=counters)
+    return cuda_context(alloc_retries=retries, allocator=counters)
 
 
 def test_batch_size_fires_on_memory_pressure_and_on_a_small_batch_on_a_gpu():

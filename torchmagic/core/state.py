@@ -8,8 +8,10 @@ that the measurement is trying to read.
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 from collections.abc import Callable, Iterable
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -78,8 +80,10 @@ class Snapshot:
 
 def referenced_values(fn: Callable) -> list[Any]:
     """What a function can reach without arguments: the object a bound method belongs to, its
-    closure, and the globals its code names."""
+    closure, and the globals its code names (through ``functools.partial``: its arguments too)."""
     target = inspect.unwrap(fn)
+    if isinstance(target, functools.partial):
+        return [target.func, *target.args, *target.keywords.values(), *referenced_values(target.func)]
     found = [getattr(target, "__self__", None)]
     code = getattr(target, "__code__", None)
     if code is not None:
@@ -100,14 +104,47 @@ def values_named(names: Iterable[str], namespace: dict[str, Any]) -> list[Any]:
     return values + [v for f in values if inspect.isfunction(f) or inspect.ismethod(f) for v in referenced_values(f)]
 
 
-def objects_used_by(fn: Callable, namespace: dict[str, Any] | None = None) -> list[Any]:
-    """Modules and optimizers a step can reach: its closure, the globals it names, the object
-    a bound method belongs to, and (for a magic) the notebook's top-level variables."""
+def objects_used_by(values: Iterable[Any]) -> list[Any]:
+    """The modules, optimizers, schedulers and gradient scalers a step can change, found from the
+    values its code names (``referenced_values(step)``, or a cell's names): those values, what the
+    functions among them reach in turn (a step calling ``train_one(model, opt)``), and the stateful
+    attributes of plain objects (a trainer holding its model).  The magics and the API both choose
+    what to restore this way, so ``%autobatch step`` and ``torchmagic.autobatch(step)`` agree."""
     found: list[Any] = []
-    for value in [*referenced_values(fn), *(namespace or {}).values()]:
-        if is_stateful(value) and not any(value is f for f in found):
+    seen: set[int] = set()
+    pending = [(value, 0) for value in values]
+    while pending:
+        value, depth = pending.pop(0)
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if is_stateful(value):
             found.append(value)
+        elif depth < _REACH_DEPTH:
+            pending += [(v, depth + 1) for v in _reaches(value)]
     return outermost(found)
+
+
+_REACH_DEPTH = 3  # step -> helper -> helper's helper: notebooks rarely nest deeper
+
+
+def _reaches(value: Any) -> list[Any]:
+    """What a function or plain object can hand a step: not library code (torch's own functions
+    reach no user state, and walking them is slow)."""
+    if inspect.isfunction(value) or inspect.ismethod(value) or isinstance(value, functools.partial):
+        module = getattr(inspect.unwrap(getattr(value, "func", value)), "__module__", None) or ""
+        if module.split(".")[0] in _LIBRARIES:
+            return []
+        if isinstance(value, functools.partial):
+            return [value.func, *value.args, *value.keywords.values()]
+        return referenced_values(value)
+    if isinstance(value, torch.Tensor | type | ModuleType) or callable(getattr(value, "__code__", None)):
+        return []
+    attributes = getattr(value, "__dict__", None)
+    return list(attributes.values()) if isinstance(attributes, dict) else []
+
+
+_LIBRARIES = {"torch", "torchmagic", "functools", "numpy", "builtins"}
 
 
 def objects_for_model(model: nn.Module, names: Iterable[str], namespace: dict[str, Any]) -> list[Any]:

@@ -57,6 +57,9 @@ class Device:
     has_tf32 = False              # allowing TF32 can speed up fp32 matmuls and convolutions
     runs_dynamic_int8 = False     # torch.ao's dynamic int8 kernels run here
     pinned_memory_helps = False   # batches are copied here from host memory (DataLoader pin_memory)
+    traces_kernels = False        # ops run asynchronously as kernels the profiler records (CUPTI), so an
+                                  # op's host time is its launch and the kernels' times are the device's
+    autocast_keeps = "losses in fp32, while softmax and norms follow their input's dtype"  # autocast's policy
 
     def __init__(self, index: int | None = None):
         self.index = index

@@ -22,6 +22,8 @@ class CudaDevice(Device):
     captures_cuda_graphs = True
     has_tf32 = True  # Ampere and newer; on older GPUs allowing it changes nothing
     pinned_memory_helps = True
+    traces_kernels = True
+    autocast_keeps = "softmax, norms and losses stay in fp32"
 
     def __init__(self, index: int | None = None):
         super().__init__(torch.cuda.current_device() if index is None else index)
@@ -114,18 +116,23 @@ class CudaDevice(Device):
         return None if uuid is None else f"GPU-{uuid}"
 
     def low_precision(self) -> LowPrecision:
-        major, minor = torch.cuda.get_device_capability(self.index)
-        if major >= 8:
-            return LowPrecision(True, torch.bfloat16, f"compute capability {major}.{minor}: bf16 tensor cores")
-        if major >= 7:
-            return LowPrecision(True, torch.float16, f"compute capability {major}.{minor}: fp16 tensor cores")
-        return LowPrecision(False, torch.float16, f"compute capability {major}.{minor}: no tensor cores")
+        return tensor_core_precision(*torch.cuda.get_device_capability(self.index))
 
     def nvml(self):
         return nvml_reading(self.uuid(), _nvml_index(self.index))
 
     def describe(self) -> dict:
         return {**super().describe(), "uuid": self.uuid()}
+
+
+def tensor_core_precision(major: int, minor: int) -> LowPrecision:
+    """The 16-bit type a GPU of this compute capability runs fast: bf16 from Ampere (8.0) on."""
+    capability = f"compute capability {major}.{minor}"
+    if major >= 8:
+        return LowPrecision(True, torch.bfloat16, f"{capability}: bf16 tensor cores")
+    if major >= 7:
+        return LowPrecision(True, torch.float16, f"{capability}: fp16 tensor cores; bf16 ones came with Ampere")
+    return LowPrecision(False, torch.float16, f"{capability}: no tensor cores")
 
 
 def _nvml_index(index: int) -> int:

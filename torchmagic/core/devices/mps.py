@@ -11,6 +11,7 @@ from .profiler import allocation_peak
 
 class MpsDevice(Device):
     kind = "mps"
+    autocast_keeps = "losses in fp32"
 
     @property
     def name(self) -> str:

@@ -76,7 +76,7 @@ class AutobatchMagics(TorchMagicsBase):
         except ValueError as exc:
             raise refused("%autobatch", exc) from None
         step, label, values = self._step(args.step, expression)
-        state = objects_used_by(step, self.shell.user_ns)
+        state = objects_used_by(values)
         device = self.device(args.device, values, "%autobatch")
         progress = self.progress("%autobatch", args.quiet)
         try:

@@ -67,7 +67,7 @@ class CompareMagics(TorchMagicsBase):
         namespace = self.shell.user_ns
         name = self._model_name(args.model, code.names)
         model = namespace[name] if name else None
-        state = objects_to_restore(model, [namespace[n] for n in sorted(code.names) if n in namespace], namespace)
+        state = objects_to_restore(model, values_named(code.names, namespace), namespace)
         device = self.device(args.device, [model, *values_named(code.names, namespace)], "%%amp_compare")
 
         def run_cell(variant_model):

@@ -29,7 +29,7 @@ from ...core.measure import Rounds, bootstrap_ratio_ci, calls_per_block, summari
 from ...core.outcome import Outcome
 from ...core.render.format import fmt_bytes
 from ...core.settings import TorchSettings
-from ...core.state import Snapshot, is_stateful, objects_for_model, outermost
+from ...core.state import Snapshot, objects_for_model, objects_used_by, outermost
 from . import numerics
 from .compile_watch import CompileCounts, compile_counts, is_recompile_limit, loud_recompile_limit
 from .result import CompareResult, VariantResult
@@ -87,13 +87,14 @@ class _Entry:
         self.built = None
 
 
-def objects_to_restore(model: Any, used: Iterable[Any], scope: dict[str, Any]) -> list[Any]:
-    """What the variants can change, put back before each and afterwards: the stateful objects the
-    code uses (modules, optimizers ...) and, with a model, the model and the optimizers in ``scope``
-    holding its parameters, with their schedulers.  The magic and the API both choose this way."""
+def objects_to_restore(model: Any, names: Iterable[Any], scope: dict[str, Any]) -> list[Any]:
+    """What the variants can change, put back before each and afterwards: the stateful objects
+    reached from the values the code ``names`` (modules, optimizers ...; ``objects_used_by``) and,
+    with a model, the model and the optimizers in ``scope`` holding its parameters, with their
+    schedulers.  The magic and the API both choose this way."""
     found = objects_for_model(model, [], scope) if model is not None else []
-    for value in used:
-        if is_stateful(value) and not any(value is f for f in found):
+    for value in objects_used_by(names):
+        if not any(value is f for f in found):
             found.append(value)
     return outermost(found)
 

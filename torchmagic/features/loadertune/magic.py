@@ -66,7 +66,7 @@ class LoaderTuneMagics(TorchMagicsBase):
         progress = self.progress("%loadertune", args.quiet)
         try:
             result = run_loadertune(loader, options, step=step, label=args.loader, device=device,
-                                    state=objects_used_by(step, namespace) if step else None,
+                                    state=objects_used_by(referenced_values(step)) if step else None,
                                     on_progress=progress.say if progress else None)
         except KeyboardInterrupt as exc:
             self.interrupted(args, exc)

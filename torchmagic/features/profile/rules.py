@@ -86,10 +86,14 @@ class AllocatorCounters:
 
 @dataclass(frozen=True)
 class RuleContext:
-    device_kind: str                 # "cpu", "cuda", "mps"
+    device_type: str                 # "cpu", "cuda", "mps": as the fixes' code names it (torch.autocast)
     low_precision_fast: bool         # the device has fast bf16/fp16 matmuls
     low_precision_dtype: str | None  # "bfloat16" / "float16"
     low_precision_reason: str
+    accelerator: bool = False        # a GPU: the host hands it work (on CPU the host does the work)
+    traces_kernels: bool = False     # ops run as kernels the trace records: the GPU rules need those
+    captures_cuda_graphs: bool = False
+    autocast_keeps: str = "losses in fp32"  # what autocast leaves in fp32 on this device
     available_magics: frozenset[str] = AVAILABLE_MAGICS
     names: dict[str, str] = field(default_factory=dict)    # {loader} and {step} in verify commands
     alloc_retries: int = 0                   # allocator cache flushes during the profile (CUDA)
@@ -155,7 +159,7 @@ def dataloader(s: TraceSummary, ctx: RuleContext) -> Finding | None:
          "loading_ms_per_step": round(s.data_us / s.steps / 1e3, 3), "share_of_step": round(share, 4)},
         "Load batches in background worker processes so the next batch is ready when the step "
         "needs it; keep workers alive between epochs; pin memory for fast, asynchronous copies to a GPU."
-        + (_CPU_THREADS_NOTE if ctx.device_kind == "cpu" else ""),
+        + (_CPU_THREADS_NOTE if not ctx.accelerator else ""),
         "loader = DataLoader(dataset, batch_size=..., num_workers=4,\n"
         "                    persistent_workers=True, prefetch_factor=2,\n"
         "                    pin_memory=torch.cuda.is_available())",
@@ -168,7 +172,7 @@ def sync(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     share = _share(blocking_us, s)
     if per_step < THRESHOLDS["sync_calls_per_step"] and share < THRESHOLDS["sync_block_share"]:
         return None
-    if ctx.device_kind == "cpu":
+    if not ctx.accelerator:
         title = (f"{per_step:.0f} host reads of tensor values per step (.item(), .tolist(), nonzero): "
                  "free on CPU, a full pipeline stall each on a GPU")
         share = min(share, THRESHOLDS["severity_medium"] - 1e-9)  # cheap here: never above 'low'
@@ -201,7 +205,7 @@ def dispatch_bound(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     share = _share(small + s.category_us["other"], s)
     if share < THRESHOLDS["dispatch_small_op_share"]:
         return None
-    target = "CUDA graphs (mode='reduce-overhead')" if ctx.device_kind == "cuda" else "fused kernels"
+    target = "CUDA graphs (mode='reduce-overhead')" if ctx.captures_cuda_graphs else "fused kernels"
     return _finding(
         "dispatch_bound", ctx, share,
         f"Overhead-bound: {per_step:.0f} ops per step from Python, median {median:.1f} µs each",
@@ -217,8 +221,8 @@ def dispatch_bound(s: TraceSummary, ctx: RuleContext) -> Finding | None:
 def amp(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     if not ctx.low_precision_fast:
         return None
-    if ctx.device_kind == "cuda" and not s.has_device_events:
-        return None  # a CUDA op's host time is its launch: without kernel times there is nothing to judge
+    if ctx.traces_kernels and not s.has_device_events:
+        return None  # such an op's host time is its launch: without kernel times there is nothing to judge
     # on a GPU, by kernel time: share of all kernel time, and time per call (the host only launches)
     on_device = s.has_device_events
     fp32 = s.matmul_fp32_device_us if on_device else s.matmul_fp32_us
@@ -230,7 +234,7 @@ def amp(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     if calls and fp32 / calls < THRESHOLDS["amp_min_matmul_us"]:
         return None
     dtype = ctx.low_precision_dtype or "bfloat16"
-    device = ctx.device_kind
+    device = ctx.device_type
     training = s.backward_events > 0
     fp16_training = training and dtype == "float16"
     if fp16_training:
@@ -242,17 +246,13 @@ def amp(s: TraceSummary, ctx: RuleContext) -> Finding | None:
                    "loss.backward()   # outside autocast")
     else:
         snippet = f"with torch.inference_mode(), torch.autocast('{device}', dtype=torch.{dtype}):\n    out = model(x)"
-    if device == "cuda":
-        fix = (f"Run the forward pass under autocast: matmuls and convolutions in {dtype} on the tensor cores; "
-               "softmax, norms and losses stay in fp32. "
-               + ("bfloat16 (Ampere and newer GPUs) keeps fp32's range, so no loss scaling is needed. "
-                  if dtype == "bfloat16" else
-                  "This GPU has fp16 but not bf16 tensor cores (those came with Ampere): "
-                  + ("scale the loss with a GradScaler so small fp16 gradients do not flush to zero. "
-                     if training else "fp16 suits inference as is. ")))
+    fix = f"Run the forward pass under autocast: matmuls and convolutions in {dtype}; {ctx.autocast_keeps}. "
+    if dtype == "bfloat16":
+        fix += "bfloat16 keeps fp32's range, so no loss scaling is needed. "
     else:
-        fix = (f"Run the forward pass under autocast: matmuls and convolutions in {dtype}; losses in fp32, "
-               "while on CPU softmax and norms follow their input's dtype. ")
+        fix += (f"fp16 is the fast type here ({ctx.low_precision_reason}): "
+                + ("scale the loss with a GradScaler so small fp16 gradients do not flush to zero. "
+                   if training else "it suits inference as is. "))
     per_call = fp32 / calls if calls else None
     return _finding(
         "amp", ctx, share,
@@ -325,7 +325,7 @@ def optimizer(s: TraceSummary, ctx: RuleContext) -> Finding | None:
 
 
 def gpu_idle(s: TraceSummary, ctx: RuleContext, others: list[Finding] = ()) -> Finding | None:
-    if ctx.device_kind != "cuda" or not s.has_device_events or s.total_step_us <= 0:
+    if not ctx.traces_kernels or not s.has_device_events or s.total_step_us <= 0:
         return None
     idle = max(s.total_step_us - s.device_busy_us, 0.0)
     share = idle / s.total_step_us
@@ -349,7 +349,7 @@ def batch_size(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     or the opposite: a batch so small the device idles with most of its memory unused.  Where only
     bounds of the peak are known (see :func:`step_peak`), pressure needs the lower bound high and a
     small batch the upper bound low."""
-    peak = step_peak(s, ctx) if ctx.device_kind == "cuda" else None
+    peak = step_peak(s, ctx)  # None without the allocator's counters (a GPU's)
     if peak is None or ctx.allocator.total <= 0:
         return None
     least, most = (p / ctx.allocator.total for p in peak)
@@ -388,7 +388,7 @@ def missing_kernels_note(s: TraceSummary, ctx: RuleContext) -> str | None:
     The device is where the code's tensors live, so its ops ran there and CUPTI (the source of every
     kernel and runtime event) recorded nothing; unless the device was a guess (the code named no
     tensor) and the ops ran on the CPU."""
-    if ctx.device_kind != "cuda" or s.has_device_events or s.launching_ops == 0:
+    if not ctx.traces_kernels or s.has_device_events or s.launching_ops == 0:
         return None
     return (f"No GPU kernels in this profile of a CUDA device, though its steps ran {s.launching_ops} ops: CUPTI "
             "recorded none (another profiler such as Nsight attached, or no CUPTI access in this container), "

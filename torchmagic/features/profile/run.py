@@ -96,12 +96,14 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
                 stop_profiler(prof)
     except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt too: summarise, then re-raise)
         error = exc
-    ctx = _rule_context(device, names or {}, memory_before)
+    ctx = rule_context(device, names or {}, memory_before)
     result = _build_result(prof, options, label, device, warmup_s, step_s, error, ctx)
     return Outcome(result, value, error)  # the value: the last completed step's
 
 
-def _rule_context(device: Device, names: dict[str, str], before) -> RuleContext:
+def rule_context(device: Device, names: dict[str, str] | None = None, before=None) -> RuleContext:
+    """What the rules may know of the device: its capabilities and, with the allocator's counters
+    from ``before`` the steps, their memory."""
     low = device.low_precision()
     after = device.allocator_stats()
     retries, counters = 0, None
@@ -112,10 +114,12 @@ def _rule_context(device: Device, names: dict[str, str], before) -> RuleContext:
                                      allocated_before=before.allocated_bytes, allocated_after=after.allocated_bytes,
                                      peak_before=before.peak_allocated_bytes, peak_after=after.peak_allocated_bytes,
                                      device=device.label)
-    return RuleContext(device_kind=device.kind, low_precision_fast=low.fast,
+    return RuleContext(device_type=device.kind, low_precision_fast=low.fast,
                        low_precision_dtype=str(low.dtype).removeprefix("torch.") if low.dtype else None,
-                       low_precision_reason=low.reason, names=names, alloc_retries=retries,
-                       allocator=counters)
+                       low_precision_reason=low.reason, accelerator=device.is_accelerator,
+                       traces_kernels=device.traces_kernels,
+                       captures_cuda_graphs=device.captures_cuda_graphs, autocast_keeps=device.autocast_keeps,
+                       names=names or {}, alloc_retries=retries, allocator=counters)
 
 
 def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: RuleContext) -> ProfileResult:
