@@ -104,7 +104,9 @@ def test_a_ctrl_c_at_torchmagics_lines_leaves_nothing_behind(notebook, magic):
     names = set(shell.user_ns) | {"faulted", "_", "__", "___"}
     fds = _fds()
     hit = interrupted = 0
-    for point in chosen:
+    for done, point in enumerate(chosen):
+        if done and done % 100 == 0:
+            print(f"{magic}: {done} of {len(chosen)} check points", flush=True)  # for the exhaustive sweep
         shell.run_cell(SETUP)  # a fresh model each time: 200 steps a run would train it to NaN
         before = state(shell)
         fired, result, captured = _run_interrupted_at(shell, source, point)
