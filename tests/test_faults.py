@@ -174,12 +174,16 @@ def test_a_simulated_out_of_memory_error(notebook, magic):
     assert_unchanged(shell, before, where)
 
 
+# Real SIGINTs per magic: a few in CI; TORCHMAGIC_SWEEP=all (the exhaustive interrupt sweep) sends 100.
+SIGINT_TRIALS = 100 if os.environ.get("TORCHMAGIC_SWEEP") == "all" else 5
+
+
 @pytest.mark.parametrize("magic", MAGICS)
 def test_sigint_from_a_timer_thread(notebook, magic):
     shell, source = notebook, MAGICS[magic]
     shell.user_ns["fault"] = "slow"  # every step, item or loop iteration takes 20 ms: the signal lands mid-run
     rng = random.Random(0)
-    for i in range(5):
+    for i in range(SIGINT_TRIALS):
         before = state(shell)
         timer = _interrupt_after(rng.uniform(0.03, 0.4))
         try:
