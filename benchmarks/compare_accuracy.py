@@ -1,6 +1,6 @@
 """How far torchmagic.compare's timings can be trusted, at its default settings.
 
-    python benchmarks/compare_accuracy.py
+    python -m benchmarks.compare_accuracy
 
 1. Agreement: for fixed callables from ~20 µs to ~5 ms, the eager median of
    ``torchmagic.compare`` against ``torch.utils.benchmark.Timer.blocked_autorange`` (same thread
@@ -20,17 +20,15 @@ and mmap thresholds first (as jemalloc or tcmalloc would make allocation stable)
 from __future__ import annotations
 
 import ctypes
-import os
 import statistics
-import time
 
 import torch
 from torch import nn
 from torch.utils.benchmark import Timer
 
+from benchmarks.machine import machine_line
 import torchmagic
 from torchmagic import Technique, Variant
-from torchmagic.core.devices import CpuDevice
 
 REPEATS = 5
 
@@ -101,9 +99,7 @@ def pin_malloc_thresholds() -> bool:
 def main() -> None:
     torch.set_num_threads(1)  # two threads on two busy cores make every timing tool noisy
     pinned = pin_malloc_thresholds()
-    print(f"machine: {CpuDevice().name}, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} thread, {time.strftime('%Y-%m-%d')}, "
-          f"malloc thresholds {'pinned' if pinned else 'as they are (not glibc)'}")
+    print(f"{machine_line()}; malloc thresholds {'pinned' if pinned else 'as they are (not glibc)'}")
     print(f"\n1. eager median, torchmagic.compare (defaults: ≥10 rounds, ≥1 s) vs blocked_autorange "
           f"(min_run_time=1 s), {REPEATS} alternating repetitions")
     ours_all, self_all = [], []

@@ -1,6 +1,6 @@
 """How fast %gpumem answers, and what its watch costs.
 
-    python benchmarks/gpumem_speed.py
+    python -m benchmarks.gpumem_speed
 
 1. Latency: ``%gpumem`` run as a line magic in a real IPython shell whose namespace holds 1,000
    tensors (plus a model, an optimizer and containers of views): the first call, which imports
@@ -13,13 +13,11 @@
 from __future__ import annotations
 
 import gc
-import os
 import statistics
 import time
 
-import torch
-
-from torchmagic.core.devices import CpuDevice, visible_accelerators
+from benchmarks.machine import machine_line
+from torchmagic.core.devices import visible_accelerators
 from torchmagic.features.memory.watch import MemoryWatch
 
 
@@ -65,8 +63,7 @@ def watch_cost(seconds: float, live_view: bool) -> tuple[float, int]:
 
 
 def main() -> None:
-    print(f"machine: {CpuDevice().name}, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"GPUs: {len(visible_accelerators()) or 'none'}, {time.strftime('%Y-%m-%d')}")
+    print(machine_line())
     times = latency()
     first, rest = times[False][0], times[False][1:]
     print(f"%gpumem with 1,000 tensor variables (+ model, optimizer, containers), the cycle collector paused as "

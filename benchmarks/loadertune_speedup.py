@@ -1,6 +1,6 @@
 """What %loadertune finds for a CPU-heavy, GIL-bound transform (pure-Python tokenising).
 
-    python benchmarks/loadertune_speedup.py
+    python -m benchmarks.loadertune_speedup
 
 Prints the recommendation, the speedup of the loader alone over num_workers=0 with its 95%
 CI, each setting's batches/s and first-batch latency, and the time the tuning took.
@@ -8,14 +8,12 @@ CI, each setting's batches/s and first-batch latency, and the time the tuning to
 
 from __future__ import annotations
 
-import os
-import time
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from benchmarks.machine import machine_line
 import torchmagic
-from torchmagic.core.devices import CpuDevice
 
 
 class Tokenising(Dataset):
@@ -32,8 +30,7 @@ class Tokenising(Dataset):
 
 
 def main() -> None:
-    print(f"machine: {CpuDevice().name}, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"{time.strftime('%Y-%m-%d')}")
+    print(machine_line())
     loader = DataLoader(Tokenising(), batch_size=16, shuffle=True)
     result = torchmagic.loadertune(loader)
     print(result.to_text())

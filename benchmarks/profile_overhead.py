@@ -43,7 +43,7 @@ Two figures, printed with their method and the machine they were taken on:
    ``prof.events()`` (builds the FunctionEvent tree) and ``prof.key_averages()``.
    Target: under 3 s.
 
-Run ``python benchmarks/profile_overhead.py`` from the repository root (``--help`` for
+Run ``python -m benchmarks.profile_overhead`` from the repository root (``--help`` for
 options; about 3 minutes on 2 cores); a runner can call :func:`main`, which returns the
 figures as a dict (``figures`` holds the headline numbers flat).  The script exits 0
 whether or not the targets are met: the report says which.
@@ -64,6 +64,7 @@ import textwrap
 import time
 import types
 
+from benchmarks.machine import cpu_flags, cpu_model
 from torchmagic.core.devices import CpuDevice
 from torchmagic.core.measure import bootstrap_ratio_ci
 
@@ -139,7 +140,8 @@ def machine_info() -> dict:
     except (AttributeError, OSError):
         usable = os.cpu_count()
     return {
-        "cpu": CpuDevice().name,
+        "cpu": cpu_model(),
+        "cpu_flags": cpu_flags(),
         "logical_cores": os.cpu_count(),
         "usable_cores": usable,
         "torch_default_threads": torch.get_num_threads(),
@@ -504,7 +506,8 @@ def _analysis_report(a: dict, number: str) -> list[str]:
 
 def format_report(info: dict, magic: list[dict], analysis: dict | None) -> str:
     out = ["torchmagic benchmark: profile overhead", "=" * 38]
-    out.append(f"machine : {info['cpu']}, {info['logical_cores']} logical cores ({info['usable_cores']} usable), "
+    out.append(f"machine : {info['cpu']} ({', '.join(info['cpu_flags']) or 'flags unknown'}), "
+               f"{info['logical_cores']} logical cores ({info['usable_cores']} usable), "
                f"GPU: {info['gpu']}; torch intra-op threads {info.get('threads_used')} while measuring "
                f"(default {info['torch_default_threads']})")
     out.append(f"software: torch {info['torch']}, Python {info['python']}, IPython {info['ipython']}, "
