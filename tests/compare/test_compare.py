@@ -11,7 +11,11 @@ from torch import nn
 import torchmagic
 from torchmagic import Technique, Variant
 from torchmagic.core.settings import TorchSettings
-from torchmagic.features.compare.variants import parse_variants
+from torchmagic.core.devices import LowPrecision
+from torchmagic.features.compare.run import CompareOptions, advance_notes
+from torchmagic.features.compare.variants import Env, parse_variants
+
+from ..fakes import FakeCudaDevice, FastBf16Cpu
 
 
 def mlp():
@@ -44,8 +48,8 @@ def test_a_slowed_variant_is_slower_with_a_ci_that_excludes_one():
     assert slow.verdict == "slower" and slow.ci[1] < 1 and slow.ci[0] <= slow.speedup <= slow.ci[1]
     assert 0.3 < slow.speedup < 0.75  # about twice the work
     assert slow.numerics_ok is True and slow.max_abs_err == 0
-    assert r.best is r.baseline and r.headline().startswith("eager is fastest")
-    assert "slow 0." in r.headline()
+    assert r.best is r.baseline and r.headline().startswith("eager (float32, cpu) is fastest")
+    assert f"slow (float32, cpu) {1 / slow.speedup:.2f}× slower" in r.headline()
 
 
 def test_a_wrong_variant_is_flagged_and_never_best():
@@ -450,3 +454,68 @@ def test_no_cuda_graph_steps_off_cuda(monkeypatch):
                            variants="eager,compile:reduce-overhead")
     assert r["compile:reduce-overhead"].ok and r["compile:reduce-overhead"].graph_pool_bytes is None
     assert marks == [] and "graph pool" not in r.to_text()
+
+
+def test_every_variant_names_its_dtype_and_device_in_the_data_the_table_and_the_headline():
+    net, x = mlp(), torch.randn(32, 64)
+    with torch.no_grad():
+        r = torchmagic.compare(lambda m: m(x), model=net, variants="eager,amp,int8,int8+amp,inference_mode",
+                               runs=3, warmup=0, device=FastBf16Cpu(fast=True))
+    assert {v.name: (v.dtype, v.device) for v in r.variants} == {
+        "eager": ("float32", "cpu"), "amp": ("bfloat16", "cpu"), "int8": ("int8 dynamic", "cpu"),
+        "int8+amp": ("int8 dynamic+bfloat16", "cpu"), "inference_mode": ("float32", "cpu")}
+    data = r.to_dict()
+    assert [(v["name"], v["dtype"], v["device"]) for v in data["variants"]][1] == ("amp", "bfloat16", "cpu")
+    rows = {line.split()[0]: line for line in r.to_text().splitlines()[3:8]}
+    assert "bfloat16, cpu" in rows["amp"] and "int8 dynamic, cpu" in rows["int8"]
+    assert r.headline().startswith(f"{r.best.name} ({r.best.dtype}, cpu)")
+
+
+def test_dtype_follows_the_amp_dtype_and_the_device():
+    variants = {v.name: v for v in parse_variants("eager,amp,compile+amp,tf32,tf32+amp,int8")}
+    fp16_cpu, gpu = Env(FastBf16Cpu(), torch.float16), Env(FakeCudaDevice(), torch.bfloat16)
+    assert variants["amp"].dtype(fp16_cpu) == "float16" and variants["compile+amp"].dtype(gpu) == "bfloat16"
+    assert variants["tf32"].dtype(gpu) == "tf32" and variants["tf32+amp"].dtype(gpu) == "tf32+bfloat16"
+    assert variants["eager"].dtype(gpu) == "float32" and variants["int8"].dtype(gpu) == "int8 dynamic"
+    dev = FakeCudaDevice()
+    r = torchmagic.compare(lambda m: m(torch.ones(2, 2)), model=nn.Identity(), device=dev, runs=2, warmup=0,
+                           variants="eager,tf32")
+    assert (r["tf32"].dtype, r["tf32"].device) == ("tf32", "cuda:0") and r.baseline.runs_as == "float32, cuda:0"
+
+
+AMP_NOTE = ("amp: declared by the test, so bfloat16 autocast is expected to run slower than float32 here; "
+            "measuring anyway")
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_amp_on_a_cpu_without_fast_bf16_says_so_and_is_measured_anyway(fast):
+    net, x = mlp(), torch.randn(32, 64)
+    with torch.no_grad():
+        r = torchmagic.compare(lambda m: m(x), model=net, variants="eager,amp", runs=3, warmup=0,
+                               device=FastBf16Cpu(fast=fast))
+    amp = r["amp"]
+    assert amp.ok and amp.median_s > 0 and amp.ci is not None and amp.numerics_ok  # measured all the same
+    assert (AMP_NOTE in r.notes) is not fast and (AMP_NOTE in r.to_text()) is not fast
+    if fast:
+        assert not any("autocast is expected" in note for note in r.notes + amp.notes)
+
+
+class _SlowLowPrecisionGpu(FakeCudaDevice):
+    def low_precision(self) -> LowPrecision:
+        return LowPrecision(False, torch.float16, "compute capability 6.1: no tensor cores")
+
+
+def test_the_advance_note_uses_the_devices_reason_and_names_every_autocast_variant():
+    def options(spec, dtype=None):
+        return CompareOptions(variants=tuple(parse_variants(spec)), dtype=dtype)
+
+    slow_cpu = FastBf16Cpu(fast=False)
+    assert advance_notes(options("eager,compile,tf32"), slow_cpu) == []  # nothing autocasts
+    assert advance_notes(options("eager,amp,compile+amp"), FastBf16Cpu(fast=True)) == []
+    assert advance_notes(options("eager,amp,compile+amp"), FakeCudaDevice()) == []
+    assert advance_notes(options("eager,amp,compile+amp", "fp16"), slow_cpu) == [
+        ("amp, compile+amp: declared by the test, so float16 autocast is expected to run slower than float32 "
+         "here; measuring anyway")]
+    assert advance_notes(options("amp"), _SlowLowPrecisionGpu()) == [
+        ("amp: compute capability 6.1: no tensor cores, so float16 autocast is expected to run no faster than "
+         "float32 here; measuring anyway")]

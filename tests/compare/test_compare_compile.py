@@ -6,6 +6,11 @@ shared class would make later tests see code compiled by earlier ones.
 """
 
 import itertools
+import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -192,3 +197,41 @@ def test_code_compiled_here_with_cuda_graphs_is_dropped_and_the_users_own_kept(m
     counts = compile_counts()
     users(x)
     assert (compile_counts() - counts).frames == 0
+
+
+FIRST_COMPILE = textwrap.dedent("""
+    import json, sys
+    import torch
+    from torch import nn
+    import torchmagic
+
+    assert "torch._inductor.compile_fx" not in sys.modules, "inductor loaded before the comparison"
+    net, x = nn.Linear(8, 8), torch.randn(4, 8)
+    with torch.no_grad():
+        first = torchmagic.compare(lambda m: m(x), model=net, variants="eager,compile,compile+amp", runs=2,
+                                   warmup=0)
+        again = torchmagic.compare(lambda m: m(x), model=nn.Linear(8, 8), variants="eager,compile", runs=2,
+                                   warmup=0)
+    print(json.dumps({"first": {v.name: v.notes for v in first.variants},
+                      "again": {v.name: v.notes for v in again.variants}}))
+""")
+
+
+def test_the_first_compile_in_a_fresh_process_says_it_includes_loading_inductor():
+    """Measured, not assumed: whether inductor was loaded is read before torch.compile() (which
+    imports it), so only the process's first compile says so, with what its torch.compile call took."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", FIRST_COMPILE], capture_output=True, text=True, timeout=600,
+                          cwd=root, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    notes = json.loads(done.stdout.strip().splitlines()[-1])
+
+    def loading(variant_notes):
+        return [n for n in variant_notes if "loading inductor" in n]
+
+    (note,) = loading(notes["first"]["compile"])
+    assert note.startswith("the first compile in this process: its one-time cost includes loading inductor "
+                           "(the torch.compile call alone took ")
+    assert note.endswith("), which later compiles in this process skip")
+    assert loading(notes["first"]["compile+amp"]) == [] and loading(notes["first"]["eager"]) == []
+    assert loading(notes["again"]["compile"]) == []  # a second comparison in the same process

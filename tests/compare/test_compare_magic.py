@@ -4,9 +4,11 @@ import pytest
 import torch
 
 from torchmagic.core.settings import TorchSettings
+from torchmagic.features.compare.magic import CompareMagics
 from torchmagic.features.compare.result import CompareResult
 
 from ..conftest import run
+from ..fakes import FastBf16Cpu
 
 SETUP = """
 import torch
@@ -153,3 +155,32 @@ def test_refuses_to_run_inside_a_running_profiler_and_leaves_it_running(shell):
         assert torch.autograd._profiler_enabled()
     assert "already running" in captured.stderr + captured.stdout and not shell.user_ns["ran"]
     assert "already running" in captured_ab.stderr + captured_ab.stdout
+
+
+AMP_NOTE = ("amp: declared by the test, so bfloat16 autocast is expected to run slower than float32 here; "
+            "measuring anyway")
+INFERENCE = "with torch.no_grad():\n    pred = net(x)\nprint('ran')"
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_amp_on_a_cpu_without_fast_bf16_prints_a_note_before_it_runs(shell, monkeypatch, fast):
+    monkeypatch.setattr(CompareMagics, "device", staticmethod(lambda spec, values, magic: FastBf16Cpu(fast=fast)))
+    shell.run_cell(SETUP)
+    result, captured = run(shell, "%%amp_compare --variants eager,amp --runs 2 --warmup 0 --output pred -o r\n"
+                                  + INFERENCE)
+    assert result.success, result.error_in_exec
+    r = shell.user_ns["r"]
+    assert r["amp"].ok and r["amp"].median_s > 0 and r["amp"].dtype == "bfloat16" and r["amp"].numerics_ok
+    printed = captured.stdout.splitlines()
+    if fast:
+        assert AMP_NOTE not in captured.stdout and AMP_NOTE not in r.notes and set(printed) == {"ran"}
+    else:
+        assert printed[0] == AMP_NOTE and printed.count(AMP_NOTE) == 1  # first, before the cell's own output
+        assert set(printed[1:]) == {"ran"} and AMP_NOTE in r.notes
+        shown = [o.data["text/plain"] for o in captured.outputs]
+        assert any(AMP_NOTE in text for text in shown)  # and kept in the report
+
+    result, captured = run(shell, "%%amp_compare -q --variants eager,amp --runs 2 --warmup 0 --output pred -o r\n"
+                                  + INFERENCE)
+    assert result.success and captured.outputs == [] and AMP_NOTE not in captured.stdout  # -q: no note printed
+    assert (AMP_NOTE in shell.user_ns["r"].notes) is not fast

@@ -10,7 +10,7 @@ from ...core.devices.profiler import ProfilerBusyError
 from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, refused, usage_error, user_frames_only
 from ...core.shell import is_internal
 from ...core.state import values_named
-from .run import CompareOptions, objects_to_restore, run_compare
+from .run import CompareOptions, advance_notes, objects_to_restore, run_compare
 from .variants import DEFAULT_VARIANTS, TECHNIQUES, parse_variants
 
 
@@ -91,6 +91,9 @@ class CompareMagics(TorchMagicsBase):
                 raise usage_error(f"%%amp_compare: the cell did not define {compared!r} (--output)")
             return namespace[compared]
 
+        if not args.quiet:  # before anything runs: e.g. amp on a CPU without native bf16 is measured anyway
+            for note in advance_notes(options, device):
+                print(note)
         after_eager: dict = {}
         progress = self.progress("%%amp_compare", args.quiet)
         try:

@@ -14,7 +14,10 @@ class VariantResult:
     name: str
     ok: bool = True                     # ran and was timed; False: see ``error``
     error: str | None = None
-    precision: str = "fp32"
+    precision: str = "fp32"             # the tolerance class: fp32, tf32, fp16, bf16, int8
+    dtype: str = "float32"              # what it computes in: float32, bfloat16 or float16 (autocast), tf32,
+                                        # int8 dynamic, or a combination ("int8 dynamic+bfloat16")
+    device: str | None = None           # where it ran: "cpu", "cuda:0"
     median_s: float | None = None       # seconds per run of the code
     iqr_s: float | None = None
     samples_s: list[float] = field(default_factory=list)   # one per round, in round order
@@ -36,6 +39,11 @@ class VariantResult:
     recompiles: int | None = None       # recompiles during warm-up and timed runs
     fell_back: bool = False             # a compiled variant that ran eager
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def runs_as(self) -> str:
+        """Its dtype and device, e.g. "bfloat16, cpu"."""
+        return self.dtype if self.device is None else f"{self.dtype}, {self.device}"
 
     @property
     def verdict(self) -> str:

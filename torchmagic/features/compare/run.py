@@ -27,7 +27,7 @@ from ...core.interrupts import deliver_pending, guards, uninterruptible
 from ...core.limits import SettingError, check_count, check_seconds, describe_error
 from ...core.measure import Rounds, bootstrap_ratio_ci, calls_per_block, summarize, timed_block, timed_call
 from ...core.outcome import Outcome
-from ...core.render.format import fmt_bytes
+from ...core.render.format import fmt_bytes, fmt_s
 from ...core.settings import TorchSettings
 from ...core.state import Snapshot, objects_for_model, objects_used_by, outermost
 from . import numerics
@@ -36,6 +36,7 @@ from .result import CompareResult, VariantResult
 from .variants import CudaGraphs, Env, Variant, graph_steps
 
 PROGRESS_INTERVAL_S = 0.25
+_INDUCTOR = "torch._inductor.compile_fx"  # imported by the first torch.compile() call in a process
 AMP_DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
 
 
@@ -126,7 +127,9 @@ class _Comparison:
         self.output = output or (lambda value: value)
         self.progress = on_progress or (lambda text: None)
         self.after_baseline = after_baseline
-        self.entries = [_Entry(v, VariantResult(v.name, precision=v.precision(self.env))) for v in options.variants]
+        self.entries = [_Entry(v, VariantResult(v.name, precision=v.precision(self.env), dtype=v.dtype(self.env),
+                                                device=device.label)) for v in options.variants]
+        self.advance_notes = advance_notes(options, device)
         self.snapshot: Snapshot | None = None
         self.reference: numerics.Reference | None = None
         self.recompile_limit: int | None = None  # the user's setting (raised while comparing)
@@ -170,7 +173,7 @@ class _Comparison:
         return run
 
     def _notes(self, run: Outcome, rounds: Rounds) -> list[str]:
-        notes = [note for note in (self.device.choice_note(),) if note]
+        notes = [note for note in (self.device.choice_note(),) if note] + self.advance_notes
         notes += [] if self.options.restore else [
             "--no-restore: the model and optimizer keep what the runs did to them, and variants started from "
             "different weights (the errors are only meaningful for code that does not train)"]
@@ -194,11 +197,11 @@ class _Comparison:
             self.snapshot.restore()
         pools_before = self.device.graph_pool_bytes() if variant.uses_cuda_graphs(env) else None
         try:
+            inductor_loaded = _INDUCTOR in sys.modules  # before torch.compile, which imports it
             start = time.perf_counter()
             entry.built = variant.build(self.model, env)
             build_s = time.perf_counter() - start
             before = compile_counts()
-            inductor_loaded = "torch._inductor.compile_fx" in sys.modules
             call = self._runner(entry)
             with variant.around_call(entry.built, env):
                 value, first_s = timed_call(call, self.device)
@@ -208,8 +211,10 @@ class _Comparison:
             out.first_call_s = build_s + first_s
             if variant.compiles:
                 _record_compile(entry, first)
-                if not inductor_loaded and "torch._inductor.compile_fx" in sys.modules:
-                    out.notes.append("the first compile in this process: its cost includes loading inductor")
+                if not inductor_loaded and _INDUCTOR in sys.modules:
+                    out.notes.append(f"the first compile in this process: its one-time cost includes loading "
+                                     f"inductor (the torch.compile call alone took {fmt_s(build_s)}), which "
+                                     "later compiles in this process skip")
             self.progress(f"{variant.name}: warm-up…")
             fastest = first_s
             for _ in range(self.options.warmup):
@@ -362,6 +367,26 @@ class _Comparison:
                     "specialised on keeps changing; outside this comparison dynamo would silently run eager "
                     "from here")
         return _describe(exc, variant)
+
+
+def advance_notes(options: CompareOptions, device: Device) -> list[str]:
+    """What to say before anything runs: autocast variants on a device where 16-bit autocast is
+    not expected to pay off (the device layer reads it from CPU flags or compute capability)
+    are measured all the same, and say so first."""
+    names = [v.name for v in options.variants if v.autocasts]
+    if not names:
+        return []
+    try:
+        low = device.low_precision()
+    except NotImplementedError:  # a device that cannot tell
+        return []
+    if low.fast:
+        return []
+    dtype = str(_amp_dtype(options.dtype, device)).removeprefix("torch.")
+    expected = "slower than" if device.kind == "cpu" else "no faster than"
+    note = (f"{', '.join(names)}: {low.reason}, so {dtype} autocast is expected to run {expected} float32 here; "
+            "measuring anyway")
+    return [note]
 
 
 def _amp_dtype(name: str | None, device: Device) -> torch.dtype:

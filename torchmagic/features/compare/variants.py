@@ -74,6 +74,16 @@ class Variant:
         levels = [_precision(t, env) for t in self.techniques] or ["fp32"]
         return max(levels, key=PRECISION_ORDER.index)
 
+    def dtype(self, env: Env) -> str:
+        """What it computes in, in torch's words: "float32", "bfloat16" (autocast), "tf32",
+        "int8 dynamic", or the parts of a combination ("int8 dynamic+bfloat16")."""
+        parts = [d for t in self.techniques if (d := _dtype(t, env))]
+        return "+".join(dict.fromkeys(parts)) or "float32"
+
+    @property
+    def autocasts(self) -> bool:
+        return any(t.precision == "amp" for t in self.techniques)
+
     def problem(self, model: Any, env: Env) -> str | None:
         for technique in self.techniques:
             if technique.needs_model and model is None:
@@ -108,6 +118,18 @@ def _precision(technique: Technique, env: Env) -> str:
     if technique.precision == "amp":
         return "bf16" if env.amp_dtype == torch.bfloat16 else "fp16"
     return technique.precision
+
+
+_DTYPE_NAMES = {"fp32": None, "tf32": "tf32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
+
+
+def _dtype(technique: Technique, env: Env) -> str | None:
+    """The dtype a technique computes in (None: it leaves float32 as it is)."""
+    if technique.precision == "amp":
+        return str(env.amp_dtype).removeprefix("torch.")
+    if technique.build is _int8:
+        return "int8 dynamic"  # weights int8, activations quantized per call; the other layers float32
+    return _DTYPE_NAMES.get(technique.precision, technique.precision)
 
 
 # --- the built-in techniques -------------------------------------------------------------

@@ -27,15 +27,28 @@ def headline(r: CompareResult) -> str:
         measured = [v for v in r.variants[1:] if v.ok]
         if not measured:
             return "No variant ran besides eager (see below)."
-        return "eager is fastest: no variant was faster with 95% confidence" + _slower_summary(measured)
+        return (f"{_named(base)} is fastest: no variant was faster with 95% confidence"
+                + _slower_summary(measured))
     low, high = best.ci
-    parts = [f"{best.name}: {best.speedup:.2f}× faster than eager (95% CI {low:.2f}–{high:.2f})"]
+    versus = f"{speed_words(best.speedup)} than {base.dtype} {base.name}"
+    parts = [f"{_named(best)}: {versus} (95% CI {low:.2f}–{high:.2f})"]
     if best.max_rel_err is not None:
         parts.append(f"max rel err {_fmt_err(best.max_rel_err)}")
     if best.compile_s is not None:
         parts.append(f"pays off after {best.break_even_runs:,} runs" if best.break_even_runs is not None
                      else f"one-time cost {fmt_s(best.compile_s)}")
     return ", ".join(parts)
+
+
+def speed_words(speedup: float) -> str:
+    """A speedup over the baseline in words, one way everywhere: 2.41 → "2.41× faster", and below 1
+    the slowdown, 0.84 → "1.19× slower" (1 / 0.84), never "0.84× faster"."""
+    return f"{speedup:.2f}× faster" if speedup >= 1 else f"{1 / speedup:.2f}× slower"
+
+
+def _named(v: VariantResult) -> str:
+    """A variant with what it computes in and where: "amp (bfloat16, cpu)"."""
+    return f"{v.name} ({v.runs_as})"
 
 
 def details(r: CompareResult) -> list[str]:
@@ -53,6 +66,7 @@ def details(r: CompareResult) -> list[str]:
 def _table(r: CompareResult) -> Table:
     return Table([
         Column("variant", lambda v: v.name, "left"),
+        Column("dtype, device", lambda v: v.runs_as, "left"),
         Column("median", lambda v: fmt_s(v.median_s)),
         Column("IQR", lambda v: fmt_s(v.iqr_s)),
         Column("speedup (95% CI)", _fmt_speedup),
@@ -93,7 +107,7 @@ def _slower_summary(measured: list[VariantResult]) -> str:
     slower = [v for v in measured if v.verdict == "slower"]
     if not slower:
         return ""
-    return " (slower: " + ", ".join(f"{v.name} {v.speedup:.2f}×" for v in slower) + ")"
+    return "; " + ", ".join(f"{_named(v)} {speed_words(v.speedup)}" for v in slower)
 
 
 # -- text ------------------------------------------------------------------------------
@@ -146,7 +160,7 @@ def speedup_png(result: CompareResult, width_in: float = 7.0) -> bytes:
         ax.annotate(label, (max(v.ci[1] if v.ci else v.speedup, v.speedup), y), xytext=(4, 0),
                     textcoords="offset points", va="center", fontsize=8)
     ax.axvline(1.0, color="#1f2328", linewidth=0.8, linestyle="--")
-    ax.set_yticks(range(len(shown)), [v.name for v in shown])
+    ax.set_yticks(range(len(shown)), [f"{v.name} ({v.dtype})" for v in shown])
     ax.set_ylim(len(shown) - 0.5, -0.5)
     ax.set_xlim(0, max(max((v.ci[1] if v.ci else v.speedup) for v in shown) * 1.2, 1.2))
     ax.set_xlabel("speedup over eager (higher is faster; whiskers: 95% CI)")
