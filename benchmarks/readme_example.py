@@ -1,7 +1,7 @@
 """The README's example, measured: profile the cell, then check its `amp` finding by timing
 fp32 against bf16 autocast on the same training epoch.
 
-    python benchmarks/readme_example.py
+    python -m benchmarks.readme_example
 
 Prints the findings, the fp32 and autocast medians over interleaved runs (A B A B ...), and
 the speedup with a bootstrap 95% confidence interval over the rounds.
@@ -9,16 +9,17 @@ the speedup with a bootstrap 95% confidence interval over the rounds.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 
 import torch
 from torch import nn
 
+from benchmarks.machine import machine_line
 import torchmagic
 from torchmagic.core.devices import CpuDevice
 from torchmagic.core.measure import bootstrap_ratio_ci
+from torchmagic.features.compare.view import speed_words
 
 
 def build():
@@ -55,9 +56,9 @@ def main(rounds: int = 15) -> dict:
     fp32, bf16 = statistics.median(times[False]), statistics.median(times[True])
     low, high = bootstrap_ratio_ci(times[False], times[True])
     print(f"fp32 epoch {fp32 * 1e3:.1f} ms, bf16 autocast epoch {bf16 * 1e3:.1f} ms: "
-          f"{fp32 / bf16:.2f}x faster (95% CI {low:.2f}-{high:.2f}, {rounds} interleaved rounds)")
-    print(f"machine: {CpuDevice().name}, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, {time.strftime('%Y-%m-%d')}")
+          f"bf16 {speed_words(fp32 / bf16)} (speedup {fp32 / bf16:.2f}, 95% CI {low:.2f}-{high:.2f}, "
+          f"{rounds} interleaved rounds; {CpuDevice().low_precision().reason})")
+    print(machine_line())
     return {"findings": [f.rule for f in result.findings], "fp32_s": fp32, "bf16_s": bf16,
             "speedup": fp32 / bf16, "ci": (low, high)}
 
