@@ -194,9 +194,11 @@ class CpuDevice(Device):
         if flags & {"amx_bf16", "avx512_bf16"}:
             native = "AMX" if "amx_bf16" in flags else "AVX512-BF16"
             return LowPrecision(True, torch.bfloat16, f"this CPU has native bf16 instructions ({native})")
+        widest = "AVX512" if "avx512f" in flags else "AVX2" if "avx2" in flags else None
+        lacking = "no AVX512-BF16 or AMX" + (f", only {widest}" if widest else "")
         if "avx512f" in flags or "asimd" in flags or platform.machine() == "arm64":
-            return LowPrecision(False, torch.bfloat16, "bf16 runs, but this CPU has no native bf16 matmul")
-        return LowPrecision(False, None, "this CPU has no fast 16-bit float instructions")
+            return LowPrecision(False, torch.bfloat16, f"bf16 runs, but this CPU has no native bf16 matmul ({lacking})")
+        return LowPrecision(False, None, f"this CPU has no fast 16-bit float instructions ({lacking})")
 
 
 @functools.lru_cache(maxsize=1)
