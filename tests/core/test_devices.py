@@ -1,5 +1,7 @@
 """The device layer: OOM classification, NVML access, device injection, the fake CUDA device."""
 
+import os
+import threading
 import types
 
 import pytest
@@ -277,3 +279,19 @@ def test_disguised_out_of_memory_is_recognised(exc):
 ], ids=lambda exc: str(exc).split("\n")[0][:60])
 def test_real_errors_are_not_out_of_memory(exc):
     assert not is_out_of_memory(exc)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads Linux's /proc")
+def test_cpu_peak_scope_counts_the_process_s_resident_memory_as_its_footprint():
+    """torch's allocations are the peak; everything the step takes from RAM is the footprint:
+    written Python buffers, which torch never sees, too.  The sampling thread ends with the scope."""
+    threads = set(threading.enumerate())
+    with CpuDevice().peak_scope() as tensor:
+        x = torch.ones(48 * 2**20 // 4)  # 48 MiB, written
+        del x
+    with CpuDevice().peak_scope() as python:
+        buffer = bytearray(b"\1") * (48 * 2**20)  # 48 MiB torch never sees
+        del buffer
+    assert tensor.peak_bytes == 48 * 2**20 and tensor.footprint_bytes >= 46 * 2**20
+    assert python.peak_bytes < 2**20 and python.footprint_bytes >= 46 * 2**20
+    assert set(threading.enumerate()) == threads

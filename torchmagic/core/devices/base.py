@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from .profiler import PeakReading, allocation_peak
+from .resident import allocation_and_resident_peak, resident_bytes
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class HostMemory:
 
 def host_memory() -> HostMemory:
     available, total = _host_memory()
-    return HostMemory(_resident_bytes(), available, total)
+    return HostMemory(resident_bytes(), available, total)
 
 
 class Device:
@@ -111,7 +112,7 @@ class Device:
         """What this process holds on the device: torch's allocations where torch counts them,
         else the process's resident memory (CPU)."""
         allocated = self.memory_allocated()
-        return allocated if allocated is not None else _resident_bytes()
+        return allocated if allocated is not None else resident_bytes()
 
     def allocator_stats(self) -> AllocatorStats | None:
         """The caching allocator's counters, where torch keeps them (CUDA)."""
@@ -175,6 +176,10 @@ class CpuDevice(Device):
     def memory_capacity(self) -> tuple[int, int]:
         return _host_memory()
 
+    def peak_scope(self) -> contextlib.AbstractContextManager[PeakReading]:
+        """torch's allocations, and the process's resident memory as its footprint."""
+        return allocation_and_resident_peak()
+
     def empty_cache(self) -> None:
         """Hand freed heap back to the OS (glibc keeps it otherwise), so the process's resident
         memory shows what is really held."""
@@ -217,14 +222,6 @@ def _malloc_trim() -> None:
     libc = _libc()
     if libc is not None and hasattr(libc, "malloc_trim"):
         libc.malloc_trim(0)
-
-
-def _resident_bytes() -> int | None:
-    try:
-        with open("/proc/self/statm", encoding="utf-8") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _host_memory() -> tuple[int, int]:

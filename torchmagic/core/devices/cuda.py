@@ -95,7 +95,7 @@ class CudaDevice(Device):
         return NvmlSampler(self.uuid(), _nvml_index(self.index))
 
     def peak_scope(self):
-        return allocation_peak(torch.autograd.DeviceType.CUDA, self.index)
+        return _allocation_and_reserved_peak(self.index)
 
     def empty_cache(self) -> None:
         torch.cuda.empty_cache()
@@ -123,6 +123,26 @@ class CudaDevice(Device):
 
     def describe(self) -> dict:
         return {**super().describe(), "uuid": self.uuid()}
+
+
+class _allocation_and_reserved_peak(allocation_peak):
+    """torch's allocations on one GPU (``peak_bytes``) and, as the footprint, the growth of what the
+    caching allocator reserved from the GPU: rounded blocks and fragmentation included.  Within a
+    scope the cache only grows, unless an allocation failed and it was emptied to retry: then the
+    growth is a lower bound."""
+
+    __slots__ = ("_reserved",)
+
+    def __init__(self, index: int):
+        super().__init__(torch.autograd.DeviceType.CUDA, index)
+
+    def acquire(self):
+        self._reserved = torch.cuda.memory_reserved(self._index)
+        return super().acquire()
+
+    def release(self) -> None:
+        super().release()
+        self._reading.footprint_bytes = max(torch.cuda.memory_reserved(self._index) - self._reserved, 0)
 
 
 def tensor_core_precision(major: int, minor: int) -> LowPrecision:

@@ -89,6 +89,9 @@ class PeakReading:
 
     peak_bytes: int = 0   # the most in use at once above the start
     net_bytes: int = 0    # still in use at the end, above the start
+    # the most the process took from the device above the start, torch's allocations and all else:
+    # resident memory on CPU, the caching allocator's reserved memory on CUDA; None where unknown
+    footprint_bytes: int | None = None
 
 
 class allocation_peak(HeldScope):

@@ -1,0 +1,107 @@
+"""The process's resident memory over a scope: all that a step takes from the machine's RAM.
+
+torch's CPU allocations (the profiler's memory events) miss what a step allocates otherwise:
+Python objects, oneDNN's scratch buffers, malloc's bookkeeping and the pages it keeps.  A budget
+meant for a container's memory limit has to count those too.  The peak is read from the kernel's
+high-water mark (VmHWM) where the scope set a new one, which is exact; else from a thread that
+samples the resident size every millisecond, a lower bound (a spike shorter than that is missed).
+The high-water mark is only read, never reset: it is the user's (getrusage's ru_maxrss).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import torch
+
+from .profiler import PeakReading, allocation_peak
+
+SAMPLE_S = 0.001
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def resident_bytes() -> int | None:
+    """The process's resident memory now (Linux), or None."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def resident_high_water() -> int | None:
+    """The most resident memory the process ever had (VmHWM, Linux), or None."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+class ResidentPeak:
+    """``start()``, then ``stop()`` -> the most resident memory above the start, or None where
+    the process's memory cannot be read (not Linux)."""
+
+    __slots__ = ("_start", "_high_water", "_most", "_done", "_thread")
+
+    def __init__(self):
+        self._thread = None
+
+    def start(self) -> None:
+        self._start = self._most = resident_bytes()
+        self._high_water = resident_high_water()
+        if self._start is None:
+            return
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="torchmagic-resident-memory", daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._done.wait(SAMPLE_S):
+            now = resident_bytes()
+            if now is not None and now > self._most:
+                self._most = now
+
+    def stop(self) -> int | None:
+        """End the sampling (idempotent); the peak above the start."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return None
+        self._done.set()
+        thread.join()
+        most = max(self._most, resident_bytes() or 0)
+        high_water = resident_high_water()
+        if high_water is not None and self._high_water is not None and high_water > self._high_water:
+            most = max(most, high_water)  # the scope set a new high-water mark: that is its exact peak
+        return max(most - self._start, 0)
+
+
+class allocation_and_resident_peak(allocation_peak):
+    """torch's CPU allocations (``peak_bytes``) and the process's resident memory
+    (``footprint_bytes``) over the scope.  The sampler stops before the profiler's events are
+    read, so reading them is not counted."""
+
+    __slots__ = ("_resident",)
+
+    def __init__(self):
+        super().__init__(torch.autograd.DeviceType.CPU)
+
+    def acquire(self) -> PeakReading:
+        self._resident = ResidentPeak()
+        reading = super().acquire()
+        try:
+            self._resident.start()
+        except BaseException:
+            super().release()
+            raise
+        return reading
+
+    def release(self) -> None:
+        try:
+            self._reading.footprint_bytes = self._resident.stop()
+        finally:
+            super().release()
