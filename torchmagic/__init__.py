@@ -27,8 +27,12 @@ def load_ipython_extension(ipython) -> None:
     from .features.memory.magic import MemoryMagics
     from .features.profile.magic import ProfileMagics
 
-    for magics in (ProfileMagics, MemoryMagics, CompareMagics, AutobatchMagics, LoaderTuneMagics):
+    from .core.ipython import help_for_cell_magics
+
+    features = (ProfileMagics, MemoryMagics, CompareMagics, AutobatchMagics, LoaderTuneMagics)
+    for magics in features:
         ipython.register_magics(magics)
+    help_for_cell_magics(ipython, features)  # %torchprofile? as %%torchprofile?
 
 
 def __getattr__(name: str):

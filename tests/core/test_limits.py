@@ -85,7 +85,7 @@ def test_a_bare_memory_error_is_out_of_memory_and_named(shell):
     result = shell.run_cell("%autobatch -q -o r --max 64 --no-estimate fussy")
     assert result.success, result.error_in_exec
     r = shell.user_ns["r"]
-    assert r.batch_size == 8 and {t.error for t in r.trials if not t.ok} == {"MemoryError"}
+    assert r.batch_size == 8 and {t.error for t in r.trials if not t.ran} == {"MemoryError"}
 
 
 def test_errors_are_described_by_their_type_when_they_say_nothing():

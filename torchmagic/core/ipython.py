@@ -5,6 +5,7 @@ imports IPython."""
 
 from __future__ import annotations
 
+import ast
 import functools
 import os
 from contextlib import contextmanager
@@ -43,11 +44,13 @@ def refused(magic: str, exc: ValueError) -> ipython_error.UsageError:
 
 def parse_argstring(magic, line: str, name: str):
     """The magic's options split as a shell splits them (quotes removed: --variants 'eager,amp'),
-    with shlex's errors (an unclosed quote) as usage errors, not tracebacks."""
+    with shlex's errors (an unclosed quote) as usage errors, not tracebacks.  Every error names
+    the magic as it was written (``%%torchprofile: argument --steps: invalid int value``):
+    argparse's own messages name neither the magic nor whether it is a cell magic."""
     try:
         return magic.parser.parse_args(arg_split(line, posix=True))
     except ipython_error.UsageError as exc:  # argparse's messages quote the arguments
-        raise usage_error(str(exc)) from None
+        raise usage_error(f"{name}: {exc}") from None
     except ValueError as exc:
         raise usage_error(f"{name}: {exc} in the options: {line.strip()}") from None
 
@@ -77,6 +80,49 @@ def run_from_button():
         yield
     finally:
         _from_button = False
+
+
+class CellMagicHelp(ast.NodeTransformer):
+    """Makes ``%name?`` show a cell magic's help, as ``%%name?`` and ``name?`` do.
+
+    IPython turns ``%name?`` (and ``%name??``, ``?%name``, ``%pinfo %name``) into
+    ``get_ipython().run_line_magic('pinfo', '%name')``, and its object finder
+    (``InteractiveShell._ofind``) looks a name escaped with one ``%`` up among the line magics
+    only, so for a cell-only magic it answers "Object `%name` not found".  (A bare ``name?`` falls
+    back to the cell magics, and so does a notebook's Shift-Tab, which inspects the bare name.)
+    IPython has no hook in that lookup, so this transformer, in ``shell.ast_transformers`` (IPython's
+    documented way to rewrite a cell's code), changes that one call's argument to ``%%name`` for
+    the cell-only magics it is given; nothing else in a cell is touched.  No stand-in line magic is
+    registered: ``%name`` run as a line keeps IPython's own one-line error ("Line magic function
+    `%name` not found (But cell magic `%%name` exists, did you mean that instead?)").
+    """
+
+    HELP_MAGICS = ("pinfo", "pinfo2")
+
+    def __init__(self, names):
+        super().__init__()
+        self.names = frozenset(names)
+
+    def visit_Call(self, node: ast.Call) -> ast.Call:
+        self.generic_visit(node)
+        func, args = node.func, node.args
+        if (isinstance(func, ast.Attribute) and func.attr == "run_line_magic" and len(args) == 2
+                and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in args)
+                and args[0].value in self.HELP_MAGICS):
+            target = args[1].value.strip()
+            if target.startswith("%") and not target.startswith("%%") and target[1:] in self.names:
+                args[1] = ast.copy_location(ast.Constant("%" + target), args[1])
+        return node
+
+
+def help_for_cell_magics(shell, magics_classes) -> None:
+    """Let ``%name?`` show the help of each cell-only magic of these classes (see CellMagicHelp);
+    loading the extension again replaces the transformer rather than adding a second."""
+    names = set()
+    for magics in magics_classes:
+        names |= set(magics.magics["cell"]) - set(magics.magics["line"])
+    shell.ast_transformers[:] = [t for t in shell.ast_transformers if not isinstance(t, CellMagicHelp)]
+    shell.ast_transformers.append(CellMagicHelp(names))
 
 
 class TorchMagicsBase(Magics):
@@ -177,7 +223,7 @@ class Progress:
 
     def probe(self, probe) -> None:
         self.runs += 1
-        outcome = (f"peak {probe.peak_bytes / 2**20:.1f} MiB" if probe.ok and probe.peak_bytes is not None
+        outcome = (f"peak {probe.peak_bytes / 2**20:.1f} MiB" if probe.ran and probe.peak_bytes is not None
                    else "out of memory")
         self.handle.update(self._bundle(f"run {self.runs}: batch {probe.batch_size} → {outcome}"), raw=True)
 

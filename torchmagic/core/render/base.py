@@ -12,6 +12,7 @@ from typing import Any
 from ..shell import current_shell
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+REPR_SUMMARY_CHARS = 120  # the headline in a result's repr is cut here
 
 CSS = """<style>
 .tm-report{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;line-height:1.45;
@@ -70,6 +71,22 @@ class Result:
 
     def to_json(self, **kwargs) -> str:
         return json.dumps(self.to_dict(), **kwargs)
+
+    def __str__(self) -> str:
+        """The text report: what ``print(result)`` shows in a script or terminal."""
+        return self.to_text()
+
+    def __repr__(self) -> str:
+        """One short line: the class and its headline (the report itself is ``str(result)``).
+        Results are dataclasses: each declares ``repr=False`` or its own ``__repr__``, so that a
+        repr never dumps every field."""
+        try:
+            summary = " ".join(self.headline().split()) if hasattr(self, "headline") else ""
+        except Exception:  # a repr must never raise: it is what a debugger or a log shows
+            summary = ""
+        if len(summary) > REPR_SUMMARY_CHARS:
+            summary = summary[:REPR_SUMMARY_CHARS - 1] + "…"
+        return f"<{type(self).__name__}: {summary}>" if summary else f"<{type(self).__name__}>"
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
         bundle = {"text/plain": self.to_text(), "text/html": self.to_html()}

@@ -12,7 +12,8 @@ from ...core.render.base import Result
 class Trial:
     batch_size: int
     peak_bytes: int | None      # peak above the start of the run; None when it ran out of memory
-    ok: bool
+    ran: bool                   # a real run that ended without running out of memory, over the limit or not
+    ok: bool                    # it ran and peaked at or under the limit: a size that fits
     seconds: float
     estimated: bool = False     # a fake-tensor estimate, not a run
     error: str | None = None
@@ -65,7 +66,7 @@ class AutobatchResult(Result):
     @property
     def answer_trial(self) -> Trial | None:
         return next((t for t in reversed(self.trials)
-                     if t.batch_size == self.batch_size and t.ok and not t.estimated), None)
+                     if t.batch_size == self.batch_size and t.ok), None)
 
     # -- views: rendered by view.py ---------------------------------------------------
     def headline(self) -> str:

@@ -22,7 +22,7 @@ from ...core.measure import timed_call
 from ...core.state import Snapshot
 from .estimate import fake_estimator
 from .result import AutobatchResult, ThroughputPoint, Trial
-from .search import Probe, SearchSpace, search
+from .search import Probe, SearchSpace, fits, search
 
 CPU_DEFAULT_BUDGET = 0.5   # of available RAM: the rest of the notebook (and the OS) needs some
 DEVICE_DEFAULT_BUDGET = 0.9  # of the accelerator's memory
@@ -134,7 +134,7 @@ def _search(step, options, space, device, label, before, started, on_probe, stat
 
 
 def _interrupted_reason(probes: list[Probe], limit: int) -> str:
-    fitted = [p.batch_size for p in probes if p.ok and not p.estimated and (p.peak_bytes or 0) <= limit]
+    fitted = [p.batch_size for p in probes if fits(p, limit)]
     return (f"interrupted after {len(probes)} trials, before the search ended: no answer"
             + (f" (the largest that ran under the limit: {max(fitted)}; larger may fit)" if fitted else ""))
 
@@ -142,7 +142,7 @@ def _interrupted_reason(probes: list[Probe], limit: int) -> str:
 def _search_from(warm, budget, how, probe, step, options, space, device, label, before, started,
                  state) -> AutobatchResult:
     __tracebackhide__ = True  # noqa: F841
-    if not warm.ok:
+    if not warm.ran:
         return _result(label, device, options, budget, how, None, [warm], before, started,
                        reason=f"the smallest size ({space.smallest}) runs out of memory")
     limit = int(budget * (1 - options.margin))
@@ -248,13 +248,15 @@ def _result(label, device, options, budget, how, outcome, probes, before, starte
     accumulation = math.ceil(options.target_batch / size) if options.target_batch and size else None
     # spread the target evenly: 2 steps of 512 for 1024, rather than 2 of 704
     micro = math.ceil(options.target_batch / accumulation) if accumulation else None
+    limit = int(budget * (1 - options.margin))
     return AutobatchResult(
         calibration=outcome.calibration if outcome is not None else None,
         label=label, device=device.describe(), batch_size=size,
-        budget_bytes=budget, limit_bytes=int(budget * (1 - options.margin)), budget_source=how,
+        budget_bytes=budget, limit_bytes=limit, budget_source=how,
         fixed_bytes=law.fixed_bytes if law else None,
         per_sample_bytes=law.per_sample_bytes if law else None,
-        trials=[Trial(p.batch_size, p.peak_bytes, p.ok, p.seconds, p.estimated, p.error) for p in probes],
+        trials=[Trial(p.batch_size, p.peak_bytes, ran=p.ran and not p.estimated, ok=fits(p, limit),
+                      seconds=p.seconds, estimated=p.estimated, error=p.error) for p in probes],
         accumulation_steps=accumulation, micro_batch=micro, reason=reason, options=options.to_dict(),
         seconds=time.perf_counter() - started,
         memory_before_bytes=before,

@@ -35,7 +35,8 @@ class Probe:
 
     batch_size: int
     peak_bytes: int | None      # None when the run failed before a peak could be read
-    ok: bool                    # ran to the end without running out of memory
+    ran: bool                   # ran to the end without running out of memory (its peak may be over the
+                                # limit); for an estimate, the step ran on fake tensors
     estimated: bool = False     # from fake tensors, not a real run
     seconds: float = 0.0
     error: str | None = None    # the out-of-memory message, for failed runs
@@ -88,6 +89,11 @@ class SearchOutcome:
         return sum(not p.estimated for p in self.probes)
 
 
+def fits(probe: Probe, limit_bytes: int) -> bool:
+    """A real run that ended and peaked at or under the limit: what an answer must be."""
+    return probe.ran and not probe.estimated and probe.peak_bytes is not None and probe.peak_bytes <= limit_bytes
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     min_size: int = 1
@@ -131,7 +137,7 @@ def search(run: Callable[[int], Probe], limit_bytes: int, space: SearchSpace,
         out.probes.append(probe)
         if probe.peak_bytes is not None:
             real_points.append((size, probe.peak_bytes))
-        state.record(size, probe.ok and probe.peak_bytes is not None and probe.peak_bytes <= limit_bytes)
+        state.record(size, fits(probe, limit_bytes))
         return probe
 
     # 1. fit points: from estimates, calibrated by one real run, where the probe can estimate;
@@ -196,7 +202,7 @@ def _estimated_points(estimate, space: SearchSpace, trial, out: SearchOutcome) -
         estimates.append(probe)
     out.probes.extend(estimates)
     real = trial(sizes[0])
-    if not real.ok or real.peak_bytes is None or not estimates[0].peak_bytes:
+    if not real.ran or real.peak_bytes is None or not estimates[0].peak_bytes:
         return []  # nothing to calibrate against: fit on real runs
     out.calibration = real.peak_bytes / estimates[0].peak_bytes
     return [(p.batch_size, round(p.peak_bytes * out.calibration)) for p in estimates]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from html import escape
 from typing import TYPE_CHECKING
 
@@ -18,10 +19,38 @@ def headline(r: AutobatchResult) -> str:
     if r.batch_size is None:
         return f"No batch size fits: {r.reason}."
     trial = r.answer_trial
-    peak = f", peaked at {fmt_bytes(trial.peak_bytes)}" if trial and trial.peak_bytes is not None else ""
+    size = bytes_format(r)
+    peak = f", peaked at {size(trial.peak_bytes)}" if trial and trial.peak_bytes is not None else ""
     return (f"Largest batch size that fits: {r.batch_size} (ran{peak}; limit "
-            f"{fmt_bytes(r.limit_bytes)} = budget {fmt_bytes(r.budget_bytes)} less "
+            f"{size(r.limit_bytes)} = budget {size(r.budget_bytes)} less "
             f"{r.options.get('margin', 0):.0%} margin)")
+
+
+def bytes_format(r: AutobatchResult) -> Callable[[float | None], str]:
+    """How the report writes the trials' peaks and the limit: one decimal, or as many more as it
+    takes for every peak to read on its own side of the limit (a size that fits never prints
+    above the limit, one over it never at or below it, so the two never print the same figure),
+    else exact bytes."""
+    real = [t.peak_bytes for t in r.trials if not t.estimated and t.peak_bytes is not None]
+    for decimals in range(1, 7):
+        limit = _rounded(r.limit_bytes, decimals)[0]
+        if all((_rounded(peak, decimals)[0] <= limit) == (peak <= r.limit_bytes) for peak in real):
+            return lambda n, d=decimals: "–" if n is None else _rounded(n, d)[1]
+    return lambda n: "–" if n is None else f"{n:,.0f} B"
+
+
+def _rounded(n: float, decimals: int) -> tuple[float, str]:
+    """``n`` bytes in the unit fmt_bytes picks, to ``decimals`` places (fmt_bytes's own text at
+    one): the value shown, in bytes, and its text."""
+    scale, unit = 1, "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 * scale or unit == "TiB":
+            break
+        scale *= 1024
+    if unit == "B":
+        return round(n), f"{n:.0f} B"
+    value = round(n / scale, decimals)
+    return value * scale, f"{value:.{decimals}f} {unit}"
 
 
 def details(r: AutobatchResult) -> list[str]:
@@ -54,12 +83,12 @@ def details(r: AutobatchResult) -> list[str]:
 
 
 def _trials_table(r: AutobatchResult) -> Table:
+    size = bytes_format(r)
     return Table([
         Column("batch", lambda t: str(t.batch_size)),
-        Column("peak", lambda t: fmt_bytes(t.peak_bytes) if t.peak_bytes is not None else "–"),
-        Column("result", lambda t: ("estimate" if t.estimated else "fits" if t.ok and t.peak_bytes is not None
-                                    and t.peak_bytes <= r.limit_bytes else
-                                    "over the limit" if t.ok else "out of memory"), "left"),
+        Column("peak", lambda t: size(t.peak_bytes)),
+        Column("result", lambda t: ("estimate" if t.estimated else "fits" if t.ok else
+                                    "over the limit" if t.ran else "out of memory"), "left"),
         Column("time", lambda t: fmt_s(t.seconds)),
     ], r.trials, noun="trials")
 
@@ -117,14 +146,23 @@ def plot_png(r: AutobatchResult) -> bytes | None:
 
 def memory_law_png(result: AutobatchResult, width_in: float = 7.0) -> bytes:
     """Measured peaks against batch size, the fitted law, and the limit and budget lines."""
+    return figure_png(memory_law_figure(result, width_in))
+
+
+def memory_law_figure(result: AutobatchResult, width_in: float = 7.0):
+    """The memory-law plot's figure.  The answer's trial is drawn last, on top: the first size over
+    the limit is often its neighbour, at nearly the same place.  The y axis reaches every trial
+    drawn and the budget line."""
     mib = 2**20
     fig = new_figure(width_in, 3.6)
     ax = fig.add_subplot()
     real = [t for t in result.trials if not t.estimated]
     estimates = [t for t in result.trials if t.estimated and t.peak_bytes is not None]
-    fits = [t for t in real if t.peak_bytes is not None and t.ok and t.peak_bytes <= result.limit_bytes]
-    over = [t for t in real if t.peak_bytes is not None and t not in fits]
-    failed = [t for t in real if t.peak_bytes is None]
+    answer = result.answer_trial
+    fits = [t for t in real if t.ok and t is not answer]
+    over = [t for t in real if t.ran and not t.ok]
+    failed = [t for t in real if not t.ran]
+    scale = result.calibration or 1.0
     sizes = [t.batch_size for t in result.trials] or [1]
     x_max = max(sizes) * 1.05
     if result.per_sample_bytes is not None:
@@ -132,10 +170,10 @@ def memory_law_png(result: AutobatchResult, width_in: float = 7.0) -> bytes:
                 color="#59636e", linewidth=1, label="fitted law")
     ax.axhline(result.limit_bytes / mib, color="#bf8700", linestyle="--", linewidth=1, label="limit (budget - margin)")
     ax.axhline(result.budget_bytes / mib, color="#d1242f", linestyle=":", linewidth=1, label="budget")
-    ax.scatter([t.batch_size for t in fits], [t.peak_bytes / mib for t in fits], color="#1a7f37", zorder=3,
-               label="ran, fits")
+    if fits:
+        ax.scatter([t.batch_size for t in fits], [t.peak_bytes / mib for t in fits], color="#1a7f37", zorder=3,
+                   label="ran, fits")
     if estimates:
-        scale = result.calibration or 1.0
         ax.scatter([t.batch_size for t in estimates], [t.peak_bytes * scale / mib for t in estimates],
                    facecolors="none", edgecolors="#0969da", zorder=3,
                    label=f"fake-tensor estimate (x{scale:.2f})")
@@ -145,14 +183,22 @@ def memory_law_png(result: AutobatchResult, width_in: float = 7.0) -> bytes:
     if failed:
         ax.scatter([t.batch_size for t in failed], [result.budget_bytes / mib] * len(failed), color="#d1242f",
                    marker="x", zorder=3, label="out of memory")
+    if answer is not None:
+        ax.scatter([answer.batch_size], [answer.peak_bytes / mib], color="#1a7f37", edgecolors="#1f2328",
+                   s=64, linewidths=1.2, zorder=ANSWER_ZORDER, label=f"answer: {answer.batch_size}")
     if result.batch_size is not None:
         ax.axvline(result.batch_size, color="#1a7f37", linewidth=0.8)
         ax.annotate(f"answer: {result.batch_size}", (result.batch_size, 0), xytext=(4, 4),
                     textcoords="offset points", fontsize=8, color="#1a7f37")
+    peaks = ([t.peak_bytes for t in real if t.peak_bytes is not None]
+             + [t.peak_bytes * scale for t in estimates])
     ax.set_xlim(0, x_max)
-    ax.set_ylim(0, result.budget_bytes / mib * 1.12)
+    ax.set_ylim(0, max([result.budget_bytes, *peaks]) / mib * 1.12)
     ax.set_xlabel("batch size")
     ax.set_ylabel("peak above start (MiB)")
     ax.spines[["top", "right"]].set_visible(False)
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    return figure_png(fig)
+    return fig
+
+
+ANSWER_ZORDER = 5  # above every other trial's dot (3)

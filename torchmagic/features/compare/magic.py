@@ -16,7 +16,7 @@ from .variants import DEFAULT_VARIANTS, TECHNIQUES, parse_variants
 
 @magics_class
 class CompareMagics(TorchMagicsBase):
-    @magic_arguments()
+    @magic_arguments(name="%amp_compare")  # the usage line reads %%amp_compare: IPython writes one % before it
     @argument("--model", metavar="NAME",
               help="the nn.Module the cell uses; each variant's version stands in for it while the cell runs "
                    "(default: the one module with parameters that the cell names)")

@@ -43,6 +43,8 @@ class LoaderRow:
     batches_per_s: list[float] = field(default_factory=list)   # steady state, one per pass (round)
     first_batch_s: list[float] = field(default_factory=list)   # from iter() to the first batch, per pass
     error: str | None = None
+    speedup: float | None = None                # over the current settings, in the rounds that ran both
+    ci: tuple[float, float] | None = None       # its 95% CI (paired bootstrap over those rounds)
 
     @property
     def median_batches_per_s(self) -> float | None:
@@ -59,9 +61,10 @@ class LoaderTuneResult(Result):
     device: dict[str, Any]
     current: LoaderSettings
     best: LoaderSettings              # recommended: the current settings unless a change is surely faster
-    fastest: LoaderSettings           # the worker count with the highest median batches/s
+    fastest: LoaderSettings           # the settings with the highest median batches/s (the table's fastest)
     rows: list[LoaderRow]
-    speedup: float | None             # fastest over current, steady batches/s
+    speedup: float | None             # best over current, steady batches/s; when best is current, the
+                                      # fastest over current (None when the current settings are the fastest)
     ci: tuple[float, float] | None    # 95% CI of the speedup (paired bootstrap over rounds)
     seconds: float
     cpus: int

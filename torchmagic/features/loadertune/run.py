@@ -142,7 +142,6 @@ class _Tuner:
         self._latest = None  # the iterator a pass is on
         self.stages: list[list[LoaderSettings]] = []  # the settings each stage ran side by side
         self.samples: dict[tuple[int, LoaderSettings], list[float]] = {}
-        self.fastest = self.current
         self.with_step_rows: dict[str, float] = {}
         try:
             self.epoch_batches: int | None = len(loader)
@@ -156,12 +155,12 @@ class _Tuner:
         workers = self.options.workers or default_workers()
         counts = [self.current] + [s for s in (_settings(w, pin) for w in workers) if s != self.current]
         self._rounds(counts, "workers")
-        self.fastest = self._fastest(counts)
-        if self.fastest.num_workers > 0:  # then the two knobs that only exist with workers
-            more = [replace(self.fastest, persistent_workers=False),
-                    replace(self.fastest, prefetch_factor=2 * (self.fastest.prefetch_factor or 2))]
+        best = fastest_measured(self.current, {s: self.rows[s] for s in counts})  # the fastest worker count
+        if best.num_workers > 0:  # then the two knobs that only exist with workers
+            more = [replace(best, persistent_workers=False),
+                    replace(best, prefetch_factor=2 * (best.prefetch_factor or 2))]
             # the current settings run again, so every candidate is paired with them in its own rounds
-            knobs = [self.current, self.fastest] + [s for s in more if s not in (self.current, self.fastest)]
+            knobs = [self.current, best] + [s for s in more if s not in (self.current, best)]
             self._rounds(knobs, "persistent workers and a deeper prefetch")
         if self.options.rounds < MIN_PAIRED_ROUNDS:
             self.notes.append(f"{self.options.rounds} rounds give no confidence interval (it takes "
@@ -267,14 +266,8 @@ class _Tuner:
             kwargs.update(batch_sampler=src.batch_sampler)
         return kwargs
 
-    def _fastest(self, settings: list[LoaderSettings]) -> LoaderSettings:
-        measured = [s for s in settings if self.rows[s].error is None and self.rows[s].batches_per_s]
-        if not measured:
-            return self.current
-        return max(measured, key=lambda s: summarize(self.rows[s].batches_per_s).median)
-
     def recommendation(self) -> tuple[LoaderSettings, float | None, tuple[float, float] | None]:
-        return recommend(self.current, self.fastest, self.rows, self.stages, self.samples)
+        return recommend(self.current, self.rows, self.stages, self.samples)
 
     # --- with the training step -------------------------------------------------------
 
@@ -343,8 +336,11 @@ class _Tuner:
 
     def result(self, label: str, seconds: float, recommend: bool = True) -> LoaderTuneResult:
         best, speedup, ci = self.recommendation() if recommend else (self.current, None, None)
+        if recommend:  # a partial sweep's figures stand alone
+            vs_current(self.current, self.rows, self.stages, self.samples)
         return LoaderTuneResult(label=label, device=self.device.describe(), current=self.current, best=best,
-                                fastest=self.fastest, rows=list(self.rows.values()), speedup=speedup, ci=ci,
+                                fastest=fastest_measured(self.current, self.rows), rows=list(self.rows.values()),
+                                speedup=speedup, ci=ci,
                                 seconds=seconds, cpus=os.cpu_count() or 1, start_method=self.start_method,
                                 loader_call=_loader_call(self.loader, best),
                                 step_s=self.step_s, with_step=dict(self.with_step_rows), notes=self.notes,
@@ -353,44 +349,67 @@ class _Tuner:
                                          "rounds": self.options.rounds})
 
 
-def _paired(samples: dict, stage: int, top: LoaderSettings, base: LoaderSettings):
-    """Speedup of ``top`` over ``base`` and its 95% CI, over the rounds of one stage, which ran
-    them side by side."""
-    a, b = samples.get((stage, top), []), samples.get((stage, base), [])
-    n = min(len(a), len(b))
-    if n < 2:
+def _paired(samples: dict, stages: list[list[LoaderSettings]], top: LoaderSettings, base: LoaderSettings):
+    """Speedup of ``top`` over ``base`` (the ratio of their median batches/s) and its 95% CI, over
+    the rounds that ran them side by side, in every stage that ran both.  The interval needs
+    MIN_PAIRED_ROUNDS paired rounds in each of those stages: fewer --rounds give none."""
+    a: list[float] = []
+    b: list[float] = []
+    enough = True
+    for stage, settings in enumerate(stages):
+        if top in settings and base in settings:
+            x, y = samples.get((stage, top), []), samples.get((stage, base), [])
+            n = min(len(x), len(y))
+            a += x[:n]
+            b += y[:n]
+            enough = enough and n >= MIN_PAIRED_ROUNDS
+    if len(a) < 2:
         return None, None
-    speedup = summarize(a[:n]).median / summarize(b[:n]).median
-    return speedup, (bootstrap_ratio_ci(a[:n], b[:n]) if n >= MIN_PAIRED_ROUNDS else None)
+    speedup = summarize(a).median / summarize(b).median
+    return speedup, (bootstrap_ratio_ci(a, b) if enough else None)
 
 
-def recommend(current: LoaderSettings, fastest: LoaderSettings, rows: dict[LoaderSettings, LoaderRow],
+def vs_current(current: LoaderSettings, rows: dict[LoaderSettings, LoaderRow],
+               stages: list[list[LoaderSettings]], samples: dict) -> None:
+    """Each row's speedup over the current settings and its 95% CI, as the table shows them."""
+    for s, row in rows.items():
+        if s != current and row.error is None:
+            row.speedup, row.ci = _paired(samples, stages, s, current)
+
+
+def fastest_measured(current: LoaderSettings, rows: dict[LoaderSettings, LoaderRow]) -> LoaderSettings:
+    """The settings with the highest median batches/s: the table's fastest row."""
+    measured = [s for s, row in rows.items() if row.error is None and row.batches_per_s]
+    return max(measured, key=lambda s: rows[s].median_batches_per_s) if measured else current
+
+
+def recommend(current: LoaderSettings, rows: dict[LoaderSettings, LoaderRow],
               stages: list[list[LoaderSettings]], samples: dict
               ) -> tuple[LoaderSettings, float | None, tuple[float, float] | None]:
-    """The settings to use, always ones that were measured: among those faster than the current
-    settings with 95% confidence, the fastest, or a simpler one it does not beat with 95%
-    confidence.  None faster: the current settings, with the fastest's figures."""
+    """The settings to use, always ones that were measured, with their speedup over the current
+    settings and its CI.  Among the settings faster than the current ones with 95% confidence:
+    the one with the most batches/s in the table, or a simpler one it is not faster than with 95%
+    confidence.  None surely faster: the current settings, with the figures of the table's fastest
+    (none when that is the current settings).  The view words its headline from these rules."""
+    fastest = fastest_measured(current, rows)
     if rows[current].error is not None:  # what works beats what fails
         return fastest, None, None
-    faster = []
-    for stage, settings in enumerate(stages):
-        for s in settings:
-            if s != current and rows[s].error is None:
-                speedup, ci = _paired(samples, stage, s, current)
-                if ci is not None and ci[0] > 1:
-                    faster.append((stage, s, speedup, ci))
+    faster = {}
+    for s, row in rows.items():
+        if s != current and row.error is None and row.batches_per_s:
+            speedup, ci = _paired(samples, stages, s, current)
+            if ci is not None and ci[0] > 1:
+                faster[s] = (speedup, ci)
     if not faster:
-        speedup, ci = _paired(samples, 0, fastest, current)
-        return current, speedup, ci
-    stage, top, speedup, ci = max(faster, key=lambda c: c[2])
-    for other_stage, s, other_speedup, other_ci in sorted(faster, key=lambda c: _complexity(c[1])):
+        return (current, None, None) if fastest == current else (current, *_paired(samples, stages, fastest, current))
+    top = max(faster, key=lambda s: rows[s].median_batches_per_s)
+    for s in sorted(faster, key=_complexity):
         if _complexity(s) >= _complexity(top):
             break
-        if other_stage == stage:
-            _, top_over_s = _paired(samples, stage, top, s)
-            if top_over_s is not None and top_over_s[0] <= 1:
-                return s, other_speedup, other_ci
-    return top, speedup, ci
+        _, top_over_s = _paired(samples, stages, top, s)
+        if top_over_s is not None and top_over_s[0] <= 1:
+            return (s, *faster[s])
+    return (top, *faster[top])
 
 
 def _complexity(s: LoaderSettings) -> int:

@@ -17,18 +17,40 @@ if TYPE_CHECKING:  # the result imports this view when it is shown, not the othe
 
 
 def headline(r: LoaderTuneResult) -> str:
-    ci = f" (95% CI {r.ci[0]:.2f}–{r.ci[1]:.2f})" if r.ci else ""
+    """The answer, in words the table bears out: "fastest" names the table's fastest row only.
+    The recommendation follows run.recommend: the fastest of the settings surely (95%) faster
+    than the current ones, or a simpler one that it is not surely faster than."""
+    ci = _fmt_ci(r.ci, " (95% CI {})")
     if r.best == r.current:
-        if r.fastest == r.current or r.speedup is None:
+        if r.fastest == r.current:
             return f"Keep the current settings ({r.current.label()}): they fed batches fastest"
         return (f"Keep the current settings ({r.current.label()}): no setting fed batches faster with 95% "
-                f"confidence (the fastest, {r.fastest.label()}, measured {r.speedup:.2f}×{ci})")
+                f"confidence (the fastest measured, {r.fastest.label()}, {_measured(r, r.speedup, ci)})")
     change = ", ".join(f"{k}={v!r}" for k, v in r.changes.items())
     failing = r.row(r.current)
     if failing is not None and failing.error is not None:
         return f"Set {change}: the current settings ({r.current.label()}) fail (below)"
-    return (f"Set {change}: {r.speedup:.2f}× the batches/s{ci} of the current settings "
-            f"({r.current.label()})")
+    line = f"Set {change}: {r.speedup:.2f}× the batches/s{ci} of the current settings ({r.current.label()})"
+    top = r.row(r.fastest)
+    if r.fastest == r.best or top is None:
+        return line
+    measured = _measured(r, top.speedup, _fmt_ci(top.ci, " (95% CI {})"))
+    if top.ci is not None and top.ci[0] > 1:  # surely faster than the current ones, not than this simpler one
+        return f"{line}; {r.fastest.label()} measured faster, {measured}, but within noise of this simpler setting"
+    return f"{line}; {r.fastest.label()} measured faster, {measured}, but within noise of the current settings"
+
+
+def _measured(r: LoaderTuneResult, speedup: float | None, ci: str) -> str:
+    """The table's fastest against the current settings: the paired speedup, else both medians."""
+    if speedup is not None:
+        return f"{speedup:.2f}×{ci}"
+    top, now = r.row(r.fastest), r.row(r.current)
+    return (f"{_fmt_rate(top.median_batches_per_s if top else None)} batches/s against "
+            f"{_fmt_rate(now.median_batches_per_s if now else None)}")
+
+
+def _fmt_ci(ci: tuple[float, float] | None, template: str = "{}") -> str:
+    return template.format(f"{ci[0]:.2f}–{ci[1]:.2f}") if ci else ""
 
 
 def details(r: LoaderTuneResult) -> list[str]:
@@ -42,7 +64,7 @@ def details(r: LoaderTuneResult) -> list[str]:
         bound = ("the model (the loader keeps up)" if loader_s is not None and r.step_s >= loader_s
                  else "the loader")
         lines.append(f"the training step alone takes {fmt_s(r.step_s)} a batch; with the current loader "
-                     f"{r.with_step.get('current', 0):,.1f} steps/s, with the best "
+                     f"{r.with_step.get('current', 0):,.1f} steps/s, with the recommended "
                      f"{r.with_step.get('best', 0):,.1f} steps/s: the bottleneck is {bound}")
     best = r.best
     if best.persistent_workers and not r.current.persistent_workers:
@@ -60,8 +82,10 @@ def details(r: LoaderTuneResult) -> list[str]:
 def _table(r: LoaderTuneResult) -> Table:
     return Table([
         Column("settings", lambda row: row.settings.label() + ("  (current)" if row.settings == r.current else "")
-               + ("  ← best" if row.settings == r.best and r.best != r.current else ""), "left"),
+               + ("  ← recommended" if row.settings == r.best and r.best != r.current else ""), "left"),
         Column("batches/s", lambda row: _fmt_rate(row.median_batches_per_s)),
+        Column("× current (95% CI)", lambda row: "" if row.speedup is None else
+               f"{row.speedup:.2f}×" + _fmt_ci(row.ci, " ({})"), optional=True),
         Column("first batch", lambda row: fmt_s(row.median_first_batch_s)),
         Column("result", lambda row: row.error or "", "left", optional=True),
     ], r.rows, noun="settings")
@@ -76,7 +100,9 @@ def _fmt_rate(per_s: float | None) -> str:
 
 # -- text ------------------------------------------------------------------------------
 def text(r: LoaderTuneResult) -> str:
-    return "\n".join([headline(r), *details(r), "", _table(r).to_text()])
+    # wide enough for the longest settings and their mark: num_workers=16, prefetch_factor=4,
+    # persistent_workers, pin_memory  ← recommended
+    return "\n".join([headline(r), *details(r), "", _table(r).to_text(max_name=84)])
 
 
 # -- HTML ------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ class MemoryMagics(TorchMagicsBase):
         profiler's allocation events, so no peak counter you watch is reset.
         """
         __tracebackhide__ = True  # noqa: F841
-        args = parse_argstring(self.gpumem, line, "%gpumem")
+        args = parse_argstring(self.gpumem, line, "%gpumem" if cell is None else "%%gpumem")
         self.check_output_name(args.output)
         actions = [a for a in ("free", "reset", "watch", "stop") if getattr(args, a) not in (None, False)]
         if len(actions) > 1:

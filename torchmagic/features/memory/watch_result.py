@@ -25,7 +25,7 @@ class WatchSample:
     devices: tuple[DeviceSample, ...] = ()
 
 
-@dataclass
+@dataclass(repr=False)  # Result's short repr, not every sample
 class WatchResult(Result):
     _view_module = "watch_view"
 

@@ -16,7 +16,7 @@ from .run import ProfileOptions, run_profile
 
 @magics_class
 class ProfileMagics(TorchMagicsBase):
-    @magic_arguments()
+    @magic_arguments(name="%torchprofile")  # the usage line reads %%torchprofile: IPython writes one % before it
     @argument("--steps", type=int, default=1, metavar="N",
               help="profile N runs of the cell, each marked as a step (default 1)")
     @argument("--warmup", type=int, default=0, metavar="N",
