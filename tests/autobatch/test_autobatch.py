@@ -7,6 +7,7 @@ from torch import nn
 import torchmagic
 from torchmagic.core.devices import CpuDevice
 from torchmagic.features.autobatch.run import AutobatchOptions, resolve_budget
+from torchmagic.features.autobatch.search import MAX_ESTIMATES
 
 from ..fakes import FakeCudaDevice
 
@@ -38,7 +39,9 @@ def test_cpu_answer_runs_under_budget_and_the_next_size_does_not():
     above = [t for t in r.trials if t.batch_size == r.batch_size + 8]
     assert above and not above[0].ok  # the next multiple does not fit (over the limit or out of memory)
     assert r.per_sample_bytes > 0 and r.fixed_bytes is not None
-    assert sum(not t.estimated for t in r.trials) <= 6
+    # real runs only (Adam cannot run on fake tensors); the process's resident memory, which the
+    # limit is for on CPU, varies by a few MiB from run to run near it: a few more trials than a law
+    assert sum(not t.estimated for t in r.trials) <= 10
 
 
 def test_probing_does_not_train_the_model_or_move_rng():
@@ -219,7 +222,12 @@ def test_fake_tensor_estimates_calibrated_and_harmless():
     before = {k: v.clone() for k, v in model.state_dict().items()}
     r = torchmagic.autobatch(step, budget=32 * MiB, multiple_of=8, device=CpuDevice())
     estimates = [t for t in r.trials if t.estimated]
-    assert [t.batch_size for t in estimates] == [8, 64, 512]
+    sizes = [t.batch_size for t in estimates]
+    assert sizes[:3] == [8, 64, 512] and len(sizes) <= MAX_ESTIMATES  # 8x apart to bracket, then narrowed
+    assert sizes[-1] - sizes[-2] in (8, -8) or abs(sizes[-1] - sizes[-2]) <= 0.01 * sizes[-1]  # narrowed to a step
+    real = [t for t in r.trials if not t.estimated and t.ran]
+    # CPU: the limit is for the process's resident memory, which holds torch's allocations and more
+    assert all(t.allocated_bytes <= t.peak_bytes for t in real) and "torch's share" in r.to_text()
     assert r.calibration is not None and 1.0 <= r.calibration < 2.0  # fake tensors see less
     assert r.answer_trial is not None and not r.answer_trial.estimated  # the answer still ran
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

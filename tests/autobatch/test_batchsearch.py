@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from torchmagic.features.autobatch.search import Probe, SearchSpace, fit_law, search
+from torchmagic.features.autobatch.search import MAX_ESTIMATES, Probe, SearchSpace, fit_law, search
 
 from ..fakes import FakeCudaDevice
 
@@ -31,6 +31,10 @@ def noisy(bs):      # the same step measures a few percent differently each time
 
 def blocky(bs):     # the allocator hands out 20 MiB blocks
     return math.ceil(linear(bs) / (20 * MiB)) * 20 * MiB
+
+
+def sample_blocks(bs):  # blocks of 128 samples' worth: flat from 1 to 128, which hides the slope there
+    return 400 * MiB + math.ceil(bs / 128) * 128 * 3 * MiB
 
 
 def runner(device, law):
@@ -89,8 +93,10 @@ def test_estimates_replace_real_fit_runs():
         return Probe(bs, linear(bs), True, estimated=True)
 
     out = search(runner(device, linear), int(0.9 * 16 * GiB), SearchSpace(max_size=100_000), estimate)
-    assert [p.estimated for p in out.probes][:3] == [True, True, True]
-    assert [p.batch_size for p in out.probes][:3] == [1, 8, 64]  # spread: estimates are free
+    # one estimate and the real run that calibrates it, then estimates 8x apart until one is over
+    # the limit (estimates use no memory), narrowed to 1% by secant steps
+    assert [(p.batch_size, p.estimated) for p in out.probes][:6] == [
+        (1, True), (1, False), (8, True), (64, True), (512, True), (4096, True)]
     assert out.real_trials <= 3  # calibration, the prediction, its neighbour
     assert out.calibration == pytest.approx(1.0)
     assert out.batch_size == true_limit(linear, int(0.9 * 16 * GiB), SearchSpace(max_size=100_000))
@@ -173,3 +179,26 @@ def test_estimates_of_zero_fall_back_to_real_runs():
     assert out.calibration is None
     assert out.batch_size == true_limit(linear, int(0.9 * 16 * GiB), SearchSpace(max_size=100_000))
     assert out.real_trials <= 6
+
+
+def _real_runs_to_land(out, expected: int, limit: int) -> int | None:
+    """Real runs until one fits within 5% of the true answer."""
+    real = [p for p in out.probes if not p.estimated]
+    return next((i + 1 for i, p in enumerate(real)
+                 if p.ran and p.peak_bytes <= limit and p.batch_size >= 0.95 * expected), None)
+
+
+@pytest.mark.parametrize("law", [linear, quadratic, concave, noisy, blocky, sample_blocks])
+@pytest.mark.parametrize("multiple_of", [1, 8])
+def test_with_estimates_every_law_lands_within_5_percent_in_at_most_4_real_runs(law, multiple_of):
+    """The estimates see the law's shape (its curve, its blocks) without using memory, so the real
+    runs only calibrate and verify: the issue's blocky law took 16 when the estimates were fitted
+    at 1, 8 and 64, all inside one block."""
+    device = FakeCudaDevice(capacity_bytes=16 * GiB)
+    limit = int(0.9 * 16 * GiB)
+    space = SearchSpace(min_size=1, max_size=100_000, multiple_of=multiple_of)
+    out = search(runner(device, law), limit, space, lambda bs: Probe(bs, law(bs), True, estimated=True))
+    expected = true_limit(law, limit, space)
+    assert _real_runs_to_land(out, expected, limit) <= 4
+    assert 0.95 * expected <= out.batch_size <= expected and out.real_trials <= 10
+    assert sum(p.estimated for p in out.probes) <= MAX_ESTIMATES  # each is a fake step: bounded too

@@ -11,13 +11,15 @@ from ...core.render.base import Result
 @dataclass(frozen=True)
 class Trial:
     batch_size: int
-    peak_bytes: int | None      # peak above the start of the run; None when it ran out of memory
+    peak_bytes: int | None      # peak above the start of the run, what the limit is for; None when it ran out of memory
     ran: bool                   # a real run that ended without running out of memory, over the limit or not
     ok: bool                    # it ran and peaked at or under the limit: a size that fits
     seconds: float
     estimated: bool = False     # a fake-tensor estimate, not a run
     error: str | None = None
     samples_per_s: float | None = None
+    allocated_bytes: int | None = None  # torch's allocations alone; ``peak_bytes`` is the larger of these
+                                        # and the process's footprint (resident memory on CPU, reserved on CUDA)
 
 
 KNEE_TOLERANCE = 0.05  # the knee: the smallest size within 5% of the best samples/s

@@ -206,7 +206,10 @@ def _probe(step: Callable[[int], Any], size: int, device: Device) -> Probe:
     _release(device, collect=error is not None)
     if error is not None:
         return Probe(size, None, False, seconds=seconds, error=error, unallocated_bytes=unallocated)
-    return Probe(size, reading.peak_bytes, True, seconds=seconds)
+    # what counts against the budget: torch's allocations, or all the process took if that is more
+    # (CPU: resident memory, for Python objects, oneDNN scratch and malloc's pages; CUDA: reserved)
+    peak = max(reading.peak_bytes, reading.footprint_bytes or 0)
+    return Probe(size, peak, True, seconds=seconds, allocated_bytes=reading.peak_bytes)
 
 
 def _unallocated(device: Device) -> int | None:
@@ -256,7 +259,8 @@ def _result(label, device, options, budget, how, outcome, probes, before, starte
         fixed_bytes=law.fixed_bytes if law else None,
         per_sample_bytes=law.per_sample_bytes if law else None,
         trials=[Trial(p.batch_size, p.peak_bytes, ran=p.ran and not p.estimated, ok=fits(p, limit),
-                      seconds=p.seconds, estimated=p.estimated, error=p.error) for p in probes],
+                      seconds=p.seconds, estimated=p.estimated, error=p.error, allocated_bytes=p.allocated_bytes)
+                for p in probes],
         accumulation_steps=accumulation, micro_batch=micro, reason=reason, options=options.to_dict(),
         seconds=time.perf_counter() - started,
         memory_before_bytes=before,

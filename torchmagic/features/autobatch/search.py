@@ -7,8 +7,10 @@ plug in unchanged.
 
 The search:
 
-1. *Fit.*  Peak memory at two or three small sizes (estimates where the probe can make them,
-   real runs otherwise) gives ``peak(bs) = fixed + per_sample * bs``.
+1. *Fit.*  Where the probe can estimate (fake tensors: no memory used), calibrated estimates
+   bracket the limit closely and the line through the bracket's ends is the law; else real runs
+   at small sizes that grow, ever faster while the peak stays flat (allocator blocks), give
+   ``peak(bs) = fixed + per_sample * bs``.
 2. *Predict* the largest multiple of ``multiple_of`` whose fitted peak stays under
    ``limit = budget * (1 - margin)``.
 3. *Verify* with real runs.  While runs succeed, refit on the real points and move up to the
@@ -41,6 +43,8 @@ class Probe:
     seconds: float = 0.0
     error: str | None = None    # the out-of-memory message, for failed runs
     unallocated_bytes: int | None = None  # reserved but unallocated when it ran out (fragmentation)
+    allocated_bytes: int | None = None    # torch's allocations alone, where ``peak_bytes`` also counts
+                                          # the process's footprint (resident memory on CPU)
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,7 @@ def search(run: Callable[[int], Probe], limit_bytes: int, space: SearchSpace,
     # 1. fit points: from estimates, calibrated by one real run, where the probe can estimate;
     #    else from real runs at sizes that grow, ever faster, until the peak does (allocator
     #    rounding can hide small sizes' per-sample cost)
-    fit_points = _estimated_points(estimate, space, trial, out) if estimate else []
+    fit_points = _estimated_points(estimate, space, limit_bytes, trial, out) if estimate else []
     if not fit_points and state.bad is None:
         fit_points = _measured_points(space, trial, state, dict(real_points))
     if state.good is None and state.bad is not None:
@@ -187,25 +191,66 @@ def _measured_points(space: SearchSpace, trial, state: _Bounds, measured: dict[i
     return points
 
 
-ESTIMATE_SPREAD = (1, 8, 64)  # estimates are free: spread them for a well-determined slope
+ESTIMATE_GROWTH = 8        # estimates are free of memory: sizes 8x apart bracket the limit quickly
+MAX_ESTIMATES = 12         # ... but each costs a fake step: stop narrowing after this many
+ESTIMATE_PRECISION = 0.01  # narrow the estimated bracket to 1% of its size
 
 
-def _estimated_points(estimate, space: SearchSpace, trial, out: SearchOutcome) -> list[tuple[int, int]]:
-    """Estimates at sizes far apart, scaled to agree with one real run at the smallest: fake
-    tensors miss the allocator's and kernels' scratch memory, which grows with the batch too."""
-    sizes = sorted({space.round_down(space.smallest * k) for k in ESTIMATE_SPREAD} - {0})
-    estimates = []
-    for size in sizes:
+def _estimated_points(estimate, space: SearchSpace, limit: int, trial, out: SearchOutcome
+                      ) -> list[tuple[int, int]]:
+    """Two calibrated estimates that bracket the limit closely: a secant between them predicts
+    the answer, whatever the law's shape (curved, or in allocator blocks that hide the per-sample
+    cost at small sizes).  Estimates at sizes 8x apart find the bracket, then secant steps
+    (bisection where they stall) narrow it.  One real run at the smallest size calibrates them:
+    fake tensors miss the allocator's and kernels' scratch memory, which grows with the batch
+    (a ratio), and what the process holds besides torch's allocations (a constant)."""
+    smallest = space.smallest
+    first = estimate(smallest)
+    if first is None or not first.peak_bytes:
+        return []  # the step does not run on fake tensors: fit on real runs
+    out.probes.append(first)
+    real = trial(smallest)
+    allocated = real.allocated_bytes if real.allocated_bytes is not None else real.peak_bytes
+    if not fits(real, limit) or not allocated:
+        return []  # the smallest does not fit, or there is nothing to calibrate against: real runs decide
+    out.calibration = allocated / first.peak_bytes
+    beyond = real.peak_bytes - allocated
+
+    def predicted(size: int) -> int | None:
         probe = estimate(size)
         if probe is None or probe.peak_bytes is None:
-            return []  # the step does not run on fake tensors: fit on real runs
-        estimates.append(probe)
-    out.probes.extend(estimates)
-    real = trial(sizes[0])
-    if not real.ran or real.peak_bytes is None or not estimates[0].peak_bytes:
-        return []  # nothing to calibrate against: fit on real runs
-    out.calibration = real.peak_bytes / estimates[0].peak_bytes
-    return [(p.batch_size, round(p.peak_bytes * out.calibration)) for p in estimates]
+            return None
+        out.probes.append(probe)
+        return round(probe.peak_bytes * out.calibration) + beyond
+
+    low, high = (smallest, real.peak_bytes), None
+    top = space.round_down(space.max_size)
+    size = smallest
+    while high is None and size < top:  # bracket: grow until a calibrated estimate is over the limit
+        size = min(space.round_down(size * ESTIMATE_GROWTH), top)
+        peak = predicted(size)
+        if peak is None:
+            return []
+        if peak <= limit:
+            low = (size, peak)
+        else:
+            high = (size, peak)
+    bounds = _Bounds(good=low[0], bad=high[0] if high else None)
+    while high is not None and sum(p.estimated for p in out.probes) < MAX_ESTIMATES:
+        if high[0] - low[0] <= max(space.multiple_of, ESTIMATE_PRECISION * low[0]):
+            break
+        size = bounds.next_size(fit_law([low, high]), limit, space)
+        if size is None:
+            break
+        peak = predicted(size)
+        if peak is None:
+            break
+        bounds.record(size, peak <= limit)
+        if peak <= limit:
+            low = (size, peak)
+        else:
+            high = (size, peak)
+    return [low, high] if high is not None else [(smallest, real.peak_bytes), low]
 
 
 def _local_law(points: list[tuple[int, int]], state: _Bounds) -> MemoryLaw | None:
@@ -224,8 +269,12 @@ class _Bounds:
     good: int | None = None    # largest size that ran under the limit
     bad: int | None = None     # smallest size that failed or went over the limit
     slow_steps: int = 0        # predictions in a row that barely narrowed the interval
+    same_side: int = 0         # trials in a row that landed on the same side of the boundary
+    _last: bool | None = None
 
     def record(self, size: int, fits: bool) -> None:
+        self.same_side = self.same_side + 1 if fits == self._last else 1
+        self._last = fits
         if fits:
             self.good = size if self.good is None else max(self.good, size)
         else:
@@ -246,6 +295,11 @@ class _Bounds:
             # that predicts at or past a failure has just been proven wrong: bisect instead.)
             predicted = low + step
         inside = predicted is not None and low < predicted < high
+        if inside and self.bad is not None and self.good is not None and self.same_side >= 2:
+            # a secant that keeps landing on one side converges slowly (a law in allocator
+            # blocks, or curved): bisect (the Illinois idea)
+            self.same_side = 0
+            inside = False
         if inside and self.bad is not None:
             # safeguard the secant: two predictions in a row that cut off less than a quarter,
             # then bisect; a prediction one or two steps from an end is simply checked

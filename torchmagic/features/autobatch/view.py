@@ -87,6 +87,8 @@ def _trials_table(r: AutobatchResult) -> Table:
     return Table([
         Column("batch", lambda t: str(t.batch_size)),
         Column("peak", lambda t: size(t.peak_bytes)),
+        *([Column("torch's share", lambda t: size(t.allocated_bytes) if t.allocated_bytes is not None else "")]
+          if any(t.allocated_bytes not in (None, t.peak_bytes) for t in r.trials) else []),
         Column("result", lambda t: ("estimate" if t.estimated else "fits" if t.ok else
                                     "over the limit" if t.ran else "out of memory"), "left"),
         Column("time", lambda t: fmt_s(t.seconds)),
