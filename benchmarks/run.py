@@ -44,6 +44,7 @@ BENCHMARKS = [
               ("--rounds", "5", "--max-seconds", "40", "--events", "50000")),
     Benchmark("readme_example", "The README example: findings, and the bf16 speedup it suggests"),
     Benchmark("autobatch_vs_anchors", "%autobatch against Lightning's and accelerate's batch-size finders"),
+    Benchmark("autobatch_budget", "%autobatch: real runs per memory law, and the process within its CPU budget"),
     Benchmark("compare_accuracy", "%%amp_compare: agreement with torch.utils.benchmark, CI width and coverage"),
     Benchmark("gpumem_speed", "%gpumem: report latency and the watch's cost"),
     Benchmark("loadertune_speedup", "%loadertune: the speedup it finds on a CPU-heavy transform"),
