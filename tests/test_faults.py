@@ -181,9 +181,10 @@ SIGINT_TRIALS = 100 if os.environ.get("TORCHMAGIC_SWEEP") == "all" else 5
 @pytest.mark.parametrize("magic", MAGICS)
 def test_sigint_from_a_timer_thread(notebook, magic):
     shell, source = notebook, MAGICS[magic]
-    shell.user_ns["fault"] = "slow"  # every step, item or loop iteration takes 20 ms: the signal lands mid-run
     rng = random.Random(0)
     for i in range(SIGINT_TRIALS):
+        shell.run_cell(SETUP)  # a fresh model: a hundred partial runs would train it to NaN, which equals nothing
+        shell.user_ns["fault"] = "slow"  # every step, item or loop iteration takes 20 ms: the signal lands mid-run
         before = state(shell)
         timer = _interrupt_after(rng.uniform(0.03, 0.4))
         try:
