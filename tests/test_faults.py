@@ -227,8 +227,9 @@ def _fault_once(shell, source: str, fault: str, rng: random.Random) -> None:
         timer.join()
 
 
-# A SIGINT that lands in a weakref callback (torch.compile's caches have some) is printed and
-# dropped by Python itself ("Exception ignored in"): that repetition just runs to the end.
+# A SIGINT that lands in a weakref callback (torch.compile's caches have some) is dropped by Python
+# ("Exception ignored in"); while a magic runs torchmagic keeps it and raises it later
+# (interrupts._unraisable), but in IPython's code around the magic that repetition runs to the end.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize("fault", ["raise", "oom", "sigint"])
 @pytest.mark.parametrize("magic", MAGICS)

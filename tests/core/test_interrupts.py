@@ -11,6 +11,7 @@ import gc
 import os
 import signal
 import sys
+import weakref
 
 import pytest
 import torch
@@ -160,6 +161,30 @@ def test_the_users_code_stays_interruptible_and_the_handler_is_put_back():
     with pytest.raises(KeyboardInterrupt):
         torchmagic.compare(lambda: step(), variants="eager", runs=2, warmup=0)
     _assert_clean("compare")
+
+
+def test_a_ctrl_c_that_lands_in_a_weakref_callback_is_not_lost():
+    """Python drops an exception raised in a weakref callback ("Exception ignored in"); under a
+    guard the Ctrl-C is kept and raised when the guard ends (or at the next release before it)."""
+    class Cached:
+        pass
+
+    ran = []
+
+    def callback(_):  # the SIGINT handler runs here, as Python would run it at a check in the callback
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, sys._getframe())
+
+    hook = sys.unraisablehook
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.guarded():
+            obj = Cached()
+            ref = weakref.ref(obj, callback)  # noqa: F841
+            del obj  # the callback runs, and its KeyboardInterrupt is unraisable
+            ran.append(1)
+    assert ran == [1] and sys.unraisablehook is hook
+    _assert_clean("weakref callback")
+    with interrupts.guarded():  # outside the guard's life, and with no Ctrl-C, nothing is sent
+        pass
 
 
 def test_an_interrupted_batch_search_hands_over_its_trials_and_no_answer():

@@ -71,6 +71,7 @@ class guarded:
                 _previous = current
             _pending = False
             signal.signal(signal.SIGINT, _handler)
+            _hook_unraisable()
         _depth += 1
         self._installed = True
         return self
@@ -86,11 +87,43 @@ class guarded:
         previous, _previous = _previous, None
         if signal.getsignal(signal.SIGINT) is _handler:  # the user's code may have set its own
             signal.signal(signal.SIGINT, previous)
+        _unhook_unraisable()
         if _pending:
             if kind is not None and issubclass(kind, KeyboardInterrupt):
                 _pending = False  # already interrupting
             else:
                 _deliver(previous, sys._getframe())
+
+
+_previous_hook = None  # sys.unraisablehook while a guard is up
+
+
+def _unraisable(unraisable) -> None:
+    """A Ctrl-C that landed in a weakref callback or a ``__del__`` (torch.compile's caches have
+    some) is an exception Python cannot raise there: it prints "Exception ignored" and drops it,
+    and the magic would run on as if no Ctrl-C came.  Remember it instead, as inside a marked
+    function: it is raised by the next ``deliver_pending()`` (the end of the next release), at the
+    latest when the guard ends.  (Sending the signal again cannot work: its handler would run in
+    this hook, right after the call that sends it, and be dropped again.)"""
+    global _pending
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+        _pending = True
+    elif _previous_hook is not None:
+        _previous_hook(unraisable)
+
+
+def _hook_unraisable() -> None:
+    global _previous_hook
+    if sys.unraisablehook is not _unraisable:
+        _previous_hook = sys.unraisablehook
+        sys.unraisablehook = _unraisable
+
+
+def _unhook_unraisable() -> None:
+    global _previous_hook
+    if sys.unraisablehook is _unraisable:  # (the user's code may have set its own)
+        sys.unraisablehook = _previous_hook
+    _previous_hook = None
 
 
 def deliver_pending() -> None:
