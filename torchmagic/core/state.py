@@ -138,7 +138,7 @@ def _reaches(value: Any) -> list[Any]:
         if isinstance(value, functools.partial):
             return [value.func, *value.args, *value.keywords.values()]
         return referenced_values(value)
-    if isinstance(value, torch.Tensor | type | ModuleType) or callable(getattr(value, "__code__", None)):
+    if isinstance(value, torch.Tensor | type | ModuleType):
         return []
     attributes = getattr(value, "__dict__", None)
     return list(attributes.values()) if isinstance(attributes, dict) else []
