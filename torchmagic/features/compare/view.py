@@ -28,7 +28,7 @@ def headline(r: CompareResult) -> str:
         if not measured:
             return "No variant ran besides eager (see below)."
         return (f"{_named(base)} is fastest: no variant was faster with 95% confidence"
-                + _slower_summary(measured))
+                + _others_summary(measured))
     low, high = best.ci
     versus = f"{speed_words(best.speedup)} than {base.dtype} {base.name}"
     parts = [f"{_named(best)}: {versus} (95% CI {low:.2f}–{high:.2f})"]
@@ -103,11 +103,13 @@ def _fmt_err(err: float | None) -> str:
     return "∞" if math.isinf(err) else f"{err:.1e}"
 
 
-def _slower_summary(measured: list[VariantResult]) -> str:
-    slower = [v for v in measured if v.verdict == "slower"]
-    if not slower:
-        return ""
-    return "; " + ", ".join(f"{_named(v)} {speed_words(v.speedup)}" for v in slower)
+def _others_summary(measured: list[VariantResult]) -> str:
+    """What became of each variant when none won: slower ones by how much, the rest as within noise
+    (a headline that named only the slower ones said nothing of a variant whose interval holds 1)."""
+    words = [f"{_named(v)} {speed_words(v.speedup)}" if v.verdict == "slower" else
+             f"{_named(v)} within noise ({v.speedup:.2f}×, 95% CI {v.ci[0]:.2f}–{v.ci[1]:.2f})"
+             for v in measured if v.verdict in ("slower", "no clear difference")]
+    return "; " + ", ".join(words) if words else ""
 
 
 # -- text ------------------------------------------------------------------------------
