@@ -107,6 +107,9 @@ class AllocationsOnlyCpu(CpuDevice):
     def peak_scope(self):
         return allocation_peak(torch.autograd.DeviceType.CPU)
 
+    def footprint_scope(self):
+        return None
+
 
 def growth_at(step, size: int, runs: int = 3) -> int:
     """The most the process's resident memory grew running ``step(size)``."""

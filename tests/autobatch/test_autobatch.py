@@ -311,3 +311,13 @@ def test_disguised_oom_is_bisected_like_torchs_own(message, error):
     assert device.ooms > 0 and any(not t.ran and not t.estimated and t.error.startswith(error.__name__)
                                    for t in r.trials)
     assert r.batch_size == (2048 - 100) // 7  # the largest that fits, found through the failures
+
+
+def test_accumulation_sums_to_the_target_exactly_where_a_few_more_steps_allow():
+    from torchmagic.features.autobatch.run import _accumulation
+
+    assert _accumulation(256, 49, 1) == (8, 32)      # not 6 steps of 43 (258)
+    assert _accumulation(1000, 300, 1) == (4, 250)
+    assert _accumulation(96, 40, 8) == (3, 32)       # equal, and multiples of 8
+    assert _accumulation(97, 40, 1) == (3, 33)       # a prime: the fewest steps, 99 in effect
+    assert _accumulation(None, 40, 1) == (None, None) and _accumulation(256, None, 1) == (None, None)

@@ -283,18 +283,24 @@ def test_real_errors_are_not_out_of_memory(exc):
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads Linux's /proc")
-def test_cpu_peak_scope_counts_the_process_s_resident_memory_as_its_footprint():
-    """torch's allocations are the peak; everything the step takes from RAM is the footprint:
-    written Python buffers, which torch never sees, too.  The sampling thread ends with the scope."""
+def test_cpu_footprint_scope_reads_the_process_s_resident_memory():
+    """torch's allocations are the peak; everything the step takes from RAM is the footprint, read
+    without the profiler: written Python buffers, which torch never sees, too.  The sampling
+    thread ends with the scope."""
     threads = set(threading.enumerate())
-    with CpuDevice().peak_scope() as tensor:
+    device = CpuDevice()
+    with device.peak_scope() as tensor:
         x = torch.ones(48 * 2**20 // 4)  # 48 MiB, written
+        del x
+    with device.footprint_scope() as tensor_footprint:
+        x = torch.ones(48 * 2**20 // 4)
         time.sleep(0.1)  # held long enough for the sampler to see it on a busy machine (unless it set a new VmHWM)
         del x
-    with CpuDevice().peak_scope() as python:
+    with device.footprint_scope() as python:
         buffer = bytearray(b"\1") * (48 * 2**20)  # 48 MiB torch never sees
         time.sleep(0.1)
         del buffer
-    assert tensor.peak_bytes == 48 * 2**20 and tensor.footprint_bytes >= 46 * 2**20
-    assert python.peak_bytes < 2**20 and python.footprint_bytes >= 46 * 2**20
+    assert tensor.peak_bytes == 48 * 2**20 and tensor.footprint_bytes is None
+    assert tensor_footprint.footprint_bytes >= 46 * 2**20 and python.footprint_bytes >= 46 * 2**20
     assert set(threading.enumerate()) == threads
+    assert FakeCudaDevice().footprint_scope() is None  # CUDA reads its footprint in peak_scope

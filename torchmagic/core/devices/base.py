@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from .profiler import PeakReading, allocation_peak
-from .resident import allocation_and_resident_peak, resident_bytes
+from .resident import resident_bytes, resident_peak
 
 
 @dataclass(frozen=True)
@@ -128,8 +128,15 @@ class Device:
         return False
 
     def peak_scope(self) -> contextlib.AbstractContextManager[PeakReading]:
-        """Peak of torch's allocations on this device within a ``with`` block, above its start."""
+        """Peak of torch's allocations on this device within a ``with`` block, above its start
+        (and, where it is read alongside, the process's footprint on the device)."""
         return allocation_peak(torch.autograd.DeviceType.CPU)
+
+    def footprint_scope(self) -> contextlib.AbstractContextManager[PeakReading] | None:
+        """Where the footprint (all the process takes from the device, beyond torch's allocations)
+        must be read in a run of its own, without the profiler: a scope that reads it; else None
+        (CUDA reads the allocator's reserved growth in ``peak_scope``)."""
+        return None
 
     def empty_cache(self) -> None:
         """Return cached, unused blocks to the device (no cache on CPU)."""
@@ -176,9 +183,9 @@ class CpuDevice(Device):
     def memory_capacity(self) -> tuple[int, int]:
         return _host_memory()
 
-    def peak_scope(self) -> contextlib.AbstractContextManager[PeakReading]:
-        """torch's allocations, and the process's resident memory as its footprint."""
-        return allocation_and_resident_peak()
+    def footprint_scope(self) -> contextlib.AbstractContextManager[PeakReading]:
+        """The process's resident memory: what a container's memory limit counts."""
+        return resident_peak()
 
     def empty_cache(self) -> None:
         """Hand freed heap back to the OS (glibc keeps it otherwise), so the process's resident

@@ -208,7 +208,14 @@ def _probe(step: Callable[[int], Any], size: int, device: Device) -> Probe:
         return Probe(size, None, False, seconds=seconds, error=error, unallocated_bytes=unallocated)
     # what counts against the budget: torch's allocations, or all the process took if that is more
     # (CPU: resident memory, for Python objects, oneDNN scratch and malloc's pages; CUDA: reserved)
-    peak = max(reading.peak_bytes, reading.footprint_bytes or 0)
+    footprint = reading.footprint_bytes
+    scope = device.footprint_scope()
+    if scope is not None:  # read in a run of its own: the profiler's events are resident memory too
+        with scope as own:
+            step(size)
+        footprint = own.footprint_bytes
+        _release(device, collect=False)
+    peak = max(reading.peak_bytes, footprint or 0)
     return Probe(size, peak, True, seconds=seconds, allocated_bytes=reading.peak_bytes)
 
 
@@ -245,12 +252,24 @@ def _release(device: Device, collect: bool = True) -> None:
     device.empty_cache()  # each trial starts from an empty cache: no fragmentation carried over
 
 
+def _accumulation(target: int | None, size: int | None, multiple_of: int) -> tuple[int | None, int | None]:
+    """Accumulation steps and the micro-batch that reach ``target`` with micro-batches of at most
+    ``size``: equal micro-batches that sum to the target exactly where a few more steps allow it
+    (256 with at most 49: 8 steps of 32, not 6 of 43, which make 258), multiples of ``multiple_of``
+    where they can be; else the fewest steps, evenly spread (the effective batch is then said)."""
+    if not target or not size:
+        return None, None
+    fewest = math.ceil(target / size)
+    exact = [k for k in range(fewest, 2 * fewest + 1) if target % k == 0]
+    aligned = [k for k in exact if (target // k) % multiple_of == 0]
+    steps = (aligned or exact or [fewest])[0]
+    return steps, math.ceil(target / steps)
+
+
 def _result(label, device, options, budget, how, outcome, probes, before, started, reason) -> AutobatchResult:
     law = outcome.law if outcome is not None else None
     size = outcome.batch_size if outcome is not None else None
-    accumulation = math.ceil(options.target_batch / size) if options.target_batch and size else None
-    # spread the target evenly: 2 steps of 512 for 1024, rather than 2 of 704
-    micro = math.ceil(options.target_batch / accumulation) if accumulation else None
+    accumulation, micro = _accumulation(options.target_batch, size, options.multiple_of)
     limit = int(budget * (1 - options.margin))
     return AutobatchResult(
         calibration=outcome.calibration if outcome is not None else None,
