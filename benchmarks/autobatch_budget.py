@@ -25,7 +25,6 @@ import torchmagic
 from benchmarks.machine import machine_line
 from torchmagic.core.devices import CpuDevice
 from torchmagic.core.devices.profiler import allocation_peak
-from torchmagic.core.devices.resident import ResidentPeak
 from torchmagic.features.autobatch.search import Probe, SearchSpace, search
 
 MiB, GiB = 2**20, 2**30
@@ -116,10 +115,9 @@ def growth_at(step, size: int, runs: int = 3) -> int:
     device, most = CpuDevice(), 0
     for _ in range(runs):
         device.empty_cache()
-        sampler = ResidentPeak()
-        sampler.start()
-        step(size)
-        most = max(most, sampler.stop() or 0)
+        with device.footprint_scope() as reading:
+            step(size)
+        most = max(most, reading.footprint_bytes or 0)
     return most
 
 

@@ -12,34 +12,19 @@ import os
 import platform
 import time
 
+from torchmagic.core.devices.base import cpu_flags
+from torchmagic.core.devices.base import cpu_model_name as cpu_model  # the device layer reads it
+
 # CPU features that decide what a technique gains: fast bf16 (avx512_bf16, amx_bf16), int8 dot
 # products (avx512_vnni, avx_vnni, amx_int8), wide vectors (avx512f), or Arm's equivalents.
 ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8",
              "asimd", "bf16", "i8mm", "sve")
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def cpu_flags() -> list[str]:
-    """The flags of ISA_FLAGS this CPU has, from /proc/cpuinfo (empty where there is none)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    present = set(line.split(":", 1)[1].split())
-                    return [flag for flag in ISA_FLAGS if flag in present]
-    except OSError:
-        pass
-    return []
+def isa_flags() -> list[str]:
+    """The flags of ISA_FLAGS this CPU has (empty where /proc/cpuinfo says nothing)."""
+    present = cpu_flags()
+    return [flag for flag in ISA_FLAGS if flag in present]
 
 
 def gpu() -> str:
@@ -53,7 +38,7 @@ def gpu() -> str:
 def machine_line() -> str:
     import torch
 
-    flags = cpu_flags()
+    flags = isa_flags()
     capability = torch.backends.cpu.get_cpu_capability()  # the kernels torch dispatches to here
     return (f"machine: {cpu_model()} ({', '.join(flags) or 'flags unknown'}; torch uses {capability}), "
             f"{os.cpu_count()} cores, torch threads {torch.get_num_threads()}, {gpu()}; "

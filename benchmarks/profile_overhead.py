@@ -64,7 +64,7 @@ import textwrap
 import time
 import types
 
-from benchmarks.machine import cpu_flags, cpu_model
+from benchmarks.machine import cpu_model, isa_flags
 from torchmagic.core.devices import CpuDevice
 from torchmagic.core.measure import bootstrap_ratio_ci
 
@@ -141,7 +141,7 @@ def machine_info() -> dict:
         usable = os.cpu_count()
     return {
         "cpu": cpu_model(),
-        "cpu_flags": cpu_flags(),
+        "cpu_flags": isa_flags(),
         "logical_cores": os.cpu_count(),
         "usable_cores": usable,
         "torch_default_threads": torch.get_num_threads(),

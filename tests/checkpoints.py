@@ -19,6 +19,7 @@ Python would call it, once.
 from __future__ import annotations
 
 import dis
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -123,7 +124,6 @@ def deliver_at(point: tuple, handler: Callable[[Any], None]):
 
 
 def describe(point: tuple, root: str) -> str:
-    import os
     kind, code, offset = point
     line = next((i.positions.lineno for i in dis.get_instructions(code) if i.offset == offset and i.positions), None)
     what = "start" if kind == "entry" and offset <= 2 else "resume" if kind == "entry" else opname(code, offset)

@@ -194,7 +194,7 @@ class CpuDevice(Device):
 
     @property
     def name(self) -> str:
-        return _cpu_model_name()
+        return cpu_model_name()
 
 
     @property
@@ -202,7 +202,7 @@ class CpuDevice(Device):
         return "cpu"
 
     def low_precision(self) -> LowPrecision:
-        flags = _cpu_flags()
+        flags = cpu_flags()
         if flags & {"amx_bf16", "avx512_bf16"}:
             native = "AMX" if "amx_bf16" in flags else "AVX512-BF16"
             return LowPrecision(True, torch.bfloat16, f"this CPU has native bf16 instructions ({native})")
@@ -243,7 +243,8 @@ def _host_memory() -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=1)
-def _cpu_flags() -> frozenset[str]:
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (x86 "flags", Arm "Features") from /proc/cpuinfo; empty where there is none."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -255,7 +256,7 @@ def _cpu_flags() -> frozenset[str]:
 
 
 @functools.lru_cache(maxsize=1)
-def _cpu_model_name() -> str:
+def cpu_model_name() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
