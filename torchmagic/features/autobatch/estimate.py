@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from ...core.interrupts import deliver_pending, uninterruptible
 from ...core.state import Snapshot
 from .search import Probe
 
@@ -28,7 +29,18 @@ def fake_estimator(step: Callable[[int], Any], state: list[Any], snapshot: Calla
             from torch.distributed._tools.mem_tracker import MemTracker
     except ImportError:  # builds without torch.distributed (some Windows and mobile builds)
         return None
+    @uninterruptible
     def estimate(size: int) -> Probe | None:
+        # A Ctrl-C waits for the fake step to end (a second or two at most): raised inside torch's
+        # fake-tensor dispatch, which calls Python from C++ where an exception cannot pass, it aborts
+        # the whole process ("terminate called after throwing pybind11::error_already_set", seen
+        # with nn.GRU on torch 2.13), where a real step would just stop.
+        try:
+            return fake_step(size)
+        finally:
+            deliver_pending()
+
+    def fake_step(size: int) -> Probe | None:
         undo = snapshot()
         started = time.perf_counter()
         try:
