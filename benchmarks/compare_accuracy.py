@@ -9,6 +9,12 @@
 2. CI width and coverage: an A/A comparison (a variant that changes nothing: the true speedup is
    1), where the interval should hold 1; and an A/B one (a variant that does the work twice, about
    0.5: the second run finds warm caches, so not exactly), for the width at a real difference.
+3. Cost: the wall time of a comparison of eager and that A/B variant against blocked_autorange
+   run once per variant with the same minimum time (the same information: a median per variant
+   from that many seconds of timed runs); the target is at most 2x.
+4. Coverage of a known ratio: a workload whose variant does exactly twice the loop iterations
+   (``tests.workloads.Spinner``: true speedup 0.5), with noise and a switching load injected on
+   top of the machine's own; the 95% interval should hold 0.5 in at least 90% of comparisons.
 
 glibc's malloc hands freed memory at the top of the heap back to the OS and serves large
 blocks with mmap, so whether a call's activations page-fault depends on what else the process
@@ -20,7 +26,9 @@ and mmap thresholds first (as jemalloc or tcmalloc would make allocation stable)
 from __future__ import annotations
 
 import ctypes
+import random
 import statistics
+import time
 
 import torch
 from torch import nn
@@ -28,6 +36,7 @@ from torch.utils.benchmark import Timer
 
 from benchmarks.machine import machine_line
 import torchmagic
+from tests.workloads import SPIN_TWICE, Spinner, iterations_per_second
 from torchmagic import Technique, Variant
 
 REPEATS = 5
@@ -87,6 +96,32 @@ def interval(model, fn, variant: Variant) -> tuple[float, tuple[float, float], f
     return v.speedup, v.ci, r.seconds
 
 
+def cost(model, fn, min_time: float) -> tuple[float, float]:
+    """Wall seconds of one comparison of eager and TWICE, and of blocked_autorange on each."""
+    with torch.no_grad():
+        start = time.perf_counter()
+        torchmagic.compare(fn, model=model, variants=["eager", TWICE], min_time=min_time)
+        ours = time.perf_counter() - start
+        start = time.perf_counter()
+        for m in (model, twice(model, None)):
+            Timer(stmt="fn(m)", globals={"fn": fn, "m": m},
+                  num_threads=torch.get_num_threads()).blocked_autorange(min_run_time=min_time)
+        theirs = time.perf_counter() - start
+    return ours, theirs
+
+
+def coverage(trials: int = 100) -> tuple[int, list[float]]:
+    """How many of ``trials`` comparisons' 95% intervals held the true 0.5, and their widths."""
+    rng = random.Random(0)
+    net = Spinner(rng, iterations_per_second())
+    held, widths = 0, []
+    for _ in range(trials):
+        v = torchmagic.compare(lambda m: m(), model=net, variants=["eager", SPIN_TWICE], runs=10, warmup=1)["twice"]
+        held += v.ci[0] <= 0.5 <= v.ci[1]
+        widths.append((v.ci[1] - v.ci[0]) / v.speedup)
+    return held, widths
+
+
 def pin_malloc_thresholds() -> bool:
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -127,6 +162,24 @@ def main() -> None:
             if variant is SAME:
                 line += f"; held 1.0 in {sum(low <= 1 <= high for _, (low, high), _ in rows)}/{REPEATS}"
             print(line)
+
+    print(f"\n3. wall time of one comparison (eager and twice) / blocked_autorange on each, same minimum "
+          f"time per variant, median of {REPEATS}; target at most 2x")
+    for name, (model, fn) in workloads().items():
+        if model is None:
+            continue
+        for min_time in (0.2, 1.0):
+            runs = [cost(model, fn, min_time) for _ in range(REPEATS)]
+            ratios = [ours / theirs for ours, theirs in runs]
+            print(f"  {name:24s} {min_time:.1f} s: {statistics.median(o for o, _ in runs):.2f} s against "
+                  f"{statistics.median(t for _, t in runs):.2f} s, ratio {statistics.median(ratios):.2f} "
+                  f"(max {max(ratios):.2f})")
+
+    trials = 100
+    held, widths = coverage(trials)
+    print(f"\n4. known ratio 0.5 (loop iterations, injected noise and load), 10 rounds per comparison: the 95% "
+          f"interval held it in {held}/{trials} comparisons; median width {statistics.median(widths):.1%} "
+          f"of the speedup")
 
 
 if __name__ == "__main__":

@@ -27,8 +27,8 @@ Two figures, printed with their method and the machine they were taken on:
 
    Each timing is the whole ``run_cell`` wall time (a gc pass before each, untimed).
    Variants are interleaved in rounds (the order rotates each round, one untimed round
-   first); figures are medians over the rounds, ratios are ratios of medians with a
-   paired bootstrap 95% CI over the rounds.  Target: the displayed magic within 1.3x of
+   first); figures are medians over the rounds, ratios are medians of per-round ratios
+   with a 95% CI from their order statistics (``torchmagic.core.measure.paired_ratio``).  Target: the displayed magic within 1.3x of
    the bare profiler without the table (the strictest of the comparisons shown).
 
    torch runs one intra-op thread by default (``--threads``): on a machine shared with
@@ -66,7 +66,7 @@ import types
 
 from benchmarks.machine import cpu_model, isa_flags
 from torchmagic.core.devices import CpuDevice
-from torchmagic.core.measure import bootstrap_ratio_ci
+from torchmagic.core.measure import min_pairs, paired_ratio
 
 TARGET_RATIO = 1.3        # magic / bare profiler, for a ~1 s cell
 TARGET_ANALYSIS_S = 3.0   # analysis of a >= 100k-event profile
@@ -97,7 +97,7 @@ WORKLOADS = {
     },
     "mlp": {
         "about": "3-layer MLP 256-512-512-10, Adam, batch 64: dispatch-bound",
-        "rounds": 3,
+        "rounds": 6,
         "variants": tuple(v for v in VARIANTS if v != "prof+table"),
         "setup": textwrap.dedent("""\
             import time
@@ -247,7 +247,7 @@ def bench_magic(workload: str = "conv", rounds: int | None = None, cell_seconds:
                 max_seconds: float = 60.0, variants: tuple[str, ...] | None = None, log=print) -> dict:
     """Figure 1 for one workload: interleaved run_cell wall times of each variant."""
     spec = WORKLOADS[workload]
-    rounds = rounds or spec["rounds"]
+    rounds = max(rounds or spec["rounds"], min_pairs())  # fewer give no 95% interval
     variants = tuple(variants or spec["variants"])
     shell = _shell()
     _run_cell(shell, spec["setup"])
@@ -282,7 +282,7 @@ def bench_magic(workload: str = "conv", rounds: int | None = None, cell_seconds:
                 parts.setdefault(f"{name}: analysis", []).append(res.analysis_s)
                 events.append(res.event_count)
         log(f"  round {r + 1}: " + ", ".join(f"{n} {wall[n][-1]:.2f}s" for n in variants))
-        if time.perf_counter() - began > max_seconds and r + 1 >= 3:
+        if time.perf_counter() - began > max_seconds and r + 1 >= min_pairs():
             log(f"  (stopping after {r + 1} rounds: over the {max_seconds:.0f} s budget)")
             break
 
@@ -305,8 +305,8 @@ def bench_magic(workload: str = "conv", rounds: int | None = None, cell_seconds:
     ratios = {}
     for label, (a, b) in ratio_pairs.items():
         if a in wall and b in wall:
-            lo, hi = bootstrap_ratio_ci(wall[a], wall[b])
-            ratios[label] = {"ratio": med[a] / med[b], "ci95": [lo, hi]}
+            ratio = paired_ratio(wall[a], wall[b])  # at least min_pairs() rounds: it has an interval
+            ratios[label] = {"ratio": ratio.estimate, "ci95": list(ratio.ci)}
     return {
         "workload": workload,
         "about": spec["about"],
@@ -463,7 +463,7 @@ def _magic_report(fig: dict, number: str) -> list[str]:
         judged = label.startswith("magic") and not label.endswith("cell")
         rows.append([label, f"{r['ratio']:.3f}x", f"[{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]",
                      _verdict(r["ratio"], TARGET_RATIO, r["ci95"][1]) if judged else ""])
-    out.append(textwrap.indent(_table(["ratio of medians", "value", "bootstrap 95% CI", f"< {TARGET_RATIO}x?"],
+    out.append(textwrap.indent(_table(["median ratio", "value", "95% CI", f"< {TARGET_RATIO}x?"],
                                       rows, "lrrl"), "   "))
     h = fig["ratios"][fig["headline"]]
     out.append(f"   TARGET %%torchprofile under {TARGET_RATIO}x bare torch.profiler for a 1 s cell: displayed magic / "
@@ -569,7 +569,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default="conv,mlp",
                         help=f"comma-separated cells for figure 1, of {', '.join(WORKLOADS)} (default conv,mlp)")
-    parser.add_argument("--rounds", type=int, help="interleaved rounds for figure 1 (default: conv 7, mlp 3)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds for figure 1 (default: conv 7, mlp 6; at least 6, the fewest that give a 95%% CI)")
     parser.add_argument("--table-everywhere", action="store_true",
                         help="run prof+table on the mlp cell too (slow: ~7 s a run)")
     parser.add_argument("--cell-seconds", type=float, default=1.0, help="un-profiled cell time to aim at (1.0)")

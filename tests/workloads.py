@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import gc
 import math
+import random
+import time
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+
+from torchmagic import Technique, Variant
 
 
 class SlowTransformDataset(Dataset):
@@ -126,3 +131,51 @@ def many_params_step(foreach: bool):
         return loss
 
     return step
+
+
+SPIN_S = 2e-3  # a Spinner's run before noise; SPIN_TWICE's does exactly twice the work
+
+
+def iterations_per_second() -> float:
+    """How many of _spin's loop iterations this machine runs per second now."""
+    n = 20_000
+    while True:
+        start = time.perf_counter()
+        _spin(n)
+        took = time.perf_counter() - start
+        if took > 0.02:
+            return n / took
+        n *= 2
+
+
+def _spin(iterations: float) -> None:
+    for _ in range(int(iterations)):
+        pass
+
+
+class Spinner(nn.Module):
+    """A model whose true speed ratio to SPIN_TWICE is known (1/2): work measured in loop iterations,
+    scaled per run by injected noise (lognormal jitter, exponential outliers on 10% of runs) and load.
+
+    The machine's own load (other processes on a shared CPU) changes how long the iterations take;
+    the injected load swings slowly and switches on and off every 23 ms, so rounds straddle it."""
+
+    def __init__(self, rng: random.Random, rate: float, scale: float = 1.0, started: float = 0.0):
+        super().__init__()
+        self.rng, self.rate, self.scale, self.started = rng, rate, scale, started or time.perf_counter()
+        self.gc_enabled: list[bool] = []
+
+    def forward(self):
+        self.gc_enabled.append(gc.isenabled())
+        now = time.perf_counter() - self.started
+        load = (1 + 0.3 * math.sin(now / 0.37)) * (1.6 if int(now / 0.023) % 3 == 0 else 1.0)
+        noise = self.rng.lognormvariate(0, 0.05) * (1 + self.rng.expovariate(1) if self.rng.random() < 0.1 else 1)
+        _spin(SPIN_S * self.rate * self.scale * noise * load)
+        return torch.ones(1)
+
+
+def _twice(model, env):
+    return Spinner(model.rng, model.rate, 2 * model.scale, model.started)
+
+
+SPIN_TWICE = Variant("twice", (Technique("twice", build=_twice),))

@@ -96,7 +96,7 @@ def compare(fn: Callable[..., Any], *, model: Any = None,
     (amp, inference_mode, tf32).  ``fn`` returns the output the numerics check compares.
     Variants: names such as "eager,compile,amp,compile+amp" (see ``%%amp_compare?``) or
     :class:`~torchmagic.features.compare.variants.Variant` objects.  Rounds interleave the variants;
-    each speedup comes with a 95% bootstrap CI.  The model, the optimizers holding its
+    each speedup (the median of per-round ratios) comes with a 95% CI.  The model, the optimizers holding its
     parameters (found in ``fn``'s globals) and the RNG are restored before each variant and
     afterwards; pass ``restore=[...]`` to name the objects, or ``False`` to skip it.
     """
@@ -173,7 +173,7 @@ def watch_memory(interval: float = 1.0):
 
 
 def loadertune(loader: Any, *, workers: list[int] | None = None, batches: int | None = None,
-               seconds: float = 0.5, rounds: int = 5, step: Callable[[Any], Any] | None = None,
+               seconds: float = 0.5, rounds: int = 6, step: Callable[[Any], Any] | None = None,
                restore: list[Any] | None = None, device: Device | str | None = None, **loader_kwargs):
     """The DataLoader settings that feed batches fastest: worker counts compared with persistent
     workers, then the fastest without them and with a deeper prefetch (``pin_memory`` with a GPU).

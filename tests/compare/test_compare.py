@@ -40,13 +40,13 @@ WRONG = Variant("wrong", (Technique("wrong", build=off_by_5_percent),))
 
 
 def test_a_slowed_variant_is_slower_with_a_ci_that_excludes_one():
-    net, x = mlp(), torch.randn(32, 64)
+    net, x = mlp(), torch.randn(512, 64)  # enough work per call that Python's per-call cost does not hide it
     with torch.no_grad():
         r = torchmagic.compare(lambda m: m(x), model=net, variants=["eager", SLOW], runs=15, warmup=1)
     slow = r["slow"]
     assert r.rounds == 15 and len(slow.samples_s) == 15 and len(r.baseline.samples_s) == 15
     assert slow.verdict == "slower" and slow.ci[1] < 1 and slow.ci[0] <= slow.speedup <= slow.ci[1]
-    assert 0.3 < slow.speedup < 0.75  # about twice the work
+    assert 0.3 < slow.speedup < 0.8  # about twice the work (the second call finds warm caches)
     assert slow.numerics_ok is True and slow.max_abs_err == 0
     assert r.best is r.baseline and r.headline().startswith("eager (float32, cpu) is fastest")
     assert f"slow (float32, cpu) {1 / slow.speedup:.2f}× slower" in r.headline()
@@ -70,7 +70,7 @@ def test_a_failing_variant_is_reported_and_the_others_go_on():
 
     net, x = mlp(), torch.randn(8, 64)
     bad = Variant("broken", (Technique("broken", build=broken),))
-    r = torchmagic.compare(lambda m: m(x).sum(), model=net, variants=["eager", bad, "amp"], runs=3, warmup=0)
+    r = torchmagic.compare(lambda m: m(x).sum(), model=net, variants=["eager", bad, "amp"], runs=6, warmup=0)
     assert not r["broken"].ok and r["broken"].error == "RuntimeError: this variant cannot be built"
     assert r["amp"].ok and r["amp"].median_s > 0 and r["amp"].ci is not None
     assert "broken failed: RuntimeError" in r.to_text()
@@ -491,7 +491,7 @@ AMP_NOTE = ("amp: declared by the test, so bfloat16 autocast is expected to run 
 def test_amp_on_a_cpu_without_fast_bf16_says_so_and_is_measured_anyway(fast):
     net, x = mlp(), torch.randn(32, 64)
     with torch.no_grad():
-        r = torchmagic.compare(lambda m: m(x), model=net, variants="eager,amp", runs=3, warmup=0,
+        r = torchmagic.compare(lambda m: m(x), model=net, variants="eager,amp", runs=6, warmup=0,
                                device=FastBf16Cpu(fast=fast))
     amp = r["amp"]
     assert amp.ok and amp.median_s > 0 and amp.ci is not None and amp.numerics_ok  # measured all the same

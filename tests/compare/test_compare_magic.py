@@ -130,7 +130,7 @@ def test_a_failing_variant_is_shown_and_the_rest_measured(shell):
 
 def test_displayed_bundle_has_text_html_and_a_chart(shell):
     shell.run_cell(SETUP)
-    _, captured = run(shell, "%%amp_compare --runs 3 --warmup 0 --variants eager,amp\nnet(x)")
+    _, captured = run(shell, "%%amp_compare --runs 6 --warmup 0 --variants eager,amp\nnet(x)")
     data = captured.outputs[0].data
     assert "speedup (95% CI)" in data["text/plain"]
     html = data["text/html"]

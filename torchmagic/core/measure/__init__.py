@@ -1,7 +1,7 @@
 """Measurement primitives shared by the engines: synchronised timing and robust statistics."""
 
-from .rounds import Rounds, calls_per_block
-from .stats import Summary, bootstrap_ratio_ci, summarize
+from .rounds import Rounds, balanced_calls, calls_per_block
+from .stats import PairedRatio, Summary, min_pairs, paired_ratio, summarize
 from .timing import timed_block, timed_call
 
-__all__ = ["Rounds", "Summary", "bootstrap_ratio_ci", "calls_per_block", "summarize", "timed_block", "timed_call"]
+__all__ = ["Rounds", "balanced_calls", "PairedRatio", "Summary", "min_pairs", "paired_ratio", "calls_per_block", "summarize", "timed_block", "timed_call"]

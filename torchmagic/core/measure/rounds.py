@@ -14,10 +14,20 @@ from collections.abc import Callable
 MIN_BLOCK_S = 1e-3
 
 
-def calls_per_block(seconds_per_call: float) -> int:
+def calls_per_block(seconds_per_call: float, block_s: float = MIN_BLOCK_S) -> int:
+    """Calls that fill a block of ``block_s`` seconds (at least MIN_BLOCK_S), at least one."""
     if seconds_per_call <= 0 or not math.isfinite(seconds_per_call):
         return 1
-    return max(1, math.ceil(MIN_BLOCK_S / seconds_per_call))
+    return max(1, math.ceil(max(block_s, MIN_BLOCK_S) / seconds_per_call))
+
+
+def balanced_calls(seconds_per_call: list[float]) -> list[int]:
+    """Calls per block for contenders that share rounds, so that every block lasts about as long
+    as the slowest contender's single call: each then gets the same seconds of timing per round
+    (a round of unequal blocks gives the slow one most of the time, as blocked_autorange run per
+    contender never would), and a load that comes and goes meets every block for as long."""
+    block_s = max([s for s in seconds_per_call if math.isfinite(s)], default=0.0)
+    return [calls_per_block(s, block_s) for s in seconds_per_call]
 
 
 class Rounds:

@@ -22,8 +22,8 @@ class VariantResult:
     iqr_s: float | None = None
     samples_s: list[float] = field(default_factory=list)   # one per round, in round order
     calls_per_sample: int = 1
-    speedup: float | None = None        # eager's median / this median
-    ci: tuple[float, float] | None = None  # 95% CI of the speedup (paired bootstrap over rounds)
+    speedup: float | None = None        # median over rounds of eager's time / this variant's
+    ci: tuple[float, float] | None = None  # 95% CI of the speedup (order statistics of per-round ratios)
     first_call_s: float | None = None
     compile_s: float | None = None      # one-time cost: the first run (and any build) beyond a usual run
     compile_cache: str | None = None    # "cold", "warm disk cache" or "in memory" (compiled earlier)

@@ -3,7 +3,10 @@
 For each variant, from the same starting state (weights, optimizer, RNG): build it (compile,
 quantize), time its first run (the one-time cost), keep its output for the numerics check,
 warm up, and read its peak memory in one more run.  Then time all variants in interleaved
-rounds, and summarise each with its median, IQR and a bootstrap CI of its speedup over eager.
+rounds, and summarise each with its median, IQR and its speedup over eager: the median of the
+per-round ratios, with a distribution-free CI.  The cycle collector is paused while a run is timed
+or its peak read, as timeit and torch.utils.benchmark do: a full collection in a large process
+takes longer than many a step, and whether one lands in a run is chance.
 The model, its optimizers and torch's global settings are put back afterwards.
 """
 
@@ -23,9 +26,10 @@ from torch import nn
 
 from ...core.devices import Device, choose_device, is_out_of_memory
 from ...core.devices.profiler import ensure_profiler_free
+from ...core.gc_pause import gc_paused
 from ...core.interrupts import deliver_pending, guards, uninterruptible
 from ...core.limits import SettingError, check_count, check_seconds, describe_error
-from ...core.measure import Rounds, bootstrap_ratio_ci, calls_per_block, summarize, timed_block, timed_call
+from ...core.measure import Rounds, balanced_calls, min_pairs, paired_ratio, summarize, timed_block, timed_call
 from ...core.outcome import Outcome
 from ...core.render.format import fmt_bytes, fmt_s
 from ...core.settings import TorchSettings
@@ -79,7 +83,8 @@ class _Entry:
     variant: Variant
     out: VariantResult
     built: Any = None
-    calls: int = 1
+    call_s: float = 0.0   # its fastest untimed run: sizes its timed blocks
+    calls: int = 1        # calls per timed block
     counts: CompileCounts = field(default_factory=CompileCounts)
 
     def fail(self, message: str) -> None:
@@ -155,6 +160,8 @@ class _Comparison:
                 for entry in self.entries:
                     self._prepare(entry, run)
                 measured = [e for e in self.entries if e.out.ok]
+                for entry, calls in zip(measured, balanced_calls([e.call_s for e in measured])):
+                    entry.calls = calls
                 rounds = Rounds([self._block(e) for e in measured], rounds=self.options.runs,
                                 min_time=self.options.min_time, min_rounds=self.options.min_rounds)
                 self._timed_rounds(rounds, measured)
@@ -177,11 +184,7 @@ class _Comparison:
         notes += [] if self.options.restore else [
             "--no-restore: the model and optimizer keep what the runs did to them, and variants started from "
             "different weights (the errors are only meaningful for code that does not train)"]
-        if isinstance(run.error, KeyboardInterrupt):
-            notes.append(f"interrupted after {rounds.done} rounds: the figures cover what ran")
-        elif run.error is not None:
-            notes.append(f"eager failed in timed round {rounds.done + 1}: the figures cover the rounds before")
-        return notes
+        return notes + _rounds_notes(run, rounds, len(self.entries))
 
     def _prepare(self, entry: _Entry, run: Outcome) -> None:
         """From the starting state: build, first run (one-time cost, numerics), warm-up, peak."""
@@ -221,7 +224,7 @@ class _Comparison:
                 with variant.around_call(entry.built, env):
                     _, seconds = timed_call(call, self.device)
                 fastest = min(fastest, seconds)
-            entry.calls = calls_per_block(fastest)
+            entry.call_s = fastest
             entry.counts = compile_counts() - before - first
             out.peak_bytes = self._peak(entry)
             if pools_before is not None:
@@ -262,10 +265,9 @@ class _Comparison:
                              f"(atol {atol:g} + rtol {rtol:g} × max|eager output|)")
 
     def _peak(self, entry: _Entry) -> int | None:
-        # The peak is counted from the start of the run, so a collection that frees older garbage
-        # inside it would lower it by an amount that has nothing to do with the code: collect first.
-        gc.collect()
-        with self.device.peak_scope() as reading:
+        # The peak counts from the start of the run: a collection inside it that freed older
+        # garbage would lower it by an amount that has nothing to do with the code.
+        with gc_paused(), self.device.peak_scope() as reading:
             with entry.variant.around_call(entry.built, self.env):
                 self._runner(entry)()
             self.device.synchronize()
@@ -278,7 +280,8 @@ class _Comparison:
             __tracebackhide__ = True  # noqa: F841
             with entry.variant.around_call(entry.built, self.env):
                 before = compile_counts() if entry.variant.compiles else None
-                seconds = timed_block(call, entry.calls, self.device)
+                with gc_paused():
+                    seconds = timed_block(call, entry.calls, self.device)
                 if before is not None:
                     entry.counts = entry.counts + (compile_counts() - before)
             return seconds, entry.calls
@@ -369,6 +372,19 @@ class _Comparison:
         return _describe(exc, variant)
 
 
+def _rounds_notes(run: Outcome, rounds: Rounds, variants: int) -> list[str]:
+    """What the timed rounds that ran can say: too few for an interval, or cut short."""
+    notes = []
+    if 0 < rounds.done < min_pairs() and variants > 1:
+        notes.append(f"{rounds.done} rounds give no 95% confidence interval (it takes {min_pairs()}), so no "
+                     "variant is called faster or slower: the figures are a first look")
+    if isinstance(run.error, KeyboardInterrupt):
+        notes.append(f"interrupted after {rounds.done} rounds: the figures cover what ran")
+    elif run.error is not None:
+        notes.append(f"eager failed in timed round {rounds.done + 1}: the figures cover the rounds before")
+    return notes
+
+
 def advance_notes(options: CompareOptions, device: Device) -> list[str]:
     """What to say before anything runs: autocast variants on a device where 16-bit autocast is
     not expected to pay off (the device layer reads it from CPU flags or compute capability)
@@ -429,7 +445,7 @@ def _record_compile(entry: _Entry, first: CompileCounts) -> None:
 
 
 def _summarise(measured: list[_Entry], rounds: Rounds) -> None:
-    """Medians, speedups with paired-bootstrap CIs, one-time costs and break-even, per variant."""
+    """Medians, speedups (median per-round ratios) with their CIs, one-time costs and break-even."""
     if not measured:
         return
     base = rounds.samples[0]
@@ -447,8 +463,8 @@ def _summarise(measured: list[_Entry], rounds: Rounds) -> None:
         if n == 0:
             continue
         base_median, median = summarize(base[:n]).median, summarize(samples[:n]).median
-        out.speedup = base_median / median
-        out.ci = bootstrap_ratio_ci(base[:n], samples[:n]) if n >= 2 else None
+        ratio = paired_ratio(base[:n], samples[:n])
+        out.speedup, out.ci = ratio.estimate, ratio.ci
         if entry.variant.compiles or any(t.build for t in entry.variant.techniques):
             out.compile_s = max(out.first_call_s - out.median_s, 0.0)
             if out.ci is not None and out.ci[0] > 1:

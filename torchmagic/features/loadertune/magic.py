@@ -9,7 +9,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, refused, usage_error, user_frames_only
 from ...core.state import objects_used_by, referenced_values
-from .run import LoaderTuneOptions, as_loader, run_loadertune
+from .run import MIN_PAIRED_ROUNDS, LoaderTuneOptions, as_loader, run_loadertune
 
 
 @magics_class
@@ -19,7 +19,8 @@ class LoaderTuneMagics(TorchMagicsBase):
               "and the CPU count)")
     @argument("--batches", type=int, metavar="N", help="batches timed per pass (default: as many as fit in --seconds)")
     @argument("--seconds", type=float, default=0.5, metavar="S", help="seconds timed per pass (default 0.5)")
-    @argument("--rounds", type=int, default=5, metavar="N", help="passes per setting, interleaved (default 5)")
+    @argument("--rounds", type=int, default=MIN_PAIRED_ROUNDS, metavar="N",
+              help=f"passes per setting, interleaved (default {MIN_PAIRED_ROUNDS}, the fewest that give a 95%% CI)")
     @argument("--step", metavar="NAME", help="a function taking a batch (a training step): also time it with the "
               "loaders, to tell whether the loader or the model is the bottleneck")
     @DEVICE_ARGUMENT

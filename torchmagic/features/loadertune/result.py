@@ -44,7 +44,7 @@ class LoaderRow:
     first_batch_s: list[float] = field(default_factory=list)   # from iter() to the first batch, per pass
     error: str | None = None
     speedup: float | None = None                # over the current settings, in the rounds that ran both
-    ci: tuple[float, float] | None = None       # its 95% CI (paired bootstrap over those rounds)
+    ci: tuple[float, float] | None = None       # its 95% CI (order statistics of per-round ratios)
 
     @property
     def median_batches_per_s(self) -> float | None:
@@ -65,7 +65,7 @@ class LoaderTuneResult(Result):
     rows: list[LoaderRow]
     speedup: float | None             # best over current, steady batches/s; when best is current, the
                                       # fastest over current (None when the current settings are the fastest)
-    ci: tuple[float, float] | None    # 95% CI of the speedup (paired bootstrap over rounds)
+    ci: tuple[float, float] | None    # 95% CI of the speedup (order statistics of per-round ratios)
     seconds: float
     cpus: int
     start_method: str

@@ -4,7 +4,7 @@ Each setting gets a fresh DataLoader built from the user's parts (dataset, batch
 batch size, collate function, worker init), so the user's loader is never iterated.  A pass
 times the first batch on its own (worker start-up is a real cost, paid every epoch unless the
 workers persist) and then the steady state, in batches per second.  Settings are measured in
-interleaved rounds, and the speedup over the loader's current settings gets a bootstrap CI.
+interleaved rounds, and the speedup over the loader's current settings gets a 95% CI.
 Every worker process started is shut down before the function returns.
 """
 
@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from ...core.devices import Device, choose_device
 from ...core.interrupts import deliver_pending, guards, uninterruptible
 from ...core.limits import SettingError, check_count, check_seconds, check_workers, describe_error
-from ...core.measure import bootstrap_ratio_ci, summarize
+from ...core.measure import min_pairs, paired_ratio, summarize
 from ...core.state import Snapshot
 from .result import DATALOADER_DEFAULTS, LoaderRow, LoaderSettings, LoaderTuneResult
 
@@ -36,7 +36,7 @@ MIN_BATCHES = 3         # a time-bound pass still times at least this many batch
 SHORT_EPOCH_BUFFERS = 20  # an epoch shorter than this many prefetch buffers is short: its refill shows
 EPOCH_CAP = 4           # a pass runs on to a short epoch's next start unless that takes this many times --seconds
 EXIT_WAIT_S = 5         # a worker or queue thread told to end has this long to do so
-MIN_PAIRED_ROUNDS = 5   # fewer paired passes give a bootstrap interval that claims more than it knows
+MIN_PAIRED_ROUNDS = min_pairs()  # 6: fewer paired passes cannot give a 95% interval
 _END = object()
 
 
@@ -45,7 +45,7 @@ class LoaderTuneOptions:
     workers: tuple[int, ...] | None = None  # default: 0, 1, 2, 4, ... up to the CPU count
     batches: int | None = None              # batches timed per pass; default: as many as fit in ``seconds``
     seconds: float = 0.5                    # a pass times at least this long (and MIN_BATCHES batches)
-    rounds: int = 5                         # passes per setting, interleaved
+    rounds: int = MIN_PAIRED_ROUNDS         # passes per setting, interleaved
 
     def __post_init__(self):
         if self.workers is not None and (not self.workers or any(w < 0 for w in self.workers)):
@@ -350,9 +350,9 @@ class _Tuner:
 
 
 def _paired(samples: dict, stages: list[list[LoaderSettings]], top: LoaderSettings, base: LoaderSettings):
-    """Speedup of ``top`` over ``base`` (the ratio of their median batches/s) and its 95% CI, over
-    the rounds that ran them side by side, in every stage that ran both.  The interval needs
-    MIN_PAIRED_ROUNDS paired rounds in each of those stages: fewer --rounds give none."""
+    """Speedup of ``top`` over ``base`` (the median of their per-round batches/s ratios) and its
+    95% CI, over the rounds that ran them side by side, in every stage that ran both.  The interval
+    needs MIN_PAIRED_ROUNDS paired rounds in each of those stages: fewer --rounds give none."""
     a: list[float] = []
     b: list[float] = []
     enough = True
@@ -365,8 +365,8 @@ def _paired(samples: dict, stages: list[list[LoaderSettings]], top: LoaderSettin
             enough = enough and n >= MIN_PAIRED_ROUNDS
     if len(a) < 2:
         return None, None
-    speedup = summarize(a).median / summarize(b).median
-    return speedup, (bootstrap_ratio_ci(a, b) if enough else None)
+    ratio = paired_ratio(a, b)
+    return ratio.estimate, (ratio.ci if enough else None)
 
 
 def vs_current(current: LoaderSettings, rows: dict[LoaderSettings, LoaderRow],
