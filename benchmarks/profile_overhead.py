@@ -328,7 +328,7 @@ def bench_analysis(min_events: int = 100_000, reps: int = 3, torch_parse: bool =
     """Figure 2: torchmagic's analysis of one >= min_events profile, and torch's own parse of it."""
     import torch
 
-    from torchmagic.features.profile.run import ProfileOptions, _build_result, _rule_context
+    from torchmagic.features.profile.run import ProfileOptions, _build_result, rule_context
     from torchmagic.features.profile.trace import STEP_PREFIX, summarize_trace
 
     device = CpuDevice()
@@ -378,7 +378,7 @@ def bench_analysis(min_events: int = 100_000, reps: int = 3, torch_parse: bool =
             # _build_result releases the profiler's events when done: hand it a stand-in that
             # holds the same results, so every rep (and torch's parse below) sees them
             holder = types.SimpleNamespace(profiler=types.SimpleNamespace(kineto_results=results))
-            ctx = _rule_context(device, {}, None)
+            ctx = rule_context(device, {}, None)
             result, took = _timed(lambda: _build_result(holder, ProfileOptions(), "%%torchprofile", device,
                                                         [], [body_s], None, ctx))
             build_s.append(took)

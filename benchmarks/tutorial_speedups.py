@@ -3,7 +3,8 @@
     python -m benchmarks.tutorial_speedups
 
 Each technique is timed with ``torchmagic.compare`` (interleaved rounds against eager fp32 on the
-same workload, paired bootstrap CI over the rounds), on the kind of workload its tutorial uses:
+same workload; the speedup is the median per-round ratio, with its 95% CI), on the kind of workload
+its tutorial uses:
 
 * bf16 autocast: an MLP training step (04_mixed_precision);
 * torch.compile: a chain of 21 pointwise ops on a small tensor (05_torch_compile, 10_launch_overhead),
@@ -121,8 +122,8 @@ def main() -> list[dict]:
     torch.set_num_threads(1)
     pinned = pin_malloc_thresholds()
     print(machine_line() + f"; 1 torch thread; malloc thresholds {'pinned' if pinned else 'not pinned'}")
-    print(f"each: torchmagic.compare, interleaved rounds, >= {MIN_TIME:g} s timed per variant, 95% CI by "
-          "paired bootstrap over rounds\n")
+    print(f"each: torchmagic.compare, interleaved rounds, >= {MIN_TIME:g} s timed per variant; speedup: the median "
+          "per-round ratio, 95% CI from its order statistics\n")
     rows = []
     for case in CASES:
         start = time.perf_counter()
