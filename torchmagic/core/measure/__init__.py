@@ -4,4 +4,5 @@ from .rounds import Rounds, balanced_calls, calls_per_block
 from .stats import PairedRatio, Summary, min_pairs, paired_ratio, summarize
 from .timing import timed_block, timed_call
 
-__all__ = ["Rounds", "balanced_calls", "PairedRatio", "Summary", "min_pairs", "paired_ratio", "calls_per_block", "summarize", "timed_block", "timed_call"]
+__all__ = ["PairedRatio", "Rounds", "Summary", "balanced_calls", "calls_per_block", "min_pairs", "paired_ratio",
+           "summarize", "timed_block", "timed_call"]

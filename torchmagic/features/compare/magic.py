@@ -23,7 +23,7 @@ class CompareMagics(TorchMagicsBase):
     @argument("--variants", default=DEFAULT_VARIANTS, metavar="LIST",
               help=f"comma-separated, eager always included (default {DEFAULT_VARIANTS}); techniques: "
                    + ", ".join(TECHNIQUES) + "; combine with +, e.g. compile+amp")
-    @argument("--runs", type=int, metavar="N", help="timed rounds (default: at least 10, until --min-time)")
+    @argument("--runs", type=int, metavar="N", help="timed rounds (default: at least 10, until --min-time; a 95%% CI needs 6)")
     @argument("--min-time", type=float, default=1.0, metavar="S",
               help="seconds of timed runs per variant (default 1)")
     @argument("--warmup", type=int, default=3, metavar="N", help="untimed runs per variant after its first (default 3)")
