@@ -126,6 +126,7 @@ def test_sigint_from_a_timer_thread_interrupts_a_long_cell(shell):
         "deadline = time.time() + 30\n"
         "while time.time() < deadline:\n"
         "    torch.ones(16).sum()\n"
+        "    time.sleep(0.001)  # a bounded event rate: were the SIGINT late, the profile stays small\n"
     )
     result, _ = run(shell, source)
     assert isinstance(result.error_in_exec, KeyboardInterrupt)

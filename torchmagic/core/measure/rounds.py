@@ -12,6 +12,9 @@ from collections.abc import Callable
 
 # Blocks last at least this long, so the timer's and loop's own cost stays negligible.
 MIN_BLOCK_S = 1e-3
+# Balanced blocks last at most this long: a run slower than that (or a first run, timed with the
+# compile in it when there is no warm-up) gets a block of its own, and the others stay short.
+MAX_BALANCED_BLOCK_S = 0.1
 
 
 def calls_per_block(seconds_per_call: float, block_s: float = MIN_BLOCK_S) -> int:
@@ -26,7 +29,7 @@ def balanced_calls(seconds_per_call: list[float]) -> list[int]:
     as the slowest contender's single call: each then gets the same seconds of timing per round
     (a round of unequal blocks gives the slow one most of the time, as blocked_autorange run per
     contender never would), and a load that comes and goes meets every block for as long."""
-    block_s = max([s for s in seconds_per_call if math.isfinite(s)], default=0.0)
+    block_s = min(max([s for s in seconds_per_call if math.isfinite(s)], default=0.0), MAX_BALANCED_BLOCK_S)
     return [calls_per_block(s, block_s) for s in seconds_per_call]
 
 
