@@ -131,7 +131,7 @@ class FastBf16Cpu(Device):
         return "cpu"
 
     def low_precision(self) -> LowPrecision:
-        return LowPrecision(self.fast, torch.bfloat16, "declared by the test")
+        return LowPrecision(self.fast, torch.bfloat16, "declared by the test", "slower than")
 
 
 # --- a fake pynvml module: NVML as a real driver answers ------------------------------------

@@ -25,7 +25,7 @@ import torch
 
 import torchmagic
 from torchmagic.core import interrupts
-from torchmagic.core.ipython import user_frames_only
+from torchmagic.core.ipython import CellMagicHelp, user_frames_only
 
 from .checkpoints import deliver_at, describe, points_reached
 from .test_faults import MAGICS, SETUP, assert_unchanged, run, state
@@ -52,13 +52,14 @@ def _points_run(shell, source) -> list[tuple]:
     own = os.path.join(PACKAGE, "core", "interrupts.py")
     points = points_reached(lambda: run(shell, source),
                             lambda code: code.co_filename.startswith(PACKAGE) and code.co_filename != own)
-    return [p for p in points if not (p[0] == "entry" and p[1] is _WRAPPER)]
+    return [p for p in points if not (p[0] == "entry" and p[1] in _CALLED_BY_IPYTHON)]
 
 
-# The start of the magic's outermost frame (user_frames_only's wrapper, which IPython calls): no
-# code can catch what lands before its own `try`, so a Ctrl-C there shows that one frame.  It is
-# the magics' only such window; the sweep leaves it out, and says so.
-_WRAPPER = user_frames_only(lambda self: None).__code__
+# The start of a frame IPython calls: the magic's (user_frames_only's wrapper) and the AST
+# transformer's that every cell passes through (CellMagicHelp.visit).  No code can catch what lands
+# before the frame's own `try`, so a Ctrl-C there shows that one frame, as one landing in IPython's
+# own code would show IPython's.  These are the only such windows; the sweep leaves them out.
+_CALLED_BY_IPYTHON = (user_frames_only(lambda self: None).__code__, CellMagicHelp.visit.__code__)
 
 
 def _gives_back(code) -> bool:

@@ -11,11 +11,13 @@ import torch
 from .core.cell import Cell
 from .core.devices import Device, choose_device
 from .core.shell import current_shell
-from .core.state import objects_used_by, referenced_values, values_named
+from .core.state import referenced_values, values_named
 from .features.autobatch.result import AutobatchResult
 from .features.autobatch.run import AutobatchOptions, run_autobatch
+from .features.autobatch.run import objects_to_restore as restored_by_autobatch
 from .features.compare.result import CompareResult
-from .features.compare.run import CompareOptions, objects_to_restore, run_compare
+from .features.compare.run import CompareOptions, run_compare
+from .features.compare.run import objects_to_restore as restored_by_compare
 from .features.compare.variants import DEFAULT_VARIANTS, Variant, parse_variants
 from .features.memory.result import MemoryResult
 from .features.profile.result import ProfileResult
@@ -79,7 +81,7 @@ def autobatch(step: Callable[[int], Any], *, budget: float | None = None, min: i
     options = AutobatchOptions(budget=budget, min=min, max=max, multiple_of=multiple_of,
                                margin=margin, target_batch=target_batch, throughput=throughput,
                                estimate=estimate)
-    state = objects_used_by(referenced_values(step)) if restore is None else restore
+    state = restored_by_autobatch(step) if restore is None else restore
     device = choose_device(device, [*state, *referenced_values(step)])
     return run_autobatch(step, options, state=state, device=device, label=getattr(step, "__name__", "autobatch"))
 
@@ -109,7 +111,7 @@ def compare(fn: Callable[..., Any], *, model: Any = None,
     if isinstance(restore, list):
         state = restore
     else:
-        state = objects_to_restore(model, referenced_values(fn), getattr(inspect.unwrap(fn), "__globals__", {}))
+        state = restored_by_compare(model, referenced_values(fn), getattr(inspect.unwrap(fn), "__globals__", {}))
     call = fn if model is not None else (lambda _model: fn())
     device = choose_device(device, [model, *referenced_values(fn)])
     run = run_compare(call, model, options, state=state, device=device,
@@ -184,10 +186,11 @@ def loadertune(loader: Any, *, workers: list[int] | None = None, batches: int | 
     the modules and optimizers it uses (or ``restore``) are put back afterwards.
     """
     from .features.loadertune.run import LoaderTuneOptions, as_loader, run_loadertune
+    from .features.loadertune.run import objects_to_restore as restored_by_loadertune
 
     options = LoaderTuneOptions(workers=tuple(workers) if workers else None, batches=batches, seconds=seconds,
                                 rounds=rounds)
-    state = restore if restore is not None else (objects_used_by(referenced_values(step)) if step is not None else None)
+    state = restored_by_loadertune(step) if restore is None else restore
     device = choose_device(device, referenced_values(step) if step is not None else [])
     return run_loadertune(as_loader(loader, loader_kwargs), options, step=step, state=state, device=device,
                           label=getattr(loader, "__name__", type(loader).__name__))

@@ -6,6 +6,7 @@ imports IPython."""
 from __future__ import annotations
 
 import ast
+import contextvars
 import functools
 import os
 from contextlib import contextmanager
@@ -67,22 +68,23 @@ def user_frames_only(magic):
     return run
 
 
-_from_button = False
+# Set while a report's button runs a command (a context variable: nested and threaded runs each
+# see their own).
+_from_button: contextvars.ContextVar[bool] = contextvars.ContextVar("torchmagic_from_button", default=False)
 
 
 @contextmanager
 def run_from_button():
     """While a report's button runs a command: no progress line, as updates to it do not reach a
     button's output area."""
-    global _from_button
-    _from_button = True
+    token = _from_button.set(True)
     try:
         yield
     finally:
-        _from_button = False
+        _from_button.reset(token)
 
 
-class CellMagicHelp(ast.NodeTransformer):
+class CellMagicHelp:
     """Makes ``%name?`` show a cell magic's help, as ``%%name?`` and ``name?`` do.
 
     IPython turns ``%name?`` (and ``%name??``, ``?%name``, ``%pinfo %name``) into
@@ -90,21 +92,32 @@ class CellMagicHelp(ast.NodeTransformer):
     (``InteractiveShell._ofind``) looks a name escaped with one ``%`` up among the line magics
     only, so for a cell-only magic it answers "Object `%name` not found".  (A bare ``name?`` falls
     back to the cell magics, and so does a notebook's Shift-Tab, which inspects the bare name.)
-    IPython has no hook in that lookup, so this transformer, in ``shell.ast_transformers`` (IPython's
-    documented way to rewrite a cell's code), changes that one call's argument to ``%%name`` for
-    the cell-only magics it is given; nothing else in a cell is touched.  No stand-in line magic is
-    registered: ``%name`` run as a line keeps IPython's own one-line error ("Line magic function
-    `%name` not found (But cell magic `%%name` exists, did you mean that instead?)").
+    IPython has no hook in that lookup, so this AST transformer, in ``shell.ast_transformers``
+    (IPython's documented way to rewrite a cell's code), changes that one call's argument to
+    ``%%name`` for the cell-only magics it is given; nothing else in a cell is touched.  No stand-in
+    line magic is registered: ``%name`` run as a line keeps IPython's own one-line error ("Line magic
+    function `%name` not found (But cell magic `%%name` exists, did you mean that instead?)").
     """
 
     HELP_MAGICS = ("pinfo", "pinfo2")
 
     def __init__(self, names):
-        super().__init__()
         self.names = frozenset(names)
 
-    def visit_Call(self, node: ast.Call) -> ast.Call:
-        self.generic_visit(node)
+    def visit(self, tree: ast.AST) -> ast.AST:
+        """IPython's entry point, called with every cell's tree before it runs.  One frame, not a
+        recursive visitor's, so a Ctrl-C landing here is shown bare, as one landing in IPython's
+        own preparation of the cell would be."""
+        __tracebackhide__ = True  # noqa: F841
+        try:
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call):
+                    self._ask_the_cell_magic(node)
+            return tree
+        except KeyboardInterrupt as exc:
+            raise_as_shown(exc)
+
+    def _ask_the_cell_magic(self, node: ast.Call) -> None:
         func, args = node.func, node.args
         if (isinstance(func, ast.Attribute) and func.attr == "run_line_magic" and len(args) == 2
                 and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in args)
@@ -112,7 +125,6 @@ class CellMagicHelp(ast.NodeTransformer):
             target = args[1].value.strip()
             if target.startswith("%") and not target.startswith("%%") and target[1:] in self.names:
                 args[1] = ast.copy_location(ast.Constant("%" + target), args[1])
-        return node
 
 
 def help_for_cell_magics(shell, magics_classes) -> None:
@@ -204,7 +216,7 @@ class TorchMagicsBase(Magics):
     @staticmethod
     def progress(magic: str, quiet: bool) -> Progress | None:
         """A status line for a long run, in a notebook cell (not in terminals, nor under a button)."""
-        return Progress(magic) if not quiet and not _from_button and widget_frontend() else None
+        return Progress(magic) if not quiet and not _from_button.get() and widget_frontend() else None
 
 
 class Progress:

@@ -21,6 +21,8 @@ class LowPrecision:
     fast: bool
     dtype: torch.dtype | None
     reason: str
+    # what to expect of autocast where it is not fast: emulated on a CPU it is slower than float32
+    expected: str = "no faster than"
 
 
 @dataclass(frozen=True)
@@ -209,8 +211,10 @@ class CpuDevice(Device):
         widest = "AVX512" if "avx512f" in flags else "AVX2" if "avx2" in flags else None
         lacking = "no AVX512-BF16 or AMX" + (f", only {widest}" if widest else "")
         if "avx512f" in flags or "asimd" in flags or platform.machine() == "arm64":
-            return LowPrecision(False, torch.bfloat16, f"bf16 runs, but this CPU has no native bf16 matmul ({lacking})")
-        return LowPrecision(False, None, f"this CPU has no fast 16-bit float instructions ({lacking})")
+            return LowPrecision(False, torch.bfloat16, f"bf16 runs, but this CPU has no native bf16 matmul ({lacking})",
+                                "slower than")
+        return LowPrecision(False, None, f"this CPU has no fast 16-bit float instructions ({lacking})",
+                            "slower than")
 
 
 @functools.lru_cache(maxsize=1)

@@ -10,8 +10,8 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from ...core.devices.profiler import ProfilerBusyError
 from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, refused, usage_error, user_frames_only
-from ...core.state import objects_used_by, referenced_values, values_named
-from .run import AutobatchOptions, run_autobatch
+from ...core.state import referenced_values, values_named
+from .run import AutobatchOptions, objects_to_restore, run_autobatch
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, "mib": 2**20,
@@ -76,7 +76,7 @@ class AutobatchMagics(TorchMagicsBase):
         except ValueError as exc:
             raise refused("%autobatch", exc) from None
         step, label, values = self._step(args.step, expression)
-        state = objects_used_by(values)
+        state = objects_to_restore(step, values)
         device = self.device(args.device, values, "%autobatch")
         progress = self.progress("%autobatch", args.quiet)
         try:

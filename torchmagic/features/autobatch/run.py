@@ -19,7 +19,7 @@ from ...core.devices.profiler import ensure_profiler_free
 from ...core.interrupts import guards
 from ...core.limits import SettingError, describe_error
 from ...core.measure import timed_call
-from ...core.state import Snapshot
+from ...core.state import Snapshot, objects_used_by, referenced_values
 from .estimate import fake_estimator
 from .result import AutobatchResult, ThroughputPoint, Trial
 from .search import Probe, SearchSpace, fits, search
@@ -78,6 +78,13 @@ def resolve_budget(budget: float | None, device: Device) -> tuple[int, str]:
 
 def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
+
+
+def objects_to_restore(step: Callable[[int], Any], values: list[Any] | None = None) -> list[Any]:
+    """What probing can change, put back afterwards: the modules, optimizers and schedulers reached
+    from the values the step uses (``values``, else its closure and the globals it names).  The
+    magic and the API both choose this way."""
+    return objects_used_by(referenced_values(step) if values is None else values)
 
 
 @guards

@@ -399,8 +399,7 @@ def advance_notes(options: CompareOptions, device: Device) -> list[str]:
     if low.fast:
         return []
     dtype = str(_amp_dtype(options.dtype, device)).removeprefix("torch.")
-    expected = "slower than" if device.kind == "cpu" else "no faster than"
-    note = (f"{', '.join(names)}: {low.reason}, so {dtype} autocast is expected to run {expected} float32 here; "
+    note = (f"{', '.join(names)}: {low.reason}, so {dtype} autocast is expected to run {low.expected} float32 here; "
             "measuring anyway")
     return [note]
 

@@ -8,8 +8,8 @@ from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, refused, usage_error, user_frames_only
-from ...core.state import objects_used_by, referenced_values
-from .run import MIN_PAIRED_ROUNDS, LoaderTuneOptions, as_loader, run_loadertune
+from ...core.state import referenced_values
+from .run import MIN_PAIRED_ROUNDS, LoaderTuneOptions, as_loader, objects_to_restore, run_loadertune
 
 
 @magics_class
@@ -67,7 +67,7 @@ class LoaderTuneMagics(TorchMagicsBase):
         progress = self.progress("%loadertune", args.quiet)
         try:
             result = run_loadertune(loader, options, step=step, label=args.loader, device=device,
-                                    state=objects_used_by(referenced_values(step)) if step else None,
+                                    state=objects_to_restore(step),
                                     on_progress=progress.say if progress else None)
         except KeyboardInterrupt as exc:
             self.interrupted(args, exc)

@@ -28,7 +28,7 @@ from ...core.devices import Device, choose_device
 from ...core.interrupts import deliver_pending, guards, uninterruptible
 from ...core.limits import SettingError, check_count, check_seconds, check_workers, describe_error
 from ...core.measure import min_pairs, paired_ratio, summarize
-from ...core.state import Snapshot
+from ...core.state import Snapshot, objects_used_by, referenced_values
 from .result import DATALOADER_DEFAULTS, LoaderRow, LoaderSettings, LoaderTuneResult
 
 WORKER_TIMEOUT_S = 120  # a worker that sends nothing for this long is taken as hung
@@ -91,6 +91,13 @@ def current_settings(loader: DataLoader) -> LoaderSettings:
     return LoaderSettings(num_workers=workers, pin_memory=bool(loader.pin_memory),
                           persistent_workers=bool(loader.persistent_workers) and workers > 0,
                           prefetch_factor=(loader.prefetch_factor or 2) if workers > 0 else None)
+
+
+def objects_to_restore(step: Callable[[Any], Any] | None) -> list[Any]:
+    """What timing the step can change, put back afterwards: the modules, optimizers and schedulers
+    reached from its closure and the globals it names (none without a step).  The magic and the
+    API both choose this way."""
+    return objects_used_by(referenced_values(step)) if step is not None else []
 
 
 @guards
