@@ -10,7 +10,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 _API = {"profile": "api", "profile_code": "api", "autobatch": "api", "compare": "api", "memory": "api",
-        "measure_memory": "api", "free": "api", "watch_memory": "api", "loadertune": "api",
+        "measure_memory": "api", "free": "api", "watch_memory": "api", "loadertune": "api", "analyze": "api",
+        "TraceAnalysis": "features.traces.result", "TraceFileError": "features.traces.reader",
         "ProfileResult": "features.profile.result", "Finding": "features.profile.result",
         "CompareResult": "features.compare.result", "Variant": "features.compare.variants",
         "Technique": "features.compare.variants", "AutobatchResult": "features.autobatch.result",
@@ -26,10 +27,11 @@ def load_ipython_extension(ipython) -> None:
     from .features.loadertune.magic import LoaderTuneMagics
     from .features.memory.magic import MemoryMagics
     from .features.profile.magic import ProfileMagics
+    from .features.traces.magic import TracesMagics
 
     from .core.ipython import help_for_cell_magics
 
-    features = (ProfileMagics, MemoryMagics, CompareMagics, AutobatchMagics, LoaderTuneMagics)
+    features = (ProfileMagics, TracesMagics, MemoryMagics, CompareMagics, AutobatchMagics, LoaderTuneMagics)
     for magics in features:
         ipython.register_magics(magics)
     help_for_cell_magics(ipython, features)  # %torchprofile? as %%torchprofile?

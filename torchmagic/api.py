@@ -196,6 +196,24 @@ def loadertune(loader: Any, *, workers: list[int] | None = None, batches: int | 
                           label=getattr(loader, "__name__", type(loader).__name__))
 
 
+def analyze(source, *, label: str | None = None):
+    """The traces a job wrote elsewhere, per rank and across ranks: a Chrome/Perfetto trace JSON
+    (``.json`` or ``.json.gz``), a directory of per-rank traces as ``tensorboard_trace_handler``
+    or ``export_chrome_trace`` write them, or a list of files.  Each file is read as a stream, in
+    bounded memory; a rank is taken from the trace's ``distributedInfo``, else from ``rank<N>`` in
+    its name.
+
+    Returns a :class:`~torchmagic.features.traces.result.TraceAnalysis`: ``.ranks`` (``rank``,
+    ``step_s``, ``compute_s``, ``comm_s``, ``exposed_comm_s``, ``wait_s``, ``transfer_s``,
+    ``dataloader_s`` ... in seconds per step), ``.straggler`` (the rank the others wait for, or
+    None) and ``.findings``.  A file that is not a trace raises ``TraceFileError`` (a ValueError)
+    naming it.
+    """
+    from .features.traces.run import analyze_traces
+
+    return analyze_traces(source, label=label)
+
+
 def _attach(error: BaseException, result: ProfileResult) -> None:
     try:
         error.torchmagic_result = result

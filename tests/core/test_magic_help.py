@@ -6,9 +6,10 @@ import pytest
 from ..conftest import run
 
 CELL_MAGICS = ["torchprofile", "amp_compare"]
+CELL_ONLY_MAGICS = ["amp_compare"]  # %torchprofile is also a line magic: --load PATH
 
 
-@pytest.mark.parametrize("name", CELL_MAGICS)
+@pytest.mark.parametrize("name", CELL_ONLY_MAGICS)
 @pytest.mark.parametrize("ask, shown", [
     ("%{}?", "%%{} ["), ("?%{}", "%%{} ["), ("%pinfo %{}", "%%{} ["),  # the help, its usage line first
     ("%{}??", "def {}(self, line, cell)"), ("??%{}", "def {}(self, line, cell)"),  # the source
@@ -26,7 +27,23 @@ def test_the_help_of_a_later_line_in_a_cell_is_found_too(shell):
     assert "%%amp_compare [--model NAME]" in captured.stdout and shell.user_ns["x"] == 1
 
 
-@pytest.mark.parametrize("name", CELL_MAGICS)
+@pytest.mark.parametrize("ask", ["%torchprofile?", "?%torchprofile", "%pinfo %torchprofile"])
+def test_torchprofiles_line_help_is_the_load_form_and_points_to_the_cell_magic(shell, ask):
+    result, captured = run(shell, ask)
+    assert result.success and "%torchprofile [--load PATH]" in captured.stdout
+    assert "%%torchprofile [options]" in captured.stdout
+    _, captured = run(shell, "%%torchprofile?")
+    assert "%%torchprofile [" in captured.stdout and "--steps" in captured.stdout
+
+
+def test_torchprofile_as_a_line_without_load_points_to_the_cell_magic(shell):
+    _, captured = run(shell, "%torchprofile --steps 2")
+    assert (captured.stdout + captured.stderr).strip() == (
+        "UsageError: %torchprofile: the line form loads traces (%torchprofile --load PATH); to profile code, "
+        "put %%torchprofile on the first line of its cell")
+
+
+@pytest.mark.parametrize("name", CELL_ONLY_MAGICS)
 def test_a_cell_magic_as_a_line_keeps_ipythons_own_pointer_to_the_cell_magic(shell, name):
     _, captured = run(shell, f"%{name} --steps 2")
     text = (captured.stdout + captured.stderr).strip()
@@ -38,9 +55,9 @@ def test_only_help_requests_for_torchmagics_cell_magics_are_rewritten(shell):
     from torchmagic.core.ipython import CellMagicHelp
 
     ours = [t for t in shell.ast_transformers if isinstance(t, CellMagicHelp)]
-    assert len(ours) == 1 and ours[0].names == {"torchprofile", "amp_compare"}
-    _, captured = run(shell, "print('%torchprofile?', 'get_ipython().run_line_magic(\"pinfo\", \"%torchprofile\")')")
-    assert captured.stdout == "%torchprofile? get_ipython().run_line_magic(\"pinfo\", \"%torchprofile\")\n"
+    assert len(ours) == 1 and ours[0].names == {"amp_compare"}
+    _, captured = run(shell, "print('%amp_compare?', 'get_ipython().run_line_magic(\"pinfo\", \"%amp_compare\")')")
+    assert captured.stdout == "%amp_compare? get_ipython().run_line_magic(\"pinfo\", \"%amp_compare\")\n"
     _, captured = run(shell, "%writefile?")  # IPython's own cell magic: left as IPython answers it
     assert "Object `%writefile` not found." in captured.stdout
     _, captured = run(shell, "%gpumem?")  # a line and cell magic: its line help, as before

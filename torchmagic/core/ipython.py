@@ -130,9 +130,11 @@ class CellMagicHelp:
 def help_for_cell_magics(shell, magics_classes) -> None:
     """Let ``%name?`` show the help of each cell-only magic of these classes (see CellMagicHelp);
     loading the extension again replaces the transformer rather than adding a second."""
-    names = set()
+    cells, lines = set(), set()
     for magics in magics_classes:
-        names |= set(magics.magics["cell"]) - set(magics.magics["line"])
+        cells |= set(magics.magics["cell"])
+        lines |= set(magics.magics["line"])
+    names = cells - lines  # %torchprofile is also a line magic (--load): its own help answers
     shell.ast_transformers[:] = [t for t in shell.ast_transformers if not isinstance(t, CellMagicHelp)]
     shell.ast_transformers.append(CellMagicHelp(names))
 

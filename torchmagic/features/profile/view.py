@@ -149,15 +149,7 @@ def text(r: ProfileResult) -> str:
     if nvml:
         out.append(nvml)
     if r.findings:
-        out.append("")
-        out.append("Findings, most costly first:")
-        for i, f in enumerate(r.findings, 1):
-            out += textwrap.wrap(f"{i}. [{f.severity}] {f.rule}: {f.title}", 100, initial_indent=" ",
-                                 subsequent_indent="    ")
-            out += textwrap.wrap(f"fix: {f.fix}", 100, initial_indent="    ", subsequent_indent="         ")
-            out += [f"      {line}" for line in f.snippet.splitlines()]
-            if f.verify:
-                out.append(f"    verify: {f.verify}")
+        out += ["", *findings_lines(r.findings)]
     elif r.steps:
         out.append("No known bottleneck found: the time is in the operators below.")
     categories = _categories_table(r.categories_s)
@@ -180,11 +172,28 @@ def text(r: ProfileResult) -> str:
 
 
 # -- HTML ------------------------------------------------------------------------------
+def findings_lines(findings) -> list[str]:
+    """Findings as text: title, fix, snippet and verify command each (also the cross-rank report's)."""
+    out = ["Findings, most costly first:"]
+    for i, f in enumerate(findings, 1):
+        out += textwrap.wrap(f"{i}. [{f.severity}] {f.rule}: {f.title}", 100, initial_indent=" ",
+                             subsequent_indent="    ")
+        out += textwrap.wrap(f"fix: {f.fix}", 100, initial_indent="    ", subsequent_indent="         ")
+        out += [f"      {line}" for line in f.snippet.splitlines()]
+        if f.verify:
+            out.append(f"    verify: {f.verify}")
+    return out
+
+
 def _findings_html(r: ProfileResult) -> str:
     if not r.findings:
         return ('<p>No known bottleneck found: the time is in the operators below.</p>' if r.steps else "")
+    return findings_html(r.findings)
+
+
+def findings_html(findings) -> str:
     items = []
-    for f in r.findings:
+    for f in findings:
         verify = (f'<div>verify: <code>{escape(f.verify)}</code></div>' if f.verify else "")
         items.append(
             f'<div class="tm-finding {f.severity}"><span class="tm-sev {f.severity}">{f.severity}</span> '

@@ -1,0 +1,129 @@
+"""torchmagic.analyze on the traces of a real job: 2 gloo ranks under torch.distributed.run, rank 1
+with a slow input pipeline.  Rank 1 is named the straggler, rank 0 waits far longer, and bad
+input gets one line naming the file."""
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import torchmagic
+from torchmagic.features.traces.reader import TraceFileError
+
+from ..conftest import run
+
+JOB = os.path.join(os.path.dirname(__file__), "ddp_job.py")
+
+
+@pytest.fixture(scope="module")
+def job_traces(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           JOB, str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    files = sorted(os.listdir(out))
+    assert len(files) == 2 and all(f.endswith(".pt.trace.json") for f in files), files
+    return out
+
+
+def test_the_slow_input_rank_is_the_straggler_and_the_other_waits(job_traces):
+    r = torchmagic.analyze(job_traces)
+    assert [x.rank for x in r.ranks] == [0, 1] and r.world_size == 2 and r.backend == "gloo"
+    assert all(x.steps == 4 for x in r.ranks)
+    assert r.straggler == 1 and r.straggler_phase == "data loading"
+    fast, slow = r.rank(0), r.rank(1)
+    # rank 1 loads 32 samples x 0.5 ms a step; rank 0 waits for it in the gradient all-reduce
+    assert slow.dataloader_s > 0.016 > 5 * fast.dataloader_s
+    assert fast.wait_s > 0.010 and fast.wait_s > 5 * slow.wait_s
+    assert fast.comm_s > 2 * slow.comm_s
+    assert fast.exposed_comm_s > fast.wait_s * 0.9
+    for x in r.ranks:  # seconds per step, each part within the step
+        assert 0 < x.step_s < 1
+        assert x.compute_s + x.dataloader_s + x.idle_s <= x.step_s * 1.01
+        assert x.wait_s + x.transfer_s <= x.comm_s * 1.01
+        assert set(x.collectives) == {"all_reduce"} and x.collectives["all_reduce"]["calls"] >= 3
+    finding = r.finding("straggler_dataloader")
+    assert finding is not None and finding.verify == "%loadertune loader"
+    assert r.findings[0] is finding
+    text = r.to_text()
+    assert text.startswith("Straggler: rank 1. Rank 1 spends") and "data loading" in text.splitlines()[0]
+    assert "1  ← straggler" in text
+    assert "<img" in r.to_html() and "Straggler: rank 1" in r.to_html()
+    assert json.loads(r.to_json())["straggler"] == 1
+    assert [lane.rank for lane in r.lanes] == [0, 1] and r.lane_step is not None
+    assert repr(r).startswith("<TraceAnalysis: Straggler: rank 1.")
+
+
+def test_one_file_gzipped_a_list_of_files_and_ranks_from_file_names(job_traces, tmp_path):
+    files = sorted(os.path.join(job_traces, f) for f in os.listdir(job_traces))
+    one = torchmagic.analyze(files[0])
+    assert [x.rank for x in one.ranks] == [0] and one.straggler is None
+    assert any("waiting cannot be told from transfer" in note for note in one.notes)
+    assert one.headline().startswith("1 rank:")
+    listed = torchmagic.analyze(files)
+    assert listed.straggler == 1
+    for i, path in enumerate(files):  # no distributedInfo: ranks from "rank<N>" in the names
+        data = json.load(open(path))
+        del data["distributedInfo"]
+        with gzip.open(tmp_path / f"worker_rank{i}.pt.trace.json.gz", "wt") as f:
+            json.dump(data, f)
+    named = torchmagic.analyze(tmp_path)
+    assert [x.rank for x in named.ranks] == [0, 1] and named.straggler == 1 and named.world_size == 2
+
+
+def _one_line(source) -> str:
+    with pytest.raises(TraceFileError) as caught:
+        torchmagic.analyze(source)
+    message = str(caught.value)
+    assert "\n" not in message and "Traceback" not in message
+    return message
+
+
+def test_bad_input_is_one_line_naming_the_file(job_traces, tmp_path):
+    assert _one_line(tmp_path / "missing") == f"{tmp_path / 'missing'}: does not exist"
+    assert _one_line(tmp_path) == f"{tmp_path}: holds no trace files (*.json, *.json.gz)"
+    (tmp_path / "other.json").write_text('{"name": "not a trace", "values": [1, 2]}')
+    assert _one_line(tmp_path / "other.json").endswith("other.json: is JSON but not a trace: it has no traceEvents")
+    (tmp_path / "notes.json").write_text("these are notes")
+    assert "notes.json: is not a trace: expected '{' or '['" in _one_line(tmp_path / "notes.json")
+    source = sorted(os.listdir(job_traces))[0]
+    text = open(os.path.join(job_traces, source)).read()
+    (tmp_path / "cut.json").write_text(text[: len(text) // 2])
+    assert _one_line(tmp_path / "cut.json").endswith("cut.json: ends in the middle of an event (truncated?)")
+    (tmp_path / "broken.json.gz").write_bytes(gzip.compress(text.encode())[:2000])
+    assert "broken.json.gz: " in _one_line(tmp_path / "broken.json.gz")
+    (tmp_path / "empty.json").write_text('{"traceEvents": []}')
+    assert _one_line(tmp_path / "empty.json").endswith("empty.json: has no timed events (\"ph\": \"X\"): nothing to analyse")
+
+
+def test_traces_of_different_jobs_or_two_of_one_rank_are_refused(job_traces, tmp_path):
+    mixed = tmp_path / "mixed"
+    shutil.copytree(job_traces, mixed)
+    path = os.path.join(mixed, sorted(os.listdir(mixed))[1])
+    data = json.load(open(path))
+    data["distributedInfo"]["world_size"] = 4
+    json.dump(data, open(path, "w"))
+    assert "was given traces of jobs of different sizes: world sizes 2 (" in _one_line(mixed)
+    twice = tmp_path / "twice"
+    shutil.copytree(job_traces, twice)
+    first = sorted(os.listdir(twice))[0]
+    shutil.copy(os.path.join(twice, first), os.path.join(twice, "again_" + first))
+    assert "is a second trace of rank 0" in _one_line(twice)
+
+
+def test_the_load_magic_shows_the_report_and_keeps_it(job_traces, shell):
+    result, captured = run(shell, f"%torchprofile -q -o analysis --load '{job_traces}'")
+    assert result.success and captured.stdout == ""
+    assert shell.user_ns["analysis"].straggler == 1
+    result, captured = run(shell, f"%torchprofile --load {job_traces}")
+    assert result.success and "Straggler: rank 1." in captured.stdout
+    files = sorted(os.path.join(job_traces, f) for f in os.listdir(job_traces))
+    result, _ = run(shell, f"r = %torchprofile --load {files[0]},{files[1]}")
+    assert shell.user_ns["r"].straggler == 1
+    result, captured = run(shell, "%torchprofile --load /no/such/dir")
+    assert (captured.stdout + captured.stderr).strip() == "UsageError: %torchprofile --load: /no/such/dir: does not exist"

@@ -1,0 +1,76 @@
+"""The cross-rank arithmetic on traces built from numbers: GPU (NCCL kernels) and CPU, exposed
+communication, waiting against transfer, the straggler and its phase."""
+
+import pytest
+
+import torchmagic
+
+from .synthetic import event, gpu_steps, write_trace
+
+
+def test_a_late_gpu_rank_is_the_straggler_and_the_others_wait_for_it(tmp_path):
+    # rank 1's compute starts 3 ms late; all-reduce ends together: rank 0's kernel runs 3 ms longer
+    write_trace(tmp_path / "a.json", gpu_steps(comm_us=5_000), rank=0, world_size=2)
+    write_trace(tmp_path / "b.json", gpu_steps(comm_us=2_000, late_us=3_000), rank=1, world_size=2)
+    r = torchmagic.analyze(tmp_path)
+    fast, slow = r.rank(0), r.rank(1)
+    assert fast.device == "gpu" and fast.step_s == pytest.approx(0.012)
+    assert fast.comm_s == pytest.approx(0.005) and fast.wait_s == pytest.approx(0.003)
+    assert fast.transfer_s == pytest.approx(0.002) and slow.transfer_s == pytest.approx(0.002)
+    assert slow.wait_s == 0
+    assert fast.exposed_comm_s == pytest.approx(0.005) and fast.exposed_transfer_s == pytest.approx(0.002)
+    assert r.straggler == 1
+    assert fast.collectives["all_reduce"] == {"calls": 3, "seconds_per_step": pytest.approx(0.005),
+                                              "bytes": 3 * 4 << 20}
+    assert r.finding("straggler_compute") is not None  # its kernels start late: no one longer phase
+
+
+def test_communication_after_compute_is_exposed_and_overlapped_is_not(tmp_path):
+    for rank in (0, 1):
+        write_trace(tmp_path / f"serial{rank}.json", gpu_steps(comm_us=3_000), rank=rank, world_size=2)
+    serial = torchmagic.analyze([tmp_path / "serial0.json", tmp_path / "serial1.json"])
+    assert serial.straggler is None
+    assert all(x.exposed_transfer_s == pytest.approx(0.003) and x.wait_s == 0 for x in serial.ranks)
+    exposed = serial.finding("exposed_comm")
+    assert exposed is not None and exposed.share == pytest.approx(0.25) and exposed.severity == "high"
+    for rank in (0, 1):
+        write_trace(tmp_path / f"overlap{rank}.json", gpu_steps(comm_us=3_000, overlap=True), rank=rank, world_size=2)
+    overlapped = torchmagic.analyze([tmp_path / "overlap0.json", tmp_path / "overlap1.json"])
+    assert all(x.exposed_comm_s == 0 and x.comm_s == pytest.approx(0.003) for x in overlapped.ranks)
+    assert overlapped.findings == []
+    assert overlapped.headline().startswith("2 ranks, no straggler")
+
+
+def test_clocks_that_disagree_across_hosts_do_not_matter(tmp_path):
+    write_trace(tmp_path / "a.json", gpu_steps(comm_us=5_000), rank=0, world_size=2)
+    write_trace(tmp_path / "b.json", gpu_steps(comm_us=2_000, late_us=3_000, offset=7.5e9), rank=1, world_size=2)
+    r = torchmagic.analyze(tmp_path)
+    assert r.straggler == 1 and r.rank(0).wait_s == pytest.approx(0.003)
+
+
+def test_a_cpu_rank_that_computes_longer_is_named_with_its_phase(tmp_path):
+    def rank_events(backward_us):
+        events = []
+        for i in range(4):
+            t = i * 20_000
+            events += [event(f"ProfilerStep#{i}", t, 20_000, cat="user_annotation"),
+                       event("aten::addmm", t, 2_000),
+                       event("autograd::engine::evaluate_function: AddmmBackward0", t + 2_000, backward_us),
+                       event("gloo:all_reduce", t + 2_000 + backward_us - 100, 16_000 - backward_us,
+                             cat="user_annotation", tid=9)]
+        return events
+
+    write_trace(tmp_path / "rank0.json", rank_events(3_000), rank=0, world_size=2, backend="gloo")
+    write_trace(tmp_path / "rank1.json", rank_events(12_000), rank=1, world_size=2, backend="gloo")
+    r = torchmagic.analyze(tmp_path)
+    assert r.straggler == 1 and r.straggler_phase == "backward"
+    assert r.rank(0).wait_s == pytest.approx(0.009)
+    assert r.findings[0].rule == "straggler_compute" and "backward" in r.findings[0].title
+
+
+def test_without_step_markers_the_trace_is_one_step(tmp_path):
+    write_trace(tmp_path / "t.json", [event("aten::mm", 0, 500), event("aten::relu", 600, 100)])
+    r = torchmagic.analyze(tmp_path / "t.json")
+    only = r.ranks[0]
+    assert only.steps == 0 and only.step_s == pytest.approx(700e-6) and only.compute_s == pytest.approx(600e-6)
+    assert any("no ProfilerStep markers" in note for note in r.notes)

@@ -1,0 +1,61 @@
+"""The streaming reader gives exactly what json.load gives, wherever its chunks end; the
+interval unions agree with brute force."""
+
+import gzip
+import json
+import random
+
+import pytest
+import torch
+
+from torchmagic.features.traces import reader as reader_module
+from torchmagic.features.traces.intervals import IntervalSet
+from torchmagic.features.traces.reader import TraceReader
+
+
+@pytest.fixture(scope="module")
+def real_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("trace") / "t.json"
+    model = torch.nn.Linear(16, 16)
+    with torch.profiler.profile(record_shapes=True) as prof:
+        model(torch.randn(4, 16)).sum().backward()
+    prof.export_chrome_trace(str(path))
+    return path
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 4096])
+def test_every_chunk_size_reads_what_json_load_reads(real_trace, chunk, monkeypatch, tmp_path):
+    monkeypatch.setattr(reader_module, "CHUNK_CHARS", chunk)
+    expected = json.load(open(real_trace))
+    reader = TraceReader(real_trace)
+    assert list(reader) == expected["traceEvents"]
+    assert reader.meta == {k: v for k, v in expected.items() if k != "traceEvents"}
+    packed = tmp_path / "t.json.gz"
+    packed.write_bytes(gzip.compress(real_trace.read_bytes()))
+    assert list(TraceReader(packed)) == expected["traceEvents"]
+
+
+def test_a_bare_array_and_numbers_split_across_chunks(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader_module, "CHUNK_CHARS", 3)
+    events = [{"ph": "X", "ts": 123456789.125, "dur": 1e-3, "name": "a\\"}, {"ph": "i", "ts": -1}]
+    (tmp_path / "a.json").write_text(" \n" + json.dumps(events, indent=2) + "\n")
+    assert list(TraceReader(tmp_path / "a.json")) == events
+
+
+def test_interval_unions_agree_with_brute_force():
+    rng = random.Random(0)
+    for _ in range(200):
+        a, b, grid_a, grid_b = IntervalSet(), IntervalSet(), set(), set()
+        for target, grid in ((a, grid_a), (b, grid_b)):
+            for _ in range(rng.randint(0, 12)):
+                s = rng.randint(0, 90)
+                e = s + rng.randint(0, 15)
+                target.add(s, e)
+                grid.update(range(s, e))
+        assert a.total() == len(grid_a)
+        assert a.minus(b).total() == len(grid_a - grid_b)
+        assert a.union(b).total() == len(grid_a | grid_b)
+        lo = rng.randint(0, 100)
+        hi = lo + rng.randint(0, 40)
+        assert a.within(lo, hi) == len({t for t in grid_a if lo <= t < hi})
+        assert sum(e - s for s, e in a.clipped(lo, hi)) == a.within(lo, hi)

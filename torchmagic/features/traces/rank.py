@@ -1,0 +1,164 @@
+"""One rank's trace, reduced while it streams by: step windows, unions of busy, data-loading and
+communication time, and each collective's execution (for matching across ranks).
+
+What counts as what (kineto's Chrome trace, torch 2.x):
+
+* a **step** is a ``ProfilerStep#N`` annotation (``profiler.step()``);
+* **communication** is where a collective executes: NCCL kernels on a GPU (``ncclDevKernel_*``,
+  ``ncclKernel_*``), the backend's own range on CPU (gloo's ``gloo:all_reduce`` on its
+  ``pt_gloo_runloop`` thread; ``mpi:``, ``ucc:`` alike).  ``c10d::allreduce_`` on the calling
+  thread only enqueues the work, and ``record_param_comms`` only describes it (its sizes are
+  read);
+* **busy** is compute: kernels, copies and memsets on a GPU trace, else CPU ops on threads other
+  than the backend's (and data loading);
+* **data loading** is ``enumerate(DataLoader)#...__next__``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from .intervals import IntervalSet
+
+STEP_PREFIX = "ProfilerStep#"
+DATA_PREFIX = "enumerate(DataLoader)"
+BACKWARD_PREFIX = "autograd::engine::evaluate_function"
+OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
+HOST_BACKENDS = ("gloo:", "mpi:", "ucc:")
+_NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
+_DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+# bytes per element of record_param_comms' dtype names
+_DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Long": 8, "Int": 4, "Char": 1, "Byte": 1,
+                "Bool": 1, "Short": 2, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
+
+
+def collective_op(cat: str, name: str) -> str | None:
+    """The collective an event executes ('all_reduce' ...), or None if it is not one."""
+    if cat == "kernel":
+        match = _NCCL_KERNEL.match(name)
+        return _CAMEL.sub("_", match.group(1)).lower() if match else None
+    if name.startswith(HOST_BACKENDS):
+        return name.split(":", 1)[1]
+    return None
+
+
+@dataclass
+class Collective:
+    op: str
+    start: float      # µs, on this rank's clock
+    dur: float
+    finished: bool    # False: still running when the profiler stopped (its duration is cut short)
+
+
+@dataclass
+class RankTrace:
+    """What one trace file holds, reduced.  Times in µs on the file's own clock."""
+
+    path: str
+    rank: int | None = None
+    world_size: int | None = None
+    backend: str | None = None
+    events: int = 0
+    bytes_read: int = 0
+    steps: dict[int, tuple[float, float]] = field(default_factory=dict)
+    span: tuple[float, float] | None = None      # first start, last end: the window without steps
+    host_busy: IntervalSet = field(default_factory=IntervalSet)
+    device_busy: IntervalSet = field(default_factory=IntervalSet)
+    host_comm: IntervalSet = field(default_factory=IntervalSet)
+    device_comm: IntervalSet = field(default_factory=IntervalSet)
+    data: IntervalSet = field(default_factory=IntervalSet)
+    backward: IntervalSet = field(default_factory=IntervalSet)
+    optimizer: IntervalSet = field(default_factory=IntervalSet)
+    host_collectives: list[Collective] = field(default_factory=list)
+    device_collectives: list[Collective] = field(default_factory=list)
+    comm_bytes: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # 'allreduce' -> bytes
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def on_device(self) -> bool:
+        """A GPU trace: kernels ran (compute and communication are read from them)."""
+        return bool(self.device_busy.merged()[0] or self.device_collectives)
+
+    @property
+    def busy(self) -> IntervalSet:
+        return self.device_busy if self.on_device else self.host_busy
+
+    @property
+    def comm(self) -> IntervalSet:
+        return self.device_comm if self.on_device else self.host_comm
+
+    @property
+    def collectives(self) -> list[Collective]:
+        return self.device_collectives if self.on_device else self.host_collectives
+
+    def windows(self) -> list[tuple[int | None, float, float]]:
+        """(step number, start, end) of each profiled step; the whole trace as one window without."""
+        if self.steps:
+            return [(n, *self.steps[n]) for n in sorted(self.steps)]
+        return [(None, *self.span)] if self.span else []
+
+
+def read_rank(events, path: str) -> RankTrace:
+    """Reduce a stream of trace events (dicts) to a RankTrace."""
+    out = RankTrace(path)
+    first, last = float("inf"), float("-inf")
+    for ev in events:
+        out.events += 1
+        if ev.get("ph") != "X":
+            continue
+        try:
+            start = float(ev["ts"])
+            end = start + float(ev.get("dur", 0.0))
+        except (KeyError, TypeError, ValueError):
+            continue
+        name = ev.get("name", "")
+        cat = ev.get("cat", "")
+        if not isinstance(name, str):
+            continue
+        first, last = min(first, start), max(last, end)
+        op = collective_op(cat, name)
+        if op is not None:
+            args = ev.get("args") or {}
+            done = args.get("finished", True) is not False
+            if cat == "kernel":
+                out.device_comm.add(start, end)
+                out.device_collectives.append(Collective(op, start, end - start, done))
+            else:
+                out.host_comm.add(start, end)
+                out.host_collectives.append(Collective(op, start, end - start, done))
+        elif cat in _DEVICE_CATS:
+            out.device_busy.add(start, end)
+        elif cat == "cpu_op":
+            if name == "record_param_comms":
+                _describe(out, ev.get("args") or {})
+            elif not name.startswith("c10d::"):  # c10d ops enqueue work, and may block on it
+                out.host_busy.add(start, end)
+                if name.startswith(BACKWARD_PREFIX):
+                    out.backward.add(start, end)
+        elif cat == "user_annotation":
+            if name.startswith(STEP_PREFIX):
+                number = name[len(STEP_PREFIX):]
+                if number.isdigit():
+                    out.steps[int(number)] = (start, end)
+            elif name.startswith(DATA_PREFIX):
+                out.data.add(start, end)
+                out.host_busy.add(start, end)
+            elif name.startswith(OPTIMIZER_PREFIXES):
+                out.optimizer.add(start, end)
+    if first <= last:
+        out.span = (first, last)
+    return out
+
+
+def _describe(out: RankTrace, args: dict) -> None:
+    """Sizes from a ``record_param_comms`` event (what NCCL and newer gloo traces carry)."""
+    name = args.get("Collective name")
+    elements = args.get("In msg nelems")
+    if not isinstance(name, str) or not isinstance(elements, int):
+        return
+    width = _DTYPE_BYTES.get(str(args.get("dtype", "")), 0)
+    out.comm_bytes[name.replace("_", "").lower()] += elements * width

@@ -1,0 +1,119 @@
+"""``torchmagic.analyze``: the traces a job wrote, one file per rank, read one at a time as
+streams (reader.py), reduced per rank (rank.py), compared across ranks (cross.py) and diagnosed
+(rules.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterable
+
+from .cross import find_straggler, match_collectives, representative_lanes, summarize_rank
+from .rank import RankTrace, read_rank
+from .reader import TraceFileError, TraceReader
+from .result import TraceAnalysis
+from .rules import cross_rank_findings
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+
+
+def trace_files(source: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str]:
+    """The trace files behind ``source``: a file, a directory's ``*.json``/``*.json.gz`` files, or a list."""
+    if not isinstance(source, (str, os.PathLike)):
+        paths = [os.path.expanduser(os.fspath(p)) for p in source]
+        if not paths:
+            raise TraceFileError("analyze", "was given no trace files")
+        return paths
+    path = os.path.expanduser(os.fspath(source))
+    if os.path.isdir(path):
+        found = sorted(os.path.join(path, name) for name in os.listdir(path)
+                       if name.endswith(TRACE_SUFFIXES) and os.path.isfile(os.path.join(path, name)))
+        if not found:
+            raise TraceFileError(path, "holds no trace files (*.json, *.json.gz)")
+        return found
+    if not os.path.exists(path):
+        raise TraceFileError(path, "does not exist")
+    return [path]
+
+
+def analyze_traces(source, *, label: str | None = None) -> TraceAnalysis:
+    """Read every trace of ``source`` and compare its ranks."""
+    started = time.perf_counter()
+    traces = [_read(path) for path in trace_files(source)]
+    notes = _number_ranks(traces)
+    world_size = _one_world_size(traces)
+    backend = next((t.backend for t in traces if t.backend), None)
+    traces.sort(key=lambda t: t.rank)
+    if world_size is not None and len(traces) < world_size:
+        notes.append(f"traces for {len(traces)} of the job's {world_size} ranks "
+                     f"({', '.join(str(t.rank) for t in traces)}): the others are not compared")
+    unmarked = [t.rank for t in traces if not t.steps]
+    if unmarked:
+        notes.append(f"no ProfilerStep markers on rank(s) {', '.join(map(str, unmarked))}: each trace is "
+                     "read as one step (call prof.step() once per iteration to compare steps)")
+    matched, unmatched = match_collectives(traces)
+    if unmatched:
+        notes.append(f"{unmatched} collective(s) not found complete on every rank (cut short by the end of "
+                     "profiling, or outside the profiled steps): their time counts as communication, "
+                     "but not as waiting or transfer")
+    if len(traces) == 1 and traces[0].collectives:
+        notes.append("one rank: its collectives' waiting cannot be told from transfer without the other ranks' traces")
+    ranks = [summarize_rank(t, m) for t, m in zip(traces, matched)]
+    straggler, phase, reason = find_straggler(ranks)
+    lane_step, lanes = representative_lanes(traces)
+    return TraceAnalysis(
+        source=label or (os.fspath(source) if isinstance(source, (str, os.PathLike)) else "traces"),
+        ranks=ranks, straggler=straggler, straggler_phase=phase, straggler_reason=reason,
+        findings=cross_rank_findings(ranks, straggler, phase, reason), lanes=lanes, lane_step=lane_step,
+        world_size=world_size or (len(traces) if len(traces) > 1 else None), backend=backend, notes=notes,
+        events=sum(t.events for t in traces), bytes_read=sum(t.bytes_read for t in traces),
+        analysis_s=time.perf_counter() - started)
+
+
+def _read(path: str) -> RankTrace:
+    reader = TraceReader(path)
+    trace = read_rank(reader, path)
+    trace.bytes_read, trace.meta = reader.bytes_read, reader.meta
+    info = reader.meta.get("distributedInfo")
+    if isinstance(info, dict):
+        trace.rank = info.get("rank") if isinstance(info.get("rank"), int) else None
+        trace.world_size = info.get("world_size") if isinstance(info.get("world_size"), int) else None
+        trace.backend = info.get("backend") if isinstance(info.get("backend"), str) else None
+    if trace.rank is None:
+        match = _RANK_IN_NAME.search(os.path.basename(path))
+        trace.rank = int(match.group(1)) if match else None
+    if trace.span is None:
+        raise TraceFileError(path, "has no timed events (\"ph\": \"X\"): nothing to analyse")
+    return trace
+
+
+def _number_ranks(traces: list[RankTrace]) -> list[str]:
+    """Ranks from the traces; numbered in file order where none says; one trace per rank."""
+    if all(t.rank is None for t in traces):
+        for number, trace in enumerate(traces):
+            trace.rank = number
+        return ([] if len(traces) == 1 else
+                ["no rank in the traces (distributedInfo) or their names: numbered in file name order"])
+    unnamed = [os.path.basename(t.path) for t in traces if t.rank is None]
+    if unnamed:
+        raise TraceFileError(unnamed[0], "says no rank, while other traces do: pass one job's traces, "
+                                         "each with distributedInfo or 'rank<N>' in its name")
+    seen: dict[int, str] = {}
+    for trace in traces:
+        if trace.rank in seen:
+            raise TraceFileError(os.path.basename(trace.path),
+                                 f"is a second trace of rank {trace.rank} (with {os.path.basename(seen[trace.rank])}): "
+                                 "pass one trace per rank (a directory per run, or a list of files)")
+        seen[trace.rank] = trace.path
+    return []
+
+
+def _one_world_size(traces: list[RankTrace]) -> int | None:
+    sizes = {t.world_size for t in traces if t.world_size is not None}
+    if len(sizes) > 1:
+        described = "; ".join(f"{size} ({', '.join(os.path.basename(t.path) for t in traces if t.world_size == size)})"
+                              for size in sorted(sizes))
+        raise TraceFileError("analyze", f"was given traces of jobs of different sizes: world sizes {described}")
+    return sizes.pop() if sizes else None
