@@ -20,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from .intervals import IntervalSet
-from .rank import Collective, RankTrace
+from .rank import Collective, RankTrace, window_of
 from .result import RankSummary, StepLane
 
 STRAGGLER_SHARE = 0.05   # the others wait this share of a step longer than the straggler, at least
@@ -39,8 +39,10 @@ def summarize_rank(trace: RankTrace, matched: list[Matched]) -> RankSummary:
     def per_step(intervals) -> float:
         return sum(intervals.within(s, e) for _, s, e in windows) / n * US
 
+    starts = [s for _, s, _ in windows]
+
     def in_steps(t: float) -> bool:
-        return any(s <= t < e for _, s, e in windows)
+        return window_of(windows, starts, t) is not None
 
     step_s = sum(e - s for _, s, e in windows) / n * US
     data_s = per_step(trace.data)
@@ -53,14 +55,13 @@ def summarize_rank(trace: RankTrace, matched: list[Matched]) -> RankSummary:
               "optimizer": optimizer_s}
     if trace.on_device:
         phases["device compute"] = compute_s
-    # a matched collective waits first and transfers last: its last `transfer` µs are the transfer
-    tails = IntervalSet()
-    wait_us = transfer_us = 0.0
-    for m in matched:
-        if in_steps(m.start):
-            wait_us += m.dur - m.transfer
-            transfer_us += m.transfer
-            tails.add(m.start + m.dur - m.transfer, m.start + m.dur)
+    # A matched collective waits first and transfers last: its last `transfer` µs are the transfer.
+    # As unions clipped to the steps, like comm_s (collectives overlap on a backend's threads), and
+    # waiting while another collective transfers counts as transfer: wait_s + transfer_s <= comm_s.
+    heads, tails = IntervalSet(), IntervalSet()
+    for m in sorted(matched, key=lambda m: m.start):
+        heads.add(m.start, m.start + m.dur - m.transfer)
+        tails.add(m.start + m.dur - m.transfer, m.start + m.dur)
     collectives: dict[str, dict] = {}
     for c in trace.collectives:
         if in_steps(c.start):
@@ -74,7 +75,7 @@ def summarize_rank(trace: RankTrace, matched: list[Matched]) -> RankSummary:
     return RankSummary(
         rank=trace.rank, path=trace.path, device="gpu" if trace.on_device else "cpu",
         steps=len(trace.steps), step_s=step_s, compute_s=compute_s, comm_s=per_step(comm),
-        exposed_comm_s=per_step(comm.minus(work)), wait_s=wait_us / n * US, transfer_s=transfer_us / n * US,
+        exposed_comm_s=per_step(comm.minus(work)), wait_s=per_step(heads.minus(tails)), transfer_s=per_step(tails),
         exposed_transfer_s=per_step(tails.minus(work)), dataloader_s=data_s,
         idle_s=max(step_s - per_step(active), 0.0), phases_s=phases, collectives=collectives,
         events=trace.events)
@@ -98,10 +99,11 @@ def match_collectives(traces: list[RankTrace]) -> tuple[list[list[Matched]], int
     grouped = []  # per rank: (step, op) -> its collectives in start order
     for trace in traces:
         windows = trace.windows()
+        starts = [s for _, s, _ in windows]
         by_key: dict[tuple, list[Collective]] = defaultdict(list)
         for c in sorted(trace.collectives, key=lambda c: c.start):
-            step = next((number for number, s, e in windows if s <= c.start < e), "outside")
-            by_key[(step, c.op)].append(c)
+            window = window_of(windows, starts, c.start)
+            by_key[(window[0] if window else "outside", c.op)].append(c)
         grouped.append(by_key)
     matched: list[list[Matched]] = [[] for _ in traces]
     unmatched = 0

@@ -16,6 +16,7 @@ What counts as what (kineto's Chrome trace, torch 2.x):
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -96,10 +97,17 @@ class RankTrace:
         return self.device_collectives if self.on_device else self.host_collectives
 
     def windows(self) -> list[tuple[int | None, float, float]]:
-        """(step number, start, end) of each profiled step; the whole trace as one window without."""
+        """(step number, start, end) of each profiled step, in time order; the whole trace as one
+        window without."""
         if self.steps:
-            return [(n, *self.steps[n]) for n in sorted(self.steps)]
+            return sorted(((n, *self.steps[n]) for n in self.steps), key=lambda w: w[1])
         return [(None, *self.span)] if self.span else []
+
+
+def window_of(windows: list[tuple[int | None, float, float]], starts: list[float], t: float):
+    """The window (from ``windows``, whose starts are ``starts``) that holds time ``t``, or None."""
+    i = bisect.bisect_right(starts, t) - 1
+    return windows[i] if i >= 0 and t < windows[i][2] else None
 
 
 def read_rank(events, path: str) -> RankTrace:
@@ -115,30 +123,22 @@ def read_rank(events, path: str) -> RankTrace:
             end = start + float(ev.get("dur", 0.0))
         except (KeyError, TypeError, ValueError):
             continue
-        name = ev.get("name", "")
-        cat = ev.get("cat", "")
+        name, cat = ev.get("name"), ev.get("cat")
         if not isinstance(name, str):
             continue
-        first, last = min(first, start), max(last, end)
-        op = collective_op(cat, name)
-        if op is not None:
-            args = ev.get("args") or {}
-            done = args.get("finished", True) is not False
-            if cat == "kernel":
-                out.device_comm.add(start, end)
-                out.device_collectives.append(Collective(op, start, end - start, done))
-            else:
-                out.host_comm.add(start, end)
-                out.host_collectives.append(Collective(op, start, end - start, done))
-        elif cat in _DEVICE_CATS:
-            out.device_busy.add(start, end)
-        elif cat == "cpu_op":
+        if start < first:
+            first = start
+        if end > last:
+            last = end
+        if cat == "cpu_op":
+            if name.startswith("c10d::"):  # c10d ops enqueue work, and may block on it
+                continue
             if name == "record_param_comms":
                 _describe(out, ev.get("args") or {})
-            elif not name.startswith("c10d::"):  # c10d ops enqueue work, and may block on it
-                out.host_busy.add(start, end)
-                if name.startswith(BACKWARD_PREFIX):
-                    out.backward.add(start, end)
+                continue
+            out.host_busy.add(start, end)
+            if name.startswith(BACKWARD_PREFIX):
+                out.backward.add(start, end)
         elif cat == "user_annotation":
             if name.startswith(STEP_PREFIX):
                 number = name[len(STEP_PREFIX):]
@@ -149,9 +149,26 @@ def read_rank(events, path: str) -> RankTrace:
                 out.host_busy.add(start, end)
             elif name.startswith(OPTIMIZER_PREFIXES):
                 out.optimizer.add(start, end)
+            elif name.startswith(HOST_BACKENDS):
+                out.host_comm.add(start, end)
+                out.host_collectives.append(Collective(name.split(":", 1)[1], start, end - start, _finished(ev)))
+        elif cat == "kernel":
+            op = collective_op(cat, name)
+            if op is None:
+                out.device_busy.add(start, end)
+            else:
+                out.device_comm.add(start, end)
+                out.device_collectives.append(Collective(op, start, end - start, _finished(ev)))
+        elif cat in _DEVICE_CATS:
+            out.device_busy.add(start, end)
     if first <= last:
         out.span = (first, last)
     return out
+
+
+def _finished(ev: dict) -> bool:
+    """False for a range still open when the profiler stopped (kineto ends it there)."""
+    return (ev.get("args") or {}).get("finished", True) is not False
 
 
 def _describe(out: RankTrace, args: dict) -> None:

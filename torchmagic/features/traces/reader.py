@@ -20,6 +20,7 @@ from typing import Any
 CHUNK_CHARS = 1 << 20          # read this much text at a time
 MAX_ELEMENT_CHARS = 64 << 20   # a single event or meta value larger than this is not a trace
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
+_SEPARATOR = re.compile(r"[ \t\n\r]*([,\]])[ \t\n\r]*")
 
 
 class TraceFileError(ValueError):
@@ -148,9 +149,22 @@ class TraceReader:
         if self._peek() == "]":
             self._pos += 1
             return
+        decode, separator = self._decoder.raw_decode, _SEPARATOR.match
         while True:
-            event = self._value("an event")
+            # the common case in one decode and one match; near the buffer's end, the careful path
+            buf = self._buf
+            try:
+                event, end = decode(buf, self._pos)
+            except ValueError:
+                end = len(buf)
+            found = separator(buf, end) if end < len(buf) else None
+            if found is None or found.end() == len(buf):
+                event = self._value("an event")
+                last = self._expect(",]", "between events")
+                self._peek()  # on to the next event: a failed decode costs a count of the buffer's lines
+            else:
+                self._pos, last = found.end(), found.group(1)
             if isinstance(event, dict):
                 yield event
-            if self._expect(",]", "between events") == "]":
+            if last == "]":
                 return
