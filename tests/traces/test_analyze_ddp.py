@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -127,3 +128,103 @@ def test_the_load_magic_shows_the_report_and_keeps_it(job_traces, shell):
     assert shell.user_ns["r"].straggler == 1
     result, captured = run(shell, "%torchprofile --load /no/such/dir")
     assert (captured.stdout + captured.stderr).strip() == "UsageError: %torchprofile --load: /no/such/dir: does not exist"
+
+
+DDP_CELL = '''%%torchprofile --ranks 2 --warmup 1 --steps 3 --share sample_wait -o ranked
+import time, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 8)))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+class Samples(torch.utils.data.Dataset):
+    def __len__(self):
+        return 1 << 20
+    def __getitem__(self, i):
+        if dist.get_rank() == 1:
+            time.sleep(sample_wait)
+        return torch.randn(64), torch.randn(8)
+
+batches = iter(torch.utils.data.DataLoader(Samples(), batch_size=32))
+for _ in range(5):
+    x, y = next(batches)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    prof.step()
+print("done on rank", dist.get_rank())
+'''
+
+
+def _children() -> set[int]:
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)
+            if "resource_tracker" not in " ".join(p.cmdline())}
+
+
+def test_a_ddp_cell_on_two_ranks_finds_the_straggler_and_leaves_no_process(shell):
+    shell.user_ns["sample_wait"] = 0.0005
+    before = _children()
+    result, captured = run(shell, DDP_CELL)
+    assert result.success, result.error_in_exec
+    assert "[rank 0] done on rank 0" in captured.stdout and "[rank 1] done on rank 1" in captured.stdout
+    assert "USDT" not in captured.stdout + captured.stderr
+    ranked = shell.user_ns["ranked"]
+    assert [x.rank for x in ranked.ranks] == [0, 1] and all(x.steps == 3 for x in ranked.ranks)
+    assert ranked.straggler == 1 and ranked.rank(0).wait_s > 5 * ranked.rank(1).wait_s
+    assert ranked.notes[0].startswith("ran on 2 rank(s) with gloo") and "sample_wait" in ranked.notes[0]
+    assert _children() <= before
+
+
+def test_a_failing_rank_stops_the_others_and_shows_its_traceback(shell):
+    before = _children()
+    cell = ("%%torchprofile --ranks 2\nimport time, torch.distributed as dist\n"
+            "if dist.get_rank() == 1:\n    1 / 0\ntime.sleep(60)\n")
+    started = time.perf_counter()
+    result, captured = run(shell, cell)
+    assert time.perf_counter() - started < 45  # rank 0 was stopped, not waited for
+    shown = captured.stdout + captured.stderr
+    assert "[rank 1] ZeroDivisionError: division by zero" in shown
+    assert "[rank 1]     1 / 0" in shown and "worker.py" not in shown
+    assert shown.strip().endswith("UsageError: %%torchprofile: rank 1 failed: ZeroDivisionError: division by zero "
+                                  "(its output is above); the other ranks were stopped")
+    assert _children() <= before
+
+
+def test_an_interrupt_stops_every_rank(shell):
+    import signal
+    import threading
+
+    before = _children()
+    threads = threading.active_count()
+    timer = threading.Timer(6.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        result, captured = run(shell, "%%torchprofile --ranks 2\nimport time\ntime.sleep(120)\n")
+    finally:
+        timer.cancel()
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert "interrupted: every rank was stopped" in captured.stdout
+    assert "torchmagic/" not in captured.stdout + captured.stderr
+    assert _children() <= before and threading.active_count() == threads
+
+
+@pytest.mark.parametrize("line, message", [
+    ("--ranks 0", "--ranks must be at least 1, got 0"),
+    ("--ranks 2 --backend mpi", "--backend must be gloo or nccl, got 'mpi'"),
+    ("--ranks 2 --backend nccl", "--backend nccl needs a GPU per rank: 2 ranks, 0 GPU(s) here"),
+    ("--ranks 100", "--ranks 100 is more than 4x the"),
+    ("--ranks 2 --share nothing_here", "--share 'nothing_here': not defined in the notebook"),
+    ("--ranks 2 --share local_fn", "--share local_fn: uses local_fn, defined in the notebook"),
+    ("--ranks 2 --memory", "--memory cannot go with --ranks"),
+    ("--share x", "--backend and --share go with --ranks N"),
+])
+def test_bad_rank_settings_are_one_line_before_anything_starts(shell, line, message):
+    shell.run_cell("def local_fn():\n    pass\nx = 1")
+    before = _children()
+    started = time.perf_counter()
+    _, captured = run(shell, f"%%torchprofile {line}\nx = 2\n")
+    shown = (captured.stdout + captured.stderr).strip()
+    assert shown.startswith("UsageError: %%torchprofile: ") and message in shown and "\n" not in shown
+    assert time.perf_counter() - started < 1 and _children() <= before and shell.user_ns["x"] == 1

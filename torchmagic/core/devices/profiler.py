@@ -26,6 +26,11 @@ _BANNER = re.compile(r"^USDT:.*\] profiler_(start|stop)\s*$"
                      r"|^\[W.*\] Memory block of unknown size was allocated before the profiling started")
 
 
+def is_profiler_banner(line: str) -> bool:
+    """A line of kineto's own chatter (also in the output of a profiled rank)."""
+    return _BANNER.match(line) is not None
+
+
 class without_profiler_banner(HeldScope):
     """Send fd 2 to a temporary file for the scope, then pass on all but the banner lines.  A Ctrl-C
     can never leave fd 2 pointing at a deleted file (HeldScope)."""

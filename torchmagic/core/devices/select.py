@@ -89,6 +89,11 @@ def visible_accelerators() -> list[Device]:
     return []
 
 
+def nccl_gpus() -> int:
+    """How many GPUs ranks could each take one of with NCCL (CUDA only); initialises nothing."""
+    return torch.cuda.device_count() if not _injected and torch.cuda.is_available() else 0
+
+
 @contextlib.contextmanager
 def use_device(device: Device) -> Iterator[Device]:
     """Make ``device`` the one every engine measures when none is named (tests; nests)."""

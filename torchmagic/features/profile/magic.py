@@ -11,6 +11,7 @@ from ...core.ipython import (DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, 
                              usage_error, user_frames_only)
 from ...core.state import values_named
 from .result import SORT_KEYS
+from ..traces.ranks_magic import ranks_magic
 from .run import ProfileOptions, run_profile
 
 
@@ -31,6 +32,12 @@ class ProfileMagics(TorchMagicsBase):
               help="order operators by: auto (GPU time when present, else CPU), "
                    + ", ".join(sorted(set(SORT_KEYS))))
     @argument("--top", type=int, default=15, metavar="K", help="operators shown (default 15)")
+    @argument("--ranks", type=int, metavar="N", help="run the cell in N processes with torch.distributed set up "
+              "(as torchrun runs a script), each profiled, and compare the ranks; the cell's loop calls prof.step()")
+    @argument("--backend", metavar="NAME", help="with --ranks: gloo or nccl (default: nccl with a GPU per rank, "
+              "else gloo)")
+    @argument("--share", metavar="NAMES", help="with --ranks: notebook variables each rank gets (pickled), "
+              "e.g. dataset,config")
     @DEVICE_ARGUMENT
     @argument("-o", dest="output", metavar="NAME", help="store the ProfileResult in variable NAME")
     @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
@@ -43,9 +50,18 @@ class ProfileMagics(TorchMagicsBase):
         returned.  The report shows findings (bottleneck, fix, command to verify it), time by
         category, the top operators and a timeline.  If the cell raises, the profile of
         what ran is shown and the exception re-raised.
+
+        With --ranks N the cell is a distributed program: it runs once in each of N processes
+        (the process group set up, gloo on CPU, NCCL with a GPU per rank), its loop marking
+        steps with prof.step(); --warmup and --steps choose the profiled ones.  Output is shown
+        live per rank; the report compares the ranks (the straggler, waiting, communication).
         """
         __tracebackhide__ = True  # noqa: F841
         args = parse_argstring(self.torchprofile, line, "%%torchprofile")
+        if args.ranks is not None:
+            return ranks_magic(self, args, cell)
+        if args.backend is not None or args.share is not None:
+            raise usage_error("%%torchprofile: --backend and --share go with --ranks N")
         try:
             options = ProfileOptions(steps=args.steps, warmup=args.warmup, record_shapes=args.record_shapes,
                                      memory=args.memory, stack=args.stack, flops=args.flops,
