@@ -11,7 +11,7 @@ from ...core.ipython import (DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, 
                              usage_error, user_frames_only)
 from ...core.state import values_named
 from .result import SORT_KEYS
-from ..traces.ranks_magic import ranks_magic
+from ..traces.magic import ranks_magic
 from .run import ProfileOptions, run_profile
 
 

@@ -22,8 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torchmagic
-
 from ...core.devices.profiler import is_profiler_banner
 from ...core.interrupts import HeldScope, guards
 from ...core.limits import SettingError, check_count, usable_cores
@@ -34,6 +32,7 @@ from .worker import EXIT_SETUP_FAILED
 STOP_GRACE_S = 5          # a rank told to stop (SIGTERM) has this long before SIGKILL
 POLL_S = 0.05             # how often the ranks' output and exits are looked at
 RANKS_PER_CORE = 4        # CPU ranks beyond this many per usable core only contend
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # torchmagic/
 
 
 class RankFailed(RuntimeError):
@@ -117,7 +116,7 @@ def _free_port() -> int:
 
 def rank_environment(rank: int, world: int, port: int, threads: int) -> dict[str, str]:
     """What torchrun sets for each worker on a single node (and the package on the path)."""
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(torchmagic.__file__)))
+    package_root = os.path.dirname(_PACKAGE_DIR)
     path = os.environ.get("PYTHONPATH")
     return {
         "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
