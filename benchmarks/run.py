@@ -53,6 +53,8 @@ BENCHMARKS = [
     Benchmark("gpumem_speed", "%gpumem: report latency and the watch's cost", limit_s=180),
     Benchmark("loadertune_speedup", "%loadertune: the speedup it finds on a CPU-heavy transform", limit_s=180),
     Benchmark("tutorial_speedups", "The tutorials' techniques, measured side by side", limit_s=180),
+    Benchmark("trace_analysis", "torchmagic.analyze on big traces: MB/s and peak memory (and HTA's, if installed)",
+              ("--sizes", "50,250"), limit_s=240),
 ]
 
 

@@ -130,10 +130,12 @@ def measure(python: str, tool: str, path: str, limit_s: float) -> dict:
 
 
 def _hta_python(given: str | None) -> str | None:
-    for python in ([given] if given else [sys.executable]):
-        if python and subprocess.run([python, "-c", "import hta"], capture_output=True).returncode == 0:
-            return python
-    return None
+    python = given or sys.executable
+    try:
+        found = subprocess.run([python, "-c", "import hta"], capture_output=True).returncode == 0
+    except OSError:  # no such interpreter
+        found = False
+    return python if found else None
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ class IntervalSet:
     def __init__(self):
         self._starts, self._ends = array("d"), array("d")
         self._open: list[float] | None = None   # [start, end] being extended
-        self._merged: tuple[list[float], list[float]] | None = None
+        self._merged: tuple[array, array] | None = None
 
     def add(self, start: float, end: float) -> None:
         if end <= start:
@@ -35,17 +35,22 @@ class IntervalSet:
             self._ends.append(current[1])
         self._open = [start, end]
 
-    def merged(self) -> tuple[list[float], list[float]]:
-        """Sorted, disjoint starts and ends."""
+    def merged(self) -> tuple[array, array]:
+        """Sorted, disjoint starts and ends (arrays of floats: 16 bytes an interval)."""
         if self._merged is None:
-            pairs = sorted(zip(self._starts, self._ends))
+            raw_starts, raw_ends = array("d", self._starts), array("d", self._ends)
             if self._open is not None:
-                bisect.insort(pairs, tuple(self._open))
-            starts: list[float] = []
-            ends: list[float] = []
-            for start, end in pairs:
+                raw_starts.append(self._open[0])
+                raw_ends.append(self._open[1])
+            n = len(raw_starts)
+            in_order = all(raw_starts[i] <= raw_starts[i + 1] for i in range(n - 1))
+            order = range(n) if in_order else sorted(range(n), key=raw_starts.__getitem__)
+            starts, ends = array("d"), array("d")
+            for i in order:
+                start, end = raw_starts[i], raw_ends[i]
                 if ends and start <= ends[-1]:
-                    ends[-1] = max(ends[-1], end)
+                    if end > ends[-1]:
+                        ends[-1] = end
                 else:
                     starts.append(start)
                     ends.append(end)
