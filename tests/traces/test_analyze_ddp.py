@@ -192,13 +192,21 @@ def test_a_failing_rank_stops_the_others_and_shows_its_traceback(shell):
     assert _children() <= before
 
 
-def test_an_interrupt_stops_every_rank(shell):
+@pytest.mark.parametrize("delay", [0.3, 2.0, 6.0])  # starting the ranks, importing torch, in the cell
+def test_an_interrupt_stops_every_rank_and_leaves_nothing_behind(shell, delay):
+    import glob
     import signal
+    import tempfile
     import threading
+
+    import psutil
 
     before = _children()
     threads = threading.active_count()
-    timer = threading.Timer(6.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    fds = psutil.Process().num_fds()
+    handler = signal.getsignal(signal.SIGINT)
+    workdirs = set(glob.glob(os.path.join(tempfile.gettempdir(), "torchmagic-ranks-*")))
+    timer = threading.Timer(delay, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
     try:
         result, captured = run(shell, "%%torchprofile --ranks 2\nimport time\ntime.sleep(120)\n")
@@ -208,6 +216,8 @@ def test_an_interrupt_stops_every_rank(shell):
     assert "interrupted: every rank was stopped" in captured.stdout
     assert "torchmagic/" not in captured.stdout + captured.stderr
     assert _children() <= before and threading.active_count() == threads
+    assert psutil.Process().num_fds() <= fds and signal.getsignal(signal.SIGINT) is handler
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "torchmagic-ranks-*"))) <= workdirs
 
 
 @pytest.mark.parametrize("line, message", [
