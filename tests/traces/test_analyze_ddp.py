@@ -192,8 +192,21 @@ def test_a_failing_rank_stops_the_others_and_shows_its_traceback(shell):
     assert _children() <= before
 
 
+def test_too_few_steps_and_a_kept_trace_directory(shell, tmp_path):
+    cell = "%%torchprofile --ranks 2 --warmup 3 --steps 2\nfor _ in range(2):\n    prof.step()\n"
+    _, captured = run(shell, cell)
+    assert (captured.stdout + captured.stderr).strip().splitlines()[-1] == (
+        "UsageError: %%torchprofile: --warmup and --steps: the cell called prof.step() 2 time(s): too few to "
+        "reach a profiled step (after 3 warm-up step(s))")
+    (tmp_path / "rank0.old.pt.trace.json").write_text("left from another run")
+    result, _ = run(shell, f"%%torchprofile -q -o kept --ranks 2 --trace {tmp_path}\nimport torch\n"
+                           "torch.ones(8).sum()\n")
+    assert result.success and [x.rank for x in shell.user_ns["kept"].ranks] == [0, 1]
+    assert {"rank0.pt.trace.json", "rank1.pt.trace.json"} <= set(os.listdir(tmp_path))
+
+
 @pytest.mark.parametrize("delay", [0.3, 2.0, 6.0])  # starting the ranks, importing torch, in the cell
-def test_an_interrupt_stops_every_rank_and_leaves_nothing_behind(shell, delay):
+def test_an_interrupt_stops_every_rank_and_leaves_nothing_behind(shell, delay, tmp_path, monkeypatch):
     import glob
     import signal
     import tempfile
@@ -205,19 +218,22 @@ def test_an_interrupt_stops_every_rank_and_leaves_nothing_behind(shell, delay):
     threads = threading.active_count()
     fds = psutil.Process().num_fds()
     handler = signal.getsignal(signal.SIGINT)
-    workdirs = set(glob.glob(os.path.join(tempfile.gettempdir(), "torchmagic-ranks-*")))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # this run's working directory goes here
     timer = threading.Timer(delay, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
     try:
         result, captured = run(shell, "%%torchprofile --ranks 2\nimport time\ntime.sleep(120)\n")
     finally:
         timer.cancel()
-    assert isinstance(result.error_in_exec, KeyboardInterrupt)
-    assert "interrupted: every rank was stopped" in captured.stdout
-    assert "torchmagic/" not in captured.stdout + captured.stderr
-    assert _children() <= before and threading.active_count() == threads
-    assert psutil.Process().num_fds() <= fds and signal.getsignal(signal.SIGINT) is handler
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "torchmagic-ranks-*"))) <= workdirs
+    shown = captured.stdout + captured.stderr
+    assert isinstance(result.error_in_exec, KeyboardInterrupt), (result.error_in_exec, shown[-2000:])
+    assert "interrupted: every rank was stopped" in captured.stdout, shown[-2000:]
+    assert "torchmagic/" not in shown, shown[-2000:]
+    assert _children() <= before, (_children(), before)
+    assert threading.active_count() == threads, threading.enumerate()
+    assert psutil.Process().num_fds() <= fds, (psutil.Process().num_fds(), fds)
+    assert signal.getsignal(signal.SIGINT) is handler
+    assert glob.glob(os.path.join(tmp_path, "torchmagic-ranks-*")) == []
 
 
 @pytest.mark.parametrize("line, message", [

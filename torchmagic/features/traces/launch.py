@@ -27,7 +27,7 @@ from ...core.interrupts import HeldScope, guards
 from ...core.limits import SettingError, check_count, usable_cores
 from .result import TraceAnalysis
 from .run import analyze_traces
-from .worker import EXIT_SETUP_FAILED
+from .worker import EXIT_NO_TRACE, EXIT_SETUP_FAILED
 
 STOP_GRACE_S = 5          # a rank told to stop (SIGTERM) has this long before SIGKILL
 POLL_S = 0.05             # how often the ranks' output and exits are looked at
@@ -267,10 +267,15 @@ def run_ranks(code: str, shared: dict[str, Any], options: RanksOptions, *, gpus:
         follower.poll(final=True)
         if failure is not None:
             rank, code = failure
+            said = follower.last_error_line.get(rank, "")
             if code == EXIT_SETUP_FAILED:
-                raise SettingError("share", follower.last_error_line.get(rank, "the ranks could not load it"))
-            raise RankFailed(rank, code, follower.last_error_line.get(rank, ""))
-        result = analyze_traces(ranks.trace_dir, label=label)
+                raise SettingError("share", said or "the ranks could not load it")
+            if code == EXIT_NO_TRACE:
+                raise SettingError("warmup", f"and --steps: {said}")
+            raise RankFailed(rank, code, said)
+        # the files this run wrote, not others a kept --trace directory may hold
+        result = analyze_traces([os.path.join(ranks.trace_dir, f"rank{r}.pt.trace.json") for r in range(options.ranks)],
+                                label=label)
     result.notes.insert(0, _launch_note(options, backend, threads, shared, blob, time.perf_counter() - started))
     return result
 

@@ -22,6 +22,7 @@ import warnings
 CELL_FILENAME = "<%%torchprofile cell>"
 EXIT_CELL_FAILED = 1
 EXIT_SETUP_FAILED = 2
+EXIT_NO_TRACE = 3
 
 
 def _cell_traceback(exc: BaseException) -> str:
@@ -70,6 +71,10 @@ def main(payload_path: str) -> int:
                 return EXIT_CELL_FAILED
         if not stepped:
             prof.export_chrome_trace(path)
+        elif not os.path.exists(path):  # the loop ended before a profiled step did
+            print(f"the cell called prof.step() {prof.step_num} time(s): too few to reach a profiled step "
+                  f"(after {payload['warmup']} warm-up step(s))", file=sys.stderr)
+            return EXIT_NO_TRACE
         return 0
     finally:
         if dist.is_initialized():
