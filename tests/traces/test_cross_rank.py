@@ -74,3 +74,14 @@ def test_without_step_markers_the_trace_is_one_step(tmp_path):
     only = r.ranks[0]
     assert only.steps == 0 and only.step_s == pytest.approx(700e-6) and only.compute_s == pytest.approx(600e-6)
     assert any("no ProfilerStep markers" in note for note in r.notes)
+
+
+def test_on_a_gpu_only_kernels_hide_communication_not_the_host_loading_data(tmp_path):
+    events = gpu_steps(comm_us=3_000)
+    for i in range(3):  # the host loads the next batch while the all-reduce runs on the device
+        events.append(event("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
+                            i * 12_000 + 6_000, 3_000, cat="user_annotation"))
+    write_trace(tmp_path / "t.json", events, rank=0, world_size=1)
+    only = torchmagic.analyze(tmp_path / "t.json").ranks[0]
+    assert only.exposed_comm_s == pytest.approx(0.003) and only.dataloader_s == pytest.approx(0.003)
+    assert only.compute_s == pytest.approx(0.006)

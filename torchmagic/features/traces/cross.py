@@ -32,9 +32,8 @@ def summarize_rank(trace: RankTrace, matched: list[Matched]) -> RankSummary:
     """Per-step averages (seconds) over the rank's profiled steps."""
     windows = trace.windows()
     n = max(len(windows), 1)
-    busy, comm = trace.busy, trace.comm
-    work = busy.union(trace.data)  # a rank loading data is not idle: communication under it is hidden
-    active = work.union(comm)
+    comm, work = trace.comm, trace.hiding
+    active = work.union(trace.data, comm)
 
     def per_step(intervals) -> float:
         return sum(intervals.within(s, e) for _, s, e in windows) / n * US
@@ -46,7 +45,7 @@ def summarize_rank(trace: RankTrace, matched: list[Matched]) -> RankSummary:
 
     step_s = sum(e - s for _, s, e in windows) / n * US
     data_s = per_step(trace.data)
-    compute_s = per_step(busy.minus(trace.data)) if not trace.on_device else per_step(busy)
+    compute_s = per_step(trace.compute)
     backward_s, optimizer_s = per_step(trace.backward), per_step(trace.optimizer)
     host_work = trace.host_busy.minus(trace.data)
     phases = {"data loading": data_s,
@@ -159,18 +158,16 @@ def representative_lanes(traces: list[RankTrace]) -> tuple[int | None, list[Step
         if window is None:
             continue
         start, end = window
-        work = trace.busy.minus(trace.data) if not trace.on_device else trace.busy
-        hidden = trace.busy.union(trace.data)
+        exposed = trace.comm.minus(trace.hiding)
 
         def rel(pieces):
             return [((s - start) * US, (e - s) * US) for s, e in pieces]
 
         lanes.append(StepLane(rank=trace.rank, step=number, step_s=(end - start) * US,
-                              spans={"compute": rel(work.clipped(start, end)),
+                              spans={"compute": rel(trace.compute.clipped(start, end)),
                                      "data loading": rel(trace.data.clipped(start, end)),
-                                     "communication (exposed)": rel(trace.comm.minus(hidden).clipped(start, end)),
-                                     "communication (overlapped)": rel(
-                                         trace.comm.minus(trace.comm.minus(hidden)).clipped(start, end))}))
+                                     "communication (exposed)": rel(exposed.clipped(start, end)),
+                                     "communication (overlapped)": rel(trace.comm.minus(exposed).clipped(start, end))}))
     return number, lanes
 
 

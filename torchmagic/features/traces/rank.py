@@ -85,7 +85,14 @@ class RankTrace:
         return bool(self.device_busy.merged()[0] or self.device_collectives)
 
     @property
-    def busy(self) -> IntervalSet:
+    def compute(self) -> IntervalSet:
+        """Compute: kernels on a GPU trace; CPU ops less data loading on a CPU one."""
+        return self.device_busy if self.on_device else self.host_busy.minus(self.data)
+
+    @property
+    def hiding(self) -> IntervalSet:
+        """What hides communication: kernels on a GPU (the host loading data leaves the device
+        idle); on CPU, any work of the process, data loading included."""
         return self.device_busy if self.on_device else self.host_busy
 
     @property
