@@ -85,3 +85,17 @@ def test_on_a_gpu_only_kernels_hide_communication_not_the_host_loading_data(tmp_
     only = torchmagic.analyze(tmp_path / "t.json").ranks[0]
     assert only.exposed_comm_s == pytest.approx(0.003) and only.dataloader_s == pytest.approx(0.003)
     assert only.compute_s == pytest.approx(0.006)
+
+
+def test_collectives_running_at_once_count_once_and_one_rank_cannot_tell_waiting(tmp_path):
+    events = [event("ProfilerStep#1", 0, 10_000, cat="user_annotation"), event("aten::mm", 0, 1_000)]
+    events += [event("gloo:all_reduce", 1_000, 8_000, cat="user_annotation", tid=t) for t in (8, 9)]
+    write_trace(tmp_path / "rank3.json", events, rank=3, world_size=4, backend="gloo")
+    r = torchmagic.analyze(tmp_path / "rank3.json")
+    only = r.ranks[0]
+    assert only.comm_s == pytest.approx(0.008) and only.collectives["all_reduce"]["seconds_per_step"] == pytest.approx(0.008)
+    assert only.collectives["all_reduce"]["calls"] == 2
+    finding = r.finding("exposed_comm")
+    assert "waiting for other ranks, or transfers" in finding.title
+    assert finding.fix.startswith("Analyze every rank's trace together first")
+    assert any("traces for 1 of the job's 4 ranks" in note for note in r.notes)

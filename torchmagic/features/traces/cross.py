@@ -61,16 +61,17 @@ def summarize_rank(trace: RankTrace, matched: list[Matched]) -> RankSummary:
     for m in sorted(matched, key=lambda m: m.start):
         heads.add(m.start, m.start + m.dur - m.transfer)
         tails.add(m.start + m.dur - m.transfer, m.start + m.dur)
-    collectives: dict[str, dict] = {}
-    for c in trace.collectives:
+    calls: dict[str, int] = defaultdict(int)
+    spans: dict[str, IntervalSet] = defaultdict(IntervalSet)  # a union: a backend runs some at once
+    for c in sorted(trace.collectives, key=lambda c: c.start):
         if in_steps(c.start):
-            entry = collectives.setdefault(c.op, {"calls": 0, "seconds_per_step": 0.0, "bytes": None})
-            entry["calls"] += 1
-            entry["seconds_per_step"] += c.dur / n * US
-    for op, entry in collectives.items():  # record_param_comms says "allreduce", "_allgather_base" ...
+            calls[c.op] += 1
+            spans[c.op].add(c.start, c.start + c.dur)
+    collectives = {}
+    for op in calls:  # record_param_comms says "allreduce", "_allgather_base" ...
         key = op.replace("_", "")
-        described = sum(n for name, n in trace.comm_bytes.items() if name.startswith(key))
-        entry["bytes"] = described or None
+        described = sum(b for name, b in trace.comm_bytes.items() if name.startswith(key))
+        collectives[op] = {"calls": calls[op], "seconds_per_step": per_step(spans[op]), "bytes": described or None}
     return RankSummary(
         rank=trace.rank, path=trace.path, device="gpu" if trace.on_device else "cpu",
         steps=len(trace.steps), step_s=step_s, compute_s=compute_s, comm_s=per_step(comm),

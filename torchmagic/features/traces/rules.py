@@ -84,12 +84,17 @@ def exposed_comm_finding(ranks: list[RankSummary]) -> Finding | None:
     if share < THRESHOLDS["exposed_transfer_share"]:
         return None
     comm = statistics.median(r.comm_s for r in ranks)
+    alone = len(ranks) == 1  # no other rank's trace: waiting cannot be told from transfer
+    title = (f"Communication: {share:.0%} of the step is collectives with no compute beside them (waiting for "
+             "other ranks, or transfers: their traces would tell)" if alone else
+             f"Communication: {share:.0%} of the step is transfers with no compute beside them")
     return Finding(
         rule="exposed_comm", severity=severity(share), share=round(share, 4),
-        title=f"Communication: {share:.0%} of the step is transfers with no compute beside them",
+        title=title,
         evidence={"exposed_ms_per_step": round(exposed * 1e3, 3), "comm_ms_per_step": round(comm * 1e3, 3),
                   "step_ms": round(step * 1e3, 3)},
-        fix=("The all-reduce of gradients should run while backward computes the next ones. Tune DDP's "
+        fix=(("Analyze every rank's trace together first: if the others wait for one rank, fix that rank. " if alone
+              else "") + "The all-reduce of gradients should run while backward computes the next ones. Tune DDP's "
              "buckets (bucket_cap_mb), keep gradients in them (gradient_as_bucket_view), declare a static "
              "graph, and with gradient accumulation all-reduce once per optimizer step (no_sync). With FSDP, "
              "prefetch the next all-gather (backward_prefetch, forward_prefetch). Then profile again and "
