@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -116,17 +118,28 @@ def write_tiled(template: dict, path: str, target_mb: float) -> int:
     return written
 
 
-def measure(python: str, tool: str, path: str, limit_s: float) -> dict:
+def measure(python: str, tool: str, path: str, limit_s: float, memory_gb: float) -> dict:
+    """One analysis in a fresh process (its own session, so a timeout stops its pool workers too),
+    with its address space capped at ``memory_gb``: an analyser that needs more fails on its own
+    instead of the kernel's OOM killer taking the machine's biggest process."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cap = int(memory_gb * 2**30)
+
+    def limit_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    process = subprocess.Popen([python, "-c", _MEASURE, tool, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env, start_new_session=True, preexec_fn=limit_memory)
     try:
-        done = subprocess.run([python, "-c", _MEASURE, tool, path], capture_output=True, text=True,
-                              timeout=limit_s, env=env)
+        out, err = process.communicate(timeout=limit_s)
     except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
         return {"error": f"over {limit_s:.0f} s"}
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"exit {done.returncode}: {last[:120]}"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    if process.returncode != 0:
+        last = (err.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"exit {process.returncode}: {last[:120]}"}
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def _hta_python(given: str | None) -> str | None:
@@ -143,6 +156,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="50,250,1000", help="trace sizes in MB")
     parser.add_argument("--hta-python", help="a Python with HolisticTraceAnalysis installed")
     parser.add_argument("--limit", type=float, default=600.0, help="seconds per analysis at most")
+    parser.add_argument("--memory-gb", type=float, default=16.0, help="address space per analysis at most (GiB)")
     args = parser.parse_args()
     print(machine_line())
     hta = _hta_python(args.hta_python)
@@ -161,7 +175,7 @@ def main() -> None:
             for tool, python in (("torchmagic", sys.executable), ("HTA", hta)):
                 if python is None:
                     continue
-                got = measure(python, tool.lower(), path, args.limit)
+                got = measure(python, tool.lower(), path, args.limit, args.memory_gb)
                 if "error" in got:
                     print(f"{'':>20}  {tool:<10} {'':>8} {'':>7} {'':>16}  {got['error']}", flush=True)
                     continue
