@@ -99,3 +99,22 @@ def test_collectives_running_at_once_count_once_and_one_rank_cannot_tell_waiting
     assert "waiting for other ranks, or transfers" in finding.title
     assert finding.fix.startswith("Analyze every rank's trace together first")
     assert any("traces for 1 of the job's 4 ranks" in note for note in r.notes)
+
+
+def test_one_late_step_does_not_make_a_straggler(tmp_path):
+    # rank 1 arrives 8 ms late once; in the three other steps rank 0 is the one 0.3 ms late
+    late = {0: [0, 300, 300, 300], 1: [8_000, 0, 0, 0]}
+    for rank in (0, 1):
+        events = []
+        for i in range(4):
+            t = i * 20_000
+            others_late = late[1 - rank][i]
+            events += [event(f"ProfilerStep#{i}", t, 20_000, cat="user_annotation"),
+                       event("void gemm_kernel", t, 6_000 + late[rank][i], cat="kernel", tid=7),
+                       event("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t + 6_000 + late[rank][i],
+                             1_000 + max(others_late - late[rank][i], 0), cat="kernel", tid=8)]
+        write_trace(tmp_path / f"rank{rank}.json", events, rank=rank, world_size=2)
+    r = torchmagic.analyze(tmp_path)
+    assert r.rank(0).wait_s == pytest.approx(0.002) and r.rank(1).wait_s == pytest.approx(0.000225)
+    assert r.rank(0).step_waits_s == {0: pytest.approx(0.008), 1: 0, 2: 0, 3: 0}
+    assert r.straggler is None and r.finding("straggler_compute") is None

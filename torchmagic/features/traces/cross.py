@@ -72,10 +72,12 @@ def summarize_rank(trace: RankTrace, matched: list[Matched]) -> RankSummary:
         key = op.replace("_", "")
         described = sum(b for name, b in trace.comm_bytes.items() if name.startswith(key))
         collectives[op] = {"calls": calls[op], "seconds_per_step": per_step(spans[op]), "bytes": described or None}
+    waiting = heads.minus(tails)
+    step_waits = {number: waiting.within(s, e) * US for number, s, e in windows if number is not None}
     return RankSummary(
-        rank=trace.rank, path=trace.path, device="gpu" if trace.on_device else "cpu",
+        rank=trace.rank, path=trace.path, device="gpu" if trace.on_device else "cpu", step_waits_s=step_waits,
         steps=len(trace.steps), step_s=step_s, compute_s=compute_s, comm_s=per_step(comm),
-        exposed_comm_s=per_step(comm.minus(work)), wait_s=per_step(heads.minus(tails)), transfer_s=per_step(tails),
+        exposed_comm_s=per_step(comm.minus(work)), wait_s=per_step(waiting), transfer_s=per_step(tails),
         exposed_transfer_s=per_step(tails.minus(work)), dataloader_s=data_s,
         idle_s=max(step_s - per_step(active), 0.0), phases_s=phases, collectives=collectives,
         events=trace.events)
@@ -123,14 +125,17 @@ def match_collectives(traces: list[RankTrace]) -> tuple[list[list[Matched]], int
 
 
 def find_straggler(ranks: list[RankSummary]) -> tuple[int | None, str | None, str | None]:
-    """(straggler rank, the phase it spends longer in, one line saying so), or Nones."""
+    """(straggler rank, the phase it spends longer in, one line saying so), or Nones.
+
+    The candidate is the rank that waits least; it is the straggler when, step by step, the
+    others' median wait exceeds its own by at least ``STRAGGLER_SHARE`` of the step in the median
+    step (one noisy step, or ranks taking turns to be late, do not make a straggler)."""
     if len(ranks) < 2:
         return None, None, None
     candidate = min(ranks, key=lambda r: r.wait_s)
     others = [r for r in ranks if r is not candidate]
-    others_wait = statistics.median(r.wait_s for r in others)
     step = statistics.median(r.step_s for r in ranks)
-    lead = others_wait - candidate.wait_s
+    lead = _median_lead(candidate, others)
     if lead < max(STRAGGLER_SHARE * step, MIN_STRAGGLER_S):
         return None, None, None
     excess = {phase: seconds - statistics.median(r.phases_s.get(phase, 0.0) for r in others)
@@ -140,7 +145,17 @@ def find_straggler(ranks: list[RankSummary]) -> tuple[int | None, str | None, st
         return candidate.rank, None, (f"rank {candidate.rank} is the one the others wait for "
                                       f"({_ms(lead)} per step); no one phase of it is longer than on the others")
     return candidate.rank, phase, (f"rank {candidate.rank} spends {_ms(longer)} more per step in {phase} than the "
-                                   f"other ranks (median), and they wait {_ms(others_wait)} per step for it")
+                                   f"other ranks (median), and they wait {_ms(lead)} per step longer for it")
+
+
+def _median_lead(candidate: RankSummary, others: list[RankSummary]) -> float:
+    """The others' median wait less the candidate's, step by step, then the median over steps
+    (without step markers: the averages)."""
+    common = set(candidate.step_waits_s).intersection(*(r.step_waits_s for r in others))
+    if not common:
+        return statistics.median(r.wait_s for r in others) - candidate.wait_s
+    return statistics.median(statistics.median(r.step_waits_s[n] for r in others) - candidate.step_waits_s[n]
+                             for n in common)
 
 
 def representative_lanes(traces: list[RankTrace]) -> tuple[int | None, list[StepLane]]:

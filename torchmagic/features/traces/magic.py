@@ -78,7 +78,7 @@ def ranks_magic(magics, args, cell: str):
         result = run_ranks(code, {n: namespace[n] for n in names}, options, gpus=nccl_gpus(), label=MAGIC)
     except SettingError as exc:
         raise refused(MAGIC, exc) from None
-    except RankFailed as exc:
+    except (RankFailed, TraceFileError) as exc:
         raise usage_error(f"{MAGIC}: {exc}") from None
     except KeyboardInterrupt as exc:
         print("interrupted: every rank was stopped before the traces were compared; nothing was analysed")

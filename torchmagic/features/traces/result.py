@@ -34,6 +34,7 @@ class RankSummary:
     idle_s: float                   # neither compute, data loading nor communication
     phases_s: dict[str, float] = field(default_factory=dict)
     collectives: dict[str, dict] = field(default_factory=dict)  # op -> calls, seconds_per_step, bytes
+    step_waits_s: dict[int, float] = field(default_factory=dict)  # step number -> seconds waiting
     events: int = 0
 
 

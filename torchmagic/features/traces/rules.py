@@ -45,27 +45,27 @@ def straggler_finding(ranks: list[RankSummary], straggler: int | None, phase: st
     if straggler is None:
         return None
     others = [r for r in ranks if r.rank != straggler]
-    waited = statistics.median(r.wait_s for r in others)
+    own = next(r.wait_s for r in ranks if r.rank == straggler)
+    waited = max(statistics.median(r.wait_s for r in others) - own, 0.0)  # what the others wait for it
     step = statistics.median(r.step_s for r in ranks)
     share = waited / step if step > 0 else 0.0
-    evidence = {"straggler": straggler, "others_wait_ms_per_step": round(waited * 1e3, 3),
-                "straggler_wait_ms_per_step": round(next(r.wait_s for r in ranks if r.rank == straggler) * 1e3, 3),
-                "step_ms": round(step * 1e3, 3), "phase": phase}
+    evidence = {"straggler": straggler, "others_wait_longer_ms_per_step": round(waited * 1e3, 3),
+                "straggler_wait_ms_per_step": round(own * 1e3, 3), "step_ms": round(step * 1e3, 3), "phase": phase}
     if phase == "data loading":
         return Finding(
             rule="straggler_dataloader", severity=severity(share), share=round(share, 4),
             title=f"Rank {straggler} is the straggler: its input pipeline holds every rank back "
-                  f"({share:.0%} of the step is waiting)",
+                  f"(the others wait {share:.0%} of the step for it)",
             evidence=evidence,
             fix=(f"{reason}. Every rank waits for the slowest at each collective, so rank {straggler}'s "
                  "data loading sets the pace for all. Give its DataLoader more workers (and persistent "
                  "ones), and check what differs on that rank: its shard's samples (larger, on slower "
                  "storage), or its host (fewer free cores)."),
             snippet=_LOADER_SNIPPET, verify="%loadertune loader")
-    what = phase or "its step"
+    what = f"its {phase}" if phase else "it"
     return Finding(
         rule="straggler_compute", severity=severity(share), share=round(share, 4),
-        title=f"Rank {straggler} is the straggler: the others wait {share:.0%} of the step for its {what}",
+        title=f"Rank {straggler} is the straggler: the others wait {share:.0%} of the step for {what}",
         evidence=evidence,
         fix=(f"{reason}. Uneven work per rank: give each rank batches of the same cost (sort or bucket "
              "samples by length, cap tokens per batch), and if ranks get different numbers of batches, "
