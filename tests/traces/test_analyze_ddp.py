@@ -254,3 +254,23 @@ def test_bad_rank_settings_are_one_line_before_anything_starts(shell, line, mess
     shown = (captured.stdout + captured.stderr).strip()
     assert shown.startswith("UsageError: %%torchprofile: ") and message in shown and "\n" not in shown
     assert time.perf_counter() - started < 1 and _children() <= before and shell.user_ns["x"] == 1
+
+
+def test_a_rank_that_cannot_start_stops_the_ones_that_did(monkeypatch):
+    import subprocess as sp
+
+    from torchmagic.features.traces import launch
+
+    started = []
+    real = sp.Popen
+
+    def second_fails(*args, **kwargs):
+        if started:
+            raise OSError("no more processes")
+        started.append(real(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(launch.subprocess, "Popen", second_fails)
+    with pytest.raises(OSError):
+        launch.run_ranks("import time\ntime.sleep(60)\n", {}, launch.RanksOptions(ranks=2))
+    assert started and started[0].poll() is not None

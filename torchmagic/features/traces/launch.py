@@ -39,7 +39,11 @@ class RankFailed(RuntimeError):
     """A rank exited with an error; its output (above) has the traceback."""
 
     def __init__(self, rank: int, exitcode: int, last_line: str):
-        what = last_line or f"exit code {exitcode}"
+        if exitcode < 0:  # a signal ended it: SIGKILL from outside is most often the out-of-memory killer
+            name = signal.Signals(-exitcode).name
+            what = f"killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
+        else:
+            what = last_line or f"exit code {exitcode}"
         super().__init__(f"rank {rank} failed: {what} (its output is above); the other ranks were stopped")
         self.rank, self.exitcode = rank, exitcode
 
@@ -148,6 +152,13 @@ class RankProcesses(HeldScope):
         self._stopped = False
 
     def acquire(self) -> RankProcesses:
+        try:
+            return self._start()
+        except BaseException:  # a rank that could not start: the ones that did are stopped
+            self.release()
+            raise
+
+    def _start(self) -> RankProcesses:
         self.workdir = tempfile.mkdtemp(prefix="torchmagic-ranks-")
         self.trace_dir = self.keep_traces or os.path.join(self.workdir, "traces")
         os.makedirs(self.trace_dir, exist_ok=True)
