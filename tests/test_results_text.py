@@ -1,6 +1,9 @@
 """Every result prints as its text report (print(r), str(r)) and has a short one-line repr."""
 
 import importlib
+import os
+import shutil
+import tempfile
 import time
 
 import pytest
@@ -12,10 +15,11 @@ from torchmagic.core.render.base import Result
 
 from .conftest import run
 from .fakes import FakeCudaDevice
+from .traces.synthetic import gpu_steps, write_trace
 
 MiB = 2**20
 RESULT_MODULES = ["profile.result", "compare.result", "autobatch.result", "memory.result", "memory.watch_result",
-                  "loadertune.result"]
+                  "loadertune.result", "traces.result"]
 
 
 def _profile():
@@ -48,7 +52,17 @@ def _loadertune():
     return torchmagic.loadertune(loader, workers=[0], rounds=2, seconds=0.02, batches=3, device="cpu")
 
 
-BUILDERS = [_profile, _compare, _autobatch, _memory, _watch, _loadertune]
+def _traces():
+    folder = tempfile.mkdtemp()
+    for rank in (0, 1):
+        write_trace(os.path.join(folder, f"rank{rank}.json"), gpu_steps(late_us=3_000 * rank), rank=rank, world_size=2)
+    try:
+        return torchmagic.analyze(folder)
+    finally:
+        shutil.rmtree(folder)
+
+
+BUILDERS = [_profile, _compare, _autobatch, _memory, _watch, _loadertune, _traces]
 
 
 def _all_result_classes() -> set[type]:
