@@ -7,8 +7,9 @@ the same collective on every rank (ranks issue them in the same order), so its s
 across ranks, that of the last to arrive, is the transfer; the rest of each rank's duration is
 waiting.  This uses durations only, so it holds across hosts whose clocks disagree.
 
-**The straggler** is the rank the others wait for: the one that waits least, when the others'
-median wait exceeds it by at least ``STRAGGLER_SHARE`` of the step.  What it does longer is the
+**The straggler** is the rank the others wait for: the one that waits least, when step by step
+the others' median wait exceeds its own by at least ``STRAGGLER_SHARE`` of the step in the median
+step (``find_straggler``).  What it does longer is the
 phase (data loading, forward, backward, optimizer, or device compute) where it spends the most
 time per step above the other ranks' median.
 """

@@ -9,6 +9,7 @@ group) is stopped before the magic returns, and the temporary files go.
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import shutil
@@ -82,8 +83,9 @@ def choose_backend(options: RanksOptions, gpus: int) -> str:
 
 
 def pickle_shared(shared: dict[str, Any]) -> bytes:
-    """The shared variables, pickled; refused in one line when a rank could not load them back:
-    classes and functions the notebook defined are pickled by name, and do not exist in a rank."""
+    """The shared variables, each pickled once (a rank loads each back with ``pickle.loads``);
+    refused in one line when a rank could not load one: classes and functions the notebook
+    defined are pickled by name, and do not exist in a rank."""
     found: list[str] = []
 
     class _Pickler(pickle.Pickler):
@@ -93,9 +95,10 @@ def pickle_shared(shared: dict[str, Any]) -> bytes:
                 found.append(obj.__qualname__)
             return None
 
+    pickled = {}
     for name, value in shared.items():
         found.clear()
-        buffer = _Buffer()
+        buffer = io.BytesIO()
         try:
             _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
         except Exception as exc:
@@ -104,12 +107,8 @@ def pickle_shared(shared: dict[str, Any]) -> bytes:
         if found:
             raise SettingError("share", f"{name}: uses {', '.join(sorted(set(found)))}, defined in the notebook, "
                                         "which the ranks do not have: define it in the cell, or in a module")
-    return pickle.dumps(shared, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-class _Buffer:
-    def write(self, data) -> int:
-        return len(data)
+        pickled[name] = buffer.getvalue()
+    return pickle.dumps(pickled, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _free_port() -> int:

@@ -158,7 +158,7 @@ def read_rank(events, path: str) -> RankTrace:
                 out.optimizer.add(start, end)
             elif name.startswith(HOST_BACKENDS):
                 out.host_comm.add(start, end)
-                out.host_collectives.append(Collective(name.split(":", 1)[1], start, end - start, _finished(ev)))
+                out.host_collectives.append(Collective(collective_op(cat, name), start, end - start, _finished(ev)))
         elif cat == "kernel":
             op = collective_op(cat, name)
             if op is None:

@@ -49,7 +49,7 @@ def main(payload_path: str) -> int:
     dist.init_process_group(backend)
     try:
         try:
-            shared = pickle.loads(payload["shared"])
+            shared = {name: pickle.loads(value) for name, value in pickle.loads(payload["shared"]).items()}
         except Exception as exc:  # a class or function the notebook defined: not in this process
             print(f"rank {rank} could not load the shared variables: {type(exc).__name__}: {exc}", file=sys.stderr)
             return EXIT_SETUP_FAILED
