@@ -259,6 +259,7 @@ def test_bad_rank_settings_are_one_line_before_anything_starts(shell, line, mess
 def test_a_rank_that_cannot_start_stops_the_ones_that_did(monkeypatch):
     import subprocess as sp
 
+    from torchmagic.core.ranks import processes
     from torchmagic.features.traces import launch
 
     started = []
@@ -270,7 +271,7 @@ def test_a_rank_that_cannot_start_stops_the_ones_that_did(monkeypatch):
         started.append(real(*args, **kwargs))
         return started[-1]
 
-    monkeypatch.setattr(launch.subprocess, "Popen", second_fails)
+    monkeypatch.setattr(processes.subprocess, "Popen", second_fails)
     with pytest.raises(OSError):
         launch.run_ranks("import time\ntime.sleep(60)\n", {}, launch.RanksOptions(ranks=2))
     assert started and started[0].poll() is not None

@@ -10,7 +10,7 @@ from .cuda import CudaDevice
 from .mps import MpsDevice
 from .nvml import NvmlProcess, NvmlReading, nvml_reading
 from .oom import is_out_of_memory
-from .select import choose_device, nccl_gpus, parse_device, use_device, visible_accelerators
+from .select import choose_device, nccl_gpus, parse_device, rank_device, use_device, visible_accelerators
 
 __all__ = [
     "AllocatorStats",
@@ -27,6 +27,7 @@ __all__ = [
     "NvmlReading",
     "choose_device",
     "parse_device",
+    "rank_device",
     "is_out_of_memory",
     "nvml_reading",
     "use_device",

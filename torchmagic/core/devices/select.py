@@ -94,6 +94,15 @@ def nccl_gpus() -> int:
     return torch.cuda.device_count() if not _injected and torch.cuda.is_available() else 0
 
 
+def rank_device(backend: str, local_rank: int) -> Device:
+    """A process group rank's device: its own GPU with NCCL, made current as torchrun scripts do
+    (collectives and ``torch.cuda`` calls without an index use it); the CPU with gloo."""
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        return parse_device(f"cuda:{local_rank}")
+    return parse_device("cpu")
+
+
 @contextlib.contextmanager
 def use_device(device: Device) -> Iterator[Device]:
     """Make ``device`` the one every engine measures when none is named (tests; nests)."""

@@ -9,7 +9,8 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from ...core.devices import nccl_gpus
 from ...core.ipython import TorchMagicsBase, parse_argstring, raise_as_shown, refused, usage_error, user_frames_only
 from ...core.limits import SettingError
-from .launch import RankFailed, RanksOptions, run_ranks
+from ...core.ranks import RankFailed
+from .launch import RanksOptions, run_ranks
 from .reader import TraceFileError
 from .run import analyze_traces
 

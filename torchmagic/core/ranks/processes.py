@@ -1,0 +1,203 @@
+"""The ranks' processes, started as ``torchrun`` starts its workers and stopped as one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+from ..interrupts import HeldScope, deliver_pending, uninterruptible
+from ..limits import SettingError, usable_cores
+from .output import RankOutput
+
+STOP_GRACE_S = 5          # a rank told to stop (SIGTERM) has this long before SIGKILL
+RANKS_PER_CORE = 4        # CPU ranks beyond this many per usable core only contend
+EXIT_SETUP_FAILED = 2     # a rank could not load what was shared with it
+CONTROL_ENV = "TORCHMAGIC_CONTROL_FDS"  # "COMMANDS,REPLIES": the rank's ends of its control pipes
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+class RankFailed(RuntimeError):
+    """A rank exited with an error; its output (above) has the traceback."""
+
+    def __init__(self, rank: int, exitcode: int, last_line: str):
+        if exitcode < 0:  # a signal ended it: SIGKILL from outside is most often the out-of-memory killer
+            name = signal.Signals(-exitcode).name
+            what = f"killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
+        else:
+            what = last_line or f"exit code {exitcode}"
+        super().__init__(f"rank {rank} failed: {what} (its output is above); the other ranks were stopped")
+        self.rank, self.exitcode = rank, exitcode
+
+
+def choose_backend(ranks: int, backend: str | None, gpus: int) -> str:
+    """NCCL with a GPU per rank, gloo otherwise; a backend asked for must be possible here."""
+    if ranks < 1:
+        raise SettingError("ranks", f"must be at least 1, got {ranks}")
+    if backend not in (None, "gloo", "nccl"):
+        raise SettingError("backend", f"must be gloo or nccl, got {backend!r}")
+    backend = backend or ("nccl" if gpus >= ranks else "gloo")
+    if backend == "nccl" and gpus < ranks:
+        raise SettingError("backend", f"nccl needs a GPU per rank: {ranks} ranks, {gpus} GPU(s) here")
+    if backend == "gloo" and ranks > RANKS_PER_CORE * usable_cores():
+        raise SettingError("ranks", f"{ranks} is more than {RANKS_PER_CORE}x the {usable_cores()} usable "
+                                    "cores: each rank is a process with its own copy of the model")
+    return backend
+
+
+def threads_per_rank(ranks: int) -> int:
+    return max(1, usable_cores() // ranks)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_environment(rank: int, world: int, port: int, threads: int) -> dict[str, str]:
+    """What torchrun sets for each worker on a single node (and the package on the path)."""
+    path = os.environ.get("PYTHONPATH")
+    return {
+        "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
+        "ROLE_NAME": "default", "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world),
+        "ROLE_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+        "TORCHELASTIC_RUN_ID": "torchmagic", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads)),
+        "PYTHONPATH": _PACKAGE_ROOT + (os.pathsep + path if path else ""),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+class RankProcesses(HeldScope):
+    """The ranks, started and stopped as one: a Ctrl-C while they start, restart or stop is held
+    until every one is stopped and the temporary directory is gone.
+
+    Each rank is started as torch's elastic agent starts a worker (its ``SubprocessHandler``: a
+    ``Popen`` in a session of its own, stopped with ``killpg``, SIGTERM then SIGKILL), with
+    torchrun's environment, running ``python -m MODULE PAYLOAD``.  Not through ``start_processes``
+    itself: it replaces the caller's SIGINT, SIGTERM, SIGHUP and SIGQUIT handlers, and a notebook's
+    must stay as they are.  With ``control``, each rank also gets two pipes (control.py)."""
+
+    def __init__(self, module: str, payload: Callable[[str], bytes], ranks: int, threads: int,
+                 keep_dir: str | None = None, control: bool = False):
+        """``payload(out_dir)``: what each rank reads (the code, shared variables, options); ``out_dir``
+        is where ranks write files for the notebook (``keep_dir``, else a temporary directory)."""
+        self.module, self.payload, self.ranks, self.threads = module, payload, ranks, threads
+        self.keep_dir, self.control = keep_dir, control
+        self.processes: list[subprocess.Popen] = []
+        self.logs: list[tuple[int, str, bool]] = []    # (rank, path, is stderr), every start's
+        self.channels: list[tuple[int, int]] = []      # per rank: (commands fd to write, replies fd to read)
+        self.workdir: str | None = None
+        self.out_dir = ""
+        self.starts = 0
+        self._stopped = False
+
+    def acquire(self) -> RankProcesses:
+        try:
+            self.workdir = tempfile.mkdtemp(prefix="torchmagic-ranks-")
+            self.out_dir = self.keep_dir or os.path.join(self.workdir, "out")
+            os.makedirs(self.out_dir, exist_ok=True)
+            self._payload_path = os.path.join(self.workdir, "payload.pkl")
+            with open(self._payload_path, "wb") as f:
+                f.write(self.payload(self.out_dir))
+            self._start()
+        except BaseException:  # a rank that could not start: the ones that did are stopped
+            self.release()
+            raise
+        return self
+
+    def _start(self) -> None:
+        port = _free_port()
+        self.starts += 1
+        for rank in range(self.ranks):
+            suffix = "" if self.starts == 1 else f".{self.starts}"
+            out, err = (os.path.join(self.workdir, f"rank{rank}{suffix}.{name}") for name in ("out", "err"))
+            self.logs += [(rank, out, False), (rank, err, True)]
+            env = {**os.environ, **rank_environment(rank, self.ranks, port, self.threads)}
+            theirs: tuple[int, ...] = ()
+            if self.control:
+                commands, replies = os.pipe(), os.pipe()
+                self.channels.append((commands[1], replies[0]))  # ours, closed on stop
+                theirs = (commands[0], replies[1])
+                env[CONTROL_ENV] = f"{commands[0]},{replies[1]}"
+            try:
+                with open(out, "wb") as stdout, open(err, "wb") as stderr:
+                    self.processes.append(subprocess.Popen(
+                        [sys.executable, "-m", self.module, self._payload_path], env=env, pass_fds=theirs,
+                        stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True))
+            finally:
+                for fd in theirs:
+                    os.close(fd)
+
+    def failed(self) -> tuple[int, int] | None:
+        """(rank, exit code) of a rank that ended with an error, if one has."""
+        for rank, process in enumerate(self.processes):
+            code = process.poll()
+            if code not in (None, 0):
+                return rank, code
+        return None
+
+    def running(self) -> bool:
+        return any(process.poll() is None for process in self.processes)
+
+    @uninterruptible
+    def restart(self) -> None:
+        """Stop every rank and start them all again, from the cell (with new log files)."""
+        self.stop()
+        self.processes, self._stopped = [], False
+        self._start()
+        deliver_pending()
+
+    def stop(self) -> None:
+        """Stop every rank and its DataLoader workers (its process group): SIGTERM, then SIGKILL
+        after the grace period.  Once; the output files stay until release."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for process in self.processes:
+            try:
+                process.wait(max(deadline - time.monotonic(), 0.01))
+            except subprocess.TimeoutExpired:
+                pass
+        self._signal(signal.SIGKILL)
+        for process in self.processes:
+            process.wait()
+        for fds in self.channels:
+            for fd in fds:
+                os.close(fd)
+        self.channels = []
+
+    def release(self) -> None:
+        try:
+            self.stop()
+        finally:
+            if self.workdir is not None:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        for process in self.processes:
+            try:
+                os.killpg(process.pid, sig)
+            except (ProcessLookupError, PermissionError):  # the group is gone: nothing left of it
+                pass
+
+
+def failure_error(ranks: RankProcesses, output: RankOutput, failure: tuple[int, int]) -> Exception:
+    """The error to raise for a rank that failed: the others are stopped first, and what they
+    all wrote up to there is shown."""
+    ranks.stop()
+    output.poll(final=True)
+    rank, code = failure
+    said = output.last_error_line.get(rank, "")
+    if code == EXIT_SETUP_FAILED:
+        return SettingError("share", said or "the ranks could not load it")
+    return RankFailed(rank, code, said)

@@ -1,0 +1,70 @@
+"""The rank's side: join the process group, load what the notebook shared, run the cell, and
+when the cell fails show its frames only (not torchmagic's, nor torch's below them)."""
+
+from __future__ import annotations
+
+import builtins
+import linecache
+import os
+import pickle
+import sys
+import traceback
+from typing import Any
+
+from .processes import EXIT_SETUP_FAILED
+
+
+class SetupFailed(Exception):
+    """What the notebook shared could not be loaded here; the message says why."""
+
+
+def read_payload(path: str) -> dict:
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def join_group(backend: str):
+    """Join the process group as a torchrun worker does; the rank's device (its own GPU with
+    NCCL, made current; else the CPU)."""
+    import torch.distributed as dist
+
+    from ..devices import rank_device
+
+    device = rank_device(backend, int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend)
+    return device
+
+
+def leave_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def cell_namespace(blob: bytes) -> dict[str, Any]:
+    """A fresh ``__main__`` namespace holding the shared variables."""
+    try:
+        shared = {name: pickle.loads(value) for name, value in pickle.loads(blob).items()}
+    except Exception as exc:  # a class or function the notebook defined: not in this process
+        raise SetupFailed(f"rank {os.environ.get('RANK')} could not load the shared variables: "
+                          f"{type(exc).__name__}: {exc}") from None
+    return {"__name__": "__main__", "__builtins__": builtins, **shared}
+
+
+def compile_cell(code: str, filename: str):
+    """The cell compiled under ``filename``, its lines where tracebacks look for them."""
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    return compile(code, filename, "exec")
+
+
+def show_cell_error(exc: BaseException, filename: str) -> None:
+    """The exception on stderr with the cell's frames only."""
+    shown = traceback.TracebackException.from_exception(exc)
+    shown.stack = traceback.StackSummary.from_list([f for f in shown.stack if f.filename == filename])
+    sys.stderr.write("".join(shown.format()))
+
+
+def setup_failed(exc: SetupFailed) -> int:
+    print(exc, file=sys.stderr)
+    return EXIT_SETUP_FAILED
