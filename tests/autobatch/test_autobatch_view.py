@@ -93,3 +93,20 @@ def test_a_run_out_of_memory_neither_ran_nor_is_ok():
     oom = [t for t in r.trials if t.peak_bytes is None]
     assert oom and all(not t.ran and not t.ok and t.error for t in oom)
     assert all(" ".join(trial_rows(r)[t.batch_size][2:5]) == "out of memory" for t in oom)
+
+
+def test_a_ranked_result_reads_per_rank_and_global_and_names_the_fullest_rank():
+    trials = [Trial(32, 10 * MiB, True, True, 0.1, rank_peaks_bytes=(9 * MiB, 10 * MiB)),
+              Trial(64, 19 * MiB, True, True, 0.2, rank_peaks_bytes=(19 * MiB, 17 * MiB)),
+              Trial(96, None, False, False, 0.01, error="rank 1: OutOfMemoryError: CUDA out of memory")]
+    r = AutobatchResult(label="step", device={"kind": "cuda", "name": "Fake"}, batch_size=64, budget_bytes=30 * MiB,
+                        limit_bytes=27 * MiB, budget_source="90% of 80.0 GiB", fixed_bytes=1e6, per_sample_bytes=3e5,
+                        trials=trials, reason="64 fits and 96 does not", options={"margin": 0.1, "target_batch": 512},
+                        ranks=4, accumulation_steps=2, micro_batch=64)
+    assert r.global_batch_size == 256
+    assert r.headline() == ("Largest batch size that fits: 64 per rank × 4 ranks = global batch 256 (ran on every "
+                            "rank, peaked at 19.0 MiB on rank 0; limit per rank 27.0 MiB = budget 30.0 MiB less 10% "
+                            "margin)")
+    assert "Batch 512: 2 accumulation steps of 64 on each of 4 ranks" in r.to_text()
+    rows = trial_rows(r)
+    assert " ".join(rows[64][3:8]) == "17.0 MiB – 19.0 MiB" and rows[96][1:5] == ["–", "out", "of", "memory"]

@@ -16,6 +16,7 @@ import torchmagic
 from torchmagic.features.traces.reader import TraceFileError
 
 from ..conftest import run
+from ..processes import child_pids
 
 JOB = os.path.join(os.path.dirname(__file__), "ddp_job.py")
 
@@ -156,16 +157,9 @@ print("done on rank", dist.get_rank())
 '''
 
 
-def _children() -> set[int]:
-    import psutil
-
-    return {p.pid for p in psutil.Process().children(recursive=True)
-            if "resource_tracker" not in " ".join(p.cmdline())}
-
-
 def test_a_ddp_cell_on_two_ranks_finds_the_straggler_and_leaves_no_process(shell):
     shell.user_ns["sample_wait"] = 0.0005
-    before = _children()
+    before = child_pids()
     result, captured = run(shell, DDP_CELL)
     assert result.success, result.error_in_exec
     assert "[rank 0] done on rank 0" in captured.stdout and "[rank 1] done on rank 1" in captured.stdout
@@ -174,11 +168,11 @@ def test_a_ddp_cell_on_two_ranks_finds_the_straggler_and_leaves_no_process(shell
     assert [x.rank for x in ranked.ranks] == [0, 1] and all(x.steps == 3 for x in ranked.ranks)
     assert ranked.straggler == 1 and ranked.rank(0).wait_s > 5 * ranked.rank(1).wait_s
     assert ranked.notes[0].startswith("ran on 2 rank(s) with gloo") and "sample_wait" in ranked.notes[0]
-    assert _children() <= before
+    assert child_pids() <= before
 
 
 def test_a_failing_rank_stops_the_others_and_shows_its_traceback(shell):
-    before = _children()
+    before = child_pids()
     cell = ("%%torchprofile --ranks 2\nimport time, torch.distributed as dist\n"
             "if dist.get_rank() == 1:\n    1 / 0\ntime.sleep(60)\n")
     started = time.perf_counter()
@@ -189,7 +183,7 @@ def test_a_failing_rank_stops_the_others_and_shows_its_traceback(shell):
     assert "[rank 1]     1 / 0" in shown and "worker.py" not in shown
     assert shown.strip().endswith("UsageError: %%torchprofile: rank 1 failed: ZeroDivisionError: division by zero "
                                   "(its output is above); the other ranks were stopped")
-    assert _children() <= before
+    assert child_pids() <= before
 
 
 def test_too_few_steps_and_a_kept_trace_directory(shell, tmp_path):
@@ -214,7 +208,7 @@ def test_an_interrupt_stops_every_rank_and_leaves_nothing_behind(shell, delay, t
 
     import psutil
 
-    before = _children()
+    before = child_pids()
     threads = threading.active_count()
     fds = psutil.Process().num_fds()
     handler = signal.getsignal(signal.SIGINT)
@@ -229,7 +223,7 @@ def test_an_interrupt_stops_every_rank_and_leaves_nothing_behind(shell, delay, t
     assert isinstance(result.error_in_exec, KeyboardInterrupt), (result.error_in_exec, shown[-2000:])
     assert "interrupted: every rank was stopped" in captured.stdout, shown[-2000:]
     assert "torchmagic/" not in shown, shown[-2000:]
-    assert _children() <= before, (_children(), before)
+    assert child_pids() <= before, (child_pids(), before)
     assert threading.active_count() == threads, threading.enumerate()
     assert psutil.Process().num_fds() <= fds, (psutil.Process().num_fds(), fds)
     assert signal.getsignal(signal.SIGINT) is handler
@@ -248,12 +242,12 @@ def test_an_interrupt_stops_every_rank_and_leaves_nothing_behind(shell, delay, t
 ])
 def test_bad_rank_settings_are_one_line_before_anything_starts(shell, line, message):
     shell.run_cell("def local_fn():\n    pass\nx = 1")
-    before = _children()
+    before = child_pids()
     started = time.perf_counter()
     _, captured = run(shell, f"%%torchprofile {line}\nx = 2\n")
     shown = (captured.stdout + captured.stderr).strip()
     assert shown.startswith("UsageError: %%torchprofile: ") and message in shown and "\n" not in shown
-    assert time.perf_counter() - started < 1 and _children() <= before and shell.user_ns["x"] == 1
+    assert time.perf_counter() - started < 1 and child_pids() <= before and shell.user_ns["x"] == 1
 
 
 def test_a_rank_that_cannot_start_stops_the_ones_that_did(monkeypatch):

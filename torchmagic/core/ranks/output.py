@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 from ..devices.profiler import is_profiler_banner
@@ -35,3 +36,8 @@ class RankOutput:
                 self.on_output(rank, line, is_err)
                 if is_err and line.strip():
                     self.last_error_line[rank] = line.strip()
+
+
+def show_rank_line(rank: int, line: str, is_err: bool) -> None:
+    """The default: each line printed as it comes, ``[rank R]`` first, to stdout or stderr as written."""
+    print(f"[rank {rank}] {line}", file=sys.stderr if is_err else sys.stdout)

@@ -33,7 +33,7 @@ class RankFailed(RuntimeError):
         else:
             what = last_line or f"exit code {exitcode}"
         super().__init__(f"rank {rank} failed: {what} (its output is above); the other ranks were stopped")
-        self.rank, self.exitcode = rank, exitcode
+        self.rank, self.exitcode, self.said = rank, exitcode, last_line
 
 
 def choose_backend(ranks: int, backend: str | None, gpus: int) -> str:

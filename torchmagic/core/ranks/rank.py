@@ -58,10 +58,10 @@ def compile_cell(code: str, filename: str):
     return compile(code, filename, "exec")
 
 
-def show_cell_error(exc: BaseException, filename: str) -> None:
-    """The exception on stderr with the cell's frames only."""
+def show_cell_error(exc: BaseException, *filenames: str) -> None:
+    """The exception on stderr with the cell's frames only (those from ``filenames``)."""
     shown = traceback.TracebackException.from_exception(exc)
-    shown.stack = traceback.StackSummary.from_list([f for f in shown.stack if f.filename == filename])
+    shown.stack = traceback.StackSummary.from_list([f for f in shown.stack if f.filename in filenames])
     sys.stderr.write("".join(shown.format()))
 
 

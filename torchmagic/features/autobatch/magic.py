@@ -1,16 +1,21 @@
 """%autobatch: parse the line (a step's name, or `-- EXPR` with BS), search with run_autobatch,
-show the AutobatchResult."""
+show the AutobatchResult.  %%autobatch --ranks N: the cell builds a data-parallel job's rank and
+the search runs on every rank (run_autobatch_ranks)."""
 
 from __future__ import annotations
 
 import re
 
-from IPython.core.magic import line_magic, magics_class, no_var_expand
+from IPython.core.magic import line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from ...core.devices import nccl_gpus
 from ...core.devices.profiler import ProfilerBusyError
 from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, refused, usage_error, user_frames_only
+from ...core.limits import SettingError
+from ...core.ranks import RankFailed
 from ...core.state import referenced_values, values_named
+from .ranks import RanksUnsteady, StepMissing, run_autobatch_ranks
 from .run import AutobatchOptions, objects_to_restore, run_autobatch
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
@@ -19,14 +24,15 @@ _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6,
 _MISSING = object()
 
 
-def parse_budget(text: str) -> float:
+def parse_budget(text: str, magic: str = "%autobatch") -> float:
     """'8GiB', '512MB', '2e9' (bytes) or '0.9' (a fraction of memory)."""
     match = _SIZE.match(text)
     if not match:
-        raise usage_error(f"--budget takes bytes such as 8GiB or 512MiB, or a fraction such as 0.9; got {text!r}")
+        raise usage_error(f"{magic}: --budget takes bytes such as 8GiB or 512MiB, or a fraction such as 0.9; "
+                          f"got {text!r}")
     value = float(match.group(1)) * _UNITS[(match.group(2) or "").lower()]
     if value <= 0:
-        raise usage_error(f"--budget must be positive, got {text!r}")
+        raise usage_error(f"{magic}: --budget must be positive, got {text!r}")
     return value
 
 
@@ -47,34 +53,58 @@ class AutobatchMagics(TorchMagicsBase):
     @argument("--no-estimate", action="store_true",
               help="fit on real runs only, not on fake-tensor estimates")
     @DEVICE_ARGUMENT
+    @argument("--ranks", type=int, metavar="N", help="(cell form) run the cell in N processes with torch.distributed "
+              "set up, as torchrun runs a script; every rank runs each trial: a size fits if it fits on all")
+    @argument("--backend", metavar="NAME", help="with --ranks: gloo or nccl (default: nccl with a GPU per rank, "
+              "else gloo)")
+    @argument("--share", metavar="NAMES", help="with --ranks: notebook variables each rank gets (pickled), "
+              "comma-separated")
     @argument("-o", dest="output", metavar="NAME", help="store the AutobatchResult in variable NAME")
     @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
     @argument("step", nargs="?", help="a callable taking the batch size; or write `-- EXPR` with BS in it")
     @no_var_expand  # the line holds code: "{n}" and $name are the step's, not IPython's to fill in
-    @line_magic
+    @line_cell_magic
     @user_frames_only
-    def autobatch(self, line):
+    def autobatch(self, line, cell=None):
         """Find the largest batch size that runs without running out of memory.
 
         %autobatch [options] step          step(batch_size) builds a batch and runs one step
         %autobatch [options] -- EXPR       EXPR uses BS, e.g. model(torch.randn(BS, 3, 64, 64)).sum().backward()
+        %%autobatch --ranks N [options] step     (a cell) the cell runs in each of N processes with
+                                           the process group set up: it wraps the model in
+                                           DistributedDataParallel and defines step(batch_size)
 
         Peak memory is fitted against batch size from small runs, the largest size under the
         budget is predicted, and real runs verify it: the answer always ran.  The modules and
         optimizers the step uses are restored afterwards, so probing does not train the model.
+        With --ranks every rank runs each trial: the answer is the per-rank batch size that fits
+        on every rank (and the global batch, times N); a rank that runs out of memory has every
+        rank started again from the cell, since a data-parallel step that failed part-way leaves
+        the others waiting in a collective.
         Returns the AutobatchResult (`r = %autobatch step` keeps it); with -q returns nothing.
         """
         __tracebackhide__ = True  # noqa: F841
+        magic = "%autobatch" if cell is None else "%%autobatch"
         options_text, expression = _split_expression(line)
-        args = parse_argstring(self.autobatch, options_text, "%autobatch")
+        args = parse_argstring(self.autobatch, options_text, magic)
         self.check_output_name(args.output)
+        if cell is None and args.ranks is not None:
+            raise usage_error("%autobatch: --ranks needs the cell form: %%autobatch --ranks N step, with a cell "
+                              "that builds each rank's model and defines step(batch_size)")
+        if cell is not None and args.ranks is None:
+            raise usage_error("%%autobatch: the cell form runs the cell on --ranks N processes; in this process, "
+                              "run the cell, then %autobatch step")
+        if cell is None and (args.backend is not None or args.share is not None):
+            raise usage_error("%autobatch: --backend and --share go with --ranks N (the cell form)")
         try:
             options = AutobatchOptions(
-                budget=parse_budget(args.budget) if args.budget is not None else None,
+                budget=parse_budget(args.budget, magic) if args.budget is not None else None,
                 min=args.min, max=args.max, multiple_of=args.multiple_of, margin=args.margin,
                 target_batch=args.target_batch, throughput=args.throughput, estimate=not args.no_estimate)
         except ValueError as exc:
-            raise refused("%autobatch", exc) from None
+            raise refused(magic, exc) from None
+        if cell is not None:
+            return self._ranks(args, options, cell, expression)
         step, label, values = self._step(args.step, expression)
         state = objects_to_restore(step, values)
         device = self.device(args.device, values, "%autobatch")
@@ -90,6 +120,50 @@ class AutobatchMagics(TorchMagicsBase):
             if progress:
                 progress.close()
         return self.line_outcome(args, result)
+
+    def _ranks(self, args, options: AutobatchOptions, cell: str, expression: str | None):
+        """%%autobatch --ranks N: the cell builds each rank, and every rank runs each trial."""
+        __tracebackhide__ = True  # noqa: F841
+        magic = "%%autobatch"
+        if args.device is not None:
+            raise usage_error(f"{magic}: --device cannot go with --ranks (each rank uses its own device: "
+                              "cuda:LOCAL_RANK with nccl, the CPU with gloo)")
+        if (args.step is None) == (expression is None):
+            raise usage_error(f"{magic}: name the step the cell defines (%%autobatch --ranks N step) or give "
+                              "`-- EXPR` using BS" + (", not both" if args.step else ""))
+        if expression is not None and not re.search(r"\bBS\b", expression):
+            raise usage_error(f"{magic}: the expression after -- must use BS for the batch size")
+        if args.step is not None and not args.step.isidentifier():
+            raise usage_error(f"{magic}: {args.step!r} is not a name the cell could define")
+        namespace = self.shell.user_ns
+        names = [n.strip() for n in (args.share or "").split(",") if n.strip()]
+        missing = [n for n in names if n not in namespace]
+        if missing:
+            raise usage_error(f"{magic}: --share {', '.join(map(repr, missing))}: not defined in the notebook")
+        self.compile_cell(cell, magic)  # a syntax error shows as IPython shows one, and nothing runs
+        if expression is not None:
+            expression = expression.strip()  # plain Python: the ranks have no IPython (nor its names)
+            try:
+                compile(expression, "<%%autobatch step>", "exec")
+            except SyntaxError as exc:
+                raise usage_error(f"{magic}: the expression after -- is not Python: {exc.msg}") from None
+        progress = self.progress(magic, args.quiet)
+        try:
+            result = run_autobatch_ranks(
+                self.shell.transform_cell(cell), args.step, {n: namespace[n] for n in names}, options,
+                ranks=args.ranks, backend=args.backend, gpus=nccl_gpus(), expression=expression,
+                on_probe=progress.probe if progress else None, label=args.step or expression)
+        except SettingError as exc:
+            raise refused(magic, exc) from None
+        except (RankFailed, RanksUnsteady, StepMissing) as exc:
+            raise usage_error(f"{magic}: {exc}") from None
+        except KeyboardInterrupt as exc:
+            self.interrupted(args, exc)
+        finally:
+            if progress:
+                progress.close()
+        self.keep_and_show(args, result)
+        return None
 
     def _step(self, name: str | None, expression: str | None):
         """The step to search with, its label, and the values it uses (to choose the device)."""

@@ -20,6 +20,8 @@ class Trial:
     samples_per_s: float | None = None
     allocated_bytes: int | None = None  # torch's allocations alone; ``peak_bytes`` is the larger of these
                                         # and the process's footprint (resident memory on CPU, reserved on CUDA)
+    rank_peaks_bytes: tuple[int, ...] | None = None  # with ranks: each rank's peak, by rank (``peak_bytes``:
+                                                     # the largest, since a size fits only if it fits on every rank)
 
 
 KNEE_TOLERANCE = 0.05  # the knee: the smallest size within 5% of the best samples/s
@@ -34,7 +36,9 @@ class ThroughputPoint:
 
 @dataclass
 class AutobatchResult(Result):
-    """Bytes are what a step adds on top of the memory in use when the search started."""
+    """Bytes are what a step adds on top of the memory in use when the search started.  With
+    ``ranks`` > 1 (``%%autobatch --ranks N``) sizes and bytes are per rank: every rank ran each
+    trial, and the budget is the least any rank has."""
 
     label: str
     device: dict[str, Any]
@@ -55,6 +59,13 @@ class AutobatchResult(Result):
     throughput: list[ThroughputPoint] = field(default_factory=list)
     calibration: float | None = None  # real / fake-tensor peak at the smallest size, when estimated
     notes: list[str] = field(default_factory=list)
+    ranks: int = 1                    # processes each running the step at ``batch_size`` (data parallel)
+    restarts: int = 0                 # with ranks: times every rank was started again after one ran out
+
+    @property
+    def global_batch_size(self) -> int | None:
+        """Samples per step over all ranks: what the learning rate and the data see."""
+        return None if self.batch_size is None else self.batch_size * self.ranks
 
     @property
     def knee_batch_size(self) -> int | None:
@@ -87,6 +98,7 @@ class AutobatchResult(Result):
         data = asdict(self)
         data["answer_trial"] = asdict(self.answer_trial) if self.answer_trial else None
         data["knee_batch_size"] = self.knee_batch_size
+        data["global_batch_size"] = self.global_batch_size
         return data
 
     def __repr__(self) -> str:

@@ -135,7 +135,7 @@ def _search(step, options, space, device, label, before, started, on_probe, stat
         return _search_from(warm, budget, how, probe, step, options, space, device, label, before, started, state)
     except KeyboardInterrupt as exc:  # what ran so far goes with it: the magic shows it
         if not hasattr(exc, "torchmagic_result"):
-            exc.torchmagic_result = _result(label, device, options, budget, how, None, probes, before, started,
+            exc.torchmagic_result = _result(label, device.describe(), options, budget, how, None, probes, before, started,
                                             reason=_interrupted_reason(probes, int(budget * (1 - options.margin))))
         raise
 
@@ -150,12 +150,12 @@ def _search_from(warm, budget, how, probe, step, options, space, device, label, 
                  state) -> AutobatchResult:
     __tracebackhide__ = True  # noqa: F841
     if not warm.ran:
-        return _result(label, device, options, budget, how, None, [warm], before, started,
+        return _result(label, device.describe(), options, budget, how, None, [warm], before, started,
                        reason=f"the smallest size ({space.smallest}) runs out of memory")
     limit = int(budget * (1 - options.margin))
     estimate = fake_estimator(step, list(state), lambda: Snapshot(state, device)) if options.estimate else None
     outcome = search(probe, limit, space, estimate)
-    result = _result(label, device, options, budget, how, outcome, outcome.probes, before, started,
+    result = _result(label, device.describe(), options, budget, how, outcome, outcome.probes, before, started,
                      reason=outcome.reason)
     result.notes = _notes(outcome, budget, state, device)
     if options.throughput and result.batch_size:
@@ -273,19 +273,23 @@ def _accumulation(target: int | None, size: int | None, multiple_of: int) -> tup
     return steps, math.ceil(target / steps)
 
 
-def _result(label, device, options, budget, how, outcome, probes, before, started, reason) -> AutobatchResult:
+def _result(label, device, options, budget, how, outcome, probes, before, started, reason,
+            ranks: int = 1) -> AutobatchResult:
+    """``device``: its description; with ``ranks``, the target batch is global, split over them."""
     law = outcome.law if outcome is not None else None
     size = outcome.batch_size if outcome is not None else None
-    accumulation, micro = _accumulation(options.target_batch, size, options.multiple_of)
+    target = -(-options.target_batch // ranks) if options.target_batch else None
+    accumulation, micro = _accumulation(target, size, options.multiple_of)
     limit = int(budget * (1 - options.margin))
     return AutobatchResult(
         calibration=outcome.calibration if outcome is not None else None,
-        label=label, device=device.describe(), batch_size=size,
+        label=label, device=device, batch_size=size, ranks=ranks,
         budget_bytes=budget, limit_bytes=limit, budget_source=how,
         fixed_bytes=law.fixed_bytes if law else None,
         per_sample_bytes=law.per_sample_bytes if law else None,
         trials=[Trial(p.batch_size, p.peak_bytes, ran=p.ran and not p.estimated, ok=fits(p, limit),
-                      seconds=p.seconds, estimated=p.estimated, error=p.error, allocated_bytes=p.allocated_bytes)
+                      seconds=p.seconds, estimated=p.estimated, error=p.error, allocated_bytes=p.allocated_bytes,
+                      rank_peaks_bytes=p.rank_peaks_bytes)
                 for p in probes],
         accumulation_steps=accumulation, micro_batch=micro, reason=reason, options=options.to_dict(),
         seconds=time.perf_counter() - started,

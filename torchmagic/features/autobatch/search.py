@@ -45,6 +45,7 @@ class Probe:
     unallocated_bytes: int | None = None  # reserved but unallocated when it ran out (fragmentation)
     allocated_bytes: int | None = None    # torch's allocations alone, where ``peak_bytes`` also counts
                                           # the process's footprint (resident memory on CPU)
+    rank_peaks_bytes: tuple[int, ...] | None = None  # with ranks: each one's peak (``peak_bytes`` is the largest)
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,19 @@ def headline(r: AutobatchResult) -> str:
     trial = r.answer_trial
     size = bytes_format(r)
     peak = f", peaked at {size(trial.peak_bytes)}" if trial and trial.peak_bytes is not None else ""
+    if r.ranks > 1:
+        where = _largest_rank(trial)
+        return (f"Largest batch size that fits: {r.batch_size} per rank × {r.ranks} ranks = global batch "
+                f"{r.global_batch_size} (ran on every rank{peak}{where}; limit per rank "
+                f"{size(r.limit_bytes)} = budget {size(r.budget_bytes)} less {r.options.get('margin', 0):.0%} margin)")
     return (f"Largest batch size that fits: {r.batch_size} (ran{peak}; limit "
             f"{size(r.limit_bytes)} = budget {size(r.budget_bytes)} less "
             f"{r.options.get('margin', 0):.0%} margin)")
+
+
+def _largest_rank(trial) -> str:
+    peaks = trial.rank_peaks_bytes if trial is not None else None
+    return f" on rank {peaks.index(max(peaks))}" if peaks else ""
 
 
 def bytes_format(r: AutobatchResult) -> Callable[[float | None], str]:
@@ -68,12 +78,14 @@ def details(r: AutobatchResult) -> list[str]:
     if r.accumulation_steps == 1:
         lines.append(f"Batch {target} fits in one step: no gradient accumulation needed")
     elif r.accumulation_steps:
-        lines.append(f"Batch {target}: {r.accumulation_steps} accumulation steps of {r.micro_batch}"
-                     + (f" (effective {r.accumulation_steps * r.micro_batch})"
-                        if r.accumulation_steps * r.micro_batch != target else ""))
+        per_rank = f" on each of {r.ranks} ranks" if r.ranks > 1 else ""
+        effective = r.accumulation_steps * r.micro_batch * r.ranks
+        lines.append(f"Batch {target}: {r.accumulation_steps} accumulation steps of {r.micro_batch}{per_rank}"
+                     + (f" (effective {effective})" if effective != target else ""))
     if r.throughput:
         best = max(r.throughput, key=lambda p: p.samples_per_s)
-        lines.append(f"Throughput: best {best.samples_per_s:,.0f} samples/s at batch {best.batch_size}; "
+        over = f" over the {r.ranks} ranks" if r.ranks > 1 else ""
+        lines.append(f"Throughput: best {best.samples_per_s:,.0f} samples/s{over} at batch {best.batch_size}; "
                      f"batch {r.knee_batch_size} is within 5% of it (the knee)")
     lines += r.notes
     if r.memory_before_bytes is not None and r.memory_after_bytes is not None:
@@ -89,10 +101,17 @@ def _trials_table(r: AutobatchResult) -> Table:
         Column("peak", lambda t: size(t.peak_bytes)),
         *([Column("torch's share", lambda t: size(t.allocated_bytes) if t.allocated_bytes is not None else "")]
           if any(t.allocated_bytes not in (None, t.peak_bytes) for t in r.trials) else []),
+        *([Column("ranks' peaks", lambda t: _rank_range(t, size))] if r.ranks > 1 else []),
         Column("result", lambda t: ("estimate" if t.estimated else "fits" if t.ok else
                                     "over the limit" if t.ran else "out of memory"), "left"),
         Column("time", lambda t: fmt_s(t.seconds)),
     ], r.trials, noun="trials")
+
+
+def _rank_range(trial, size) -> str:
+    """The least and the largest of the ranks' peaks: how far apart the ranks are."""
+    peaks = trial.rank_peaks_bytes
+    return f"{size(min(peaks))} – {size(max(peaks))}" if peaks else ""
 
 
 def _throughput_table(r: AutobatchResult) -> Table:

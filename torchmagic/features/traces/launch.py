@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 from ...core.interrupts import guards
 from ...core.limits import SettingError, check_count
 from ...core.ranks import RankOutput, RankProcesses, choose_backend, failure_error, pickle_shared
+from ...core.ranks.output import show_rank_line
 from ...core.ranks.processes import threads_per_rank
 from ...core.ranks.share import shared_note
 from .result import TraceAnalysis
@@ -46,10 +46,6 @@ class RanksOptions:
             raise SettingError("warmup", f"must be 0 or more, got {self.warmup}")
         check_count("steps", self.steps)
         check_count("warmup", self.warmup)
-
-
-def show_rank_line(rank: int, line: str, is_err: bool) -> None:
-    print(f"[rank {rank}] {line}", file=sys.stderr if is_err else sys.stdout)
 
 
 @guards

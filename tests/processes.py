@@ -1,0 +1,44 @@
+"""What the --ranks tests check after a run: the processes, threads, fds and SIGINT handler the
+notebook had before it."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+
+def child_pids() -> set[int]:
+    """This process's descendants (multiprocessing's resource tracker, started once, aside)."""
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)
+            if "resource_tracker" not in " ".join(p.cmdline())}
+
+
+def process_state() -> tuple:
+    import psutil
+
+    _draw_text_once()
+
+    return child_pids(), threading.active_count(), psutil.Process().num_fds(), signal.getsignal(signal.SIGINT)
+
+
+def assert_left_as_it_was(before: tuple) -> None:
+    """Nothing started, opened or replaced by the run is left: fewer is fine (a child that ended)."""
+    children, threads, fds, handler = before
+    now_children, now_threads, now_fds, now_handler = process_state()
+    assert now_children <= children, (now_children, children)
+    assert now_threads == threads, threading.enumerate()
+    assert now_fds <= fds, (now_fds, fds)
+    assert now_handler is handler
+
+
+def _draw_text_once() -> None:
+    """matplotlib keeps its font files open once it has drawn text (its font cache): draw some
+    before counting fds, so a report's first plot is not counted as a leak."""
+    from torchmagic.core.render.plot import figure_png, new_figure
+
+    fig = new_figure(1, 1)
+    ax = fig.add_subplot()
+    ax.set_title("fonts")
+    figure_png(fig)

@@ -1,0 +1,180 @@
+"""``%%autobatch --ranks N``: the batch-size search run by every rank of a data-parallel job.
+
+The cell runs once in each of N processes (core/ranks), as torchrun runs a script: it builds the
+model, wraps it in DistributedDataParallel, defines the step.  The search itself (search.py) runs
+here, in the notebook, and each of its trials is a request to every rank to run the step at that
+size (worker.py): a size fits only if it fits on every rank, so a trial's peak is the largest of
+the ranks' peaks, and its budget the least of theirs.
+
+A rank that runs out of memory part-way through a step leaves the job broken: the ranks that did
+not are blocked in a collective it will never join, and DDP's reducer is left mid-iteration.  So
+the trial is decided as soon as one rank says it ran out, and every rank is started again from
+the cell (and warmed up) before the next trial.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ...core.interrupts import guards
+from ...core.ranks import RankControl, RankFailed, RankOutput, RankProcesses, choose_backend, pickle_shared
+from ...core.ranks.output import show_rank_line
+from ...core.ranks.processes import threads_per_rank
+from ...core.ranks.share import shared_note
+from .result import AutobatchResult, ThroughputPoint
+from .run import AutobatchOptions, _result, search_space
+from .search import Probe, fits, search
+from .worker import EXIT_NO_STEP
+
+WORKER = "torchmagic.features.autobatch.worker"
+
+
+class RanksUnsteady(RuntimeError):
+    """Started again after running out of memory, a rank ran out at the smallest size."""
+
+
+class StepMissing(RuntimeError):
+    """The cell did not define the step it was said to."""
+
+
+class _Trials:
+    """Each trial asked of every rank; the ranks started again after one that ran out."""
+
+    def __init__(self, processes: RankProcesses, control: RankControl, smallest: int,
+                 on_probe: Callable[[Probe], None]):
+        self.processes, self.control, self.smallest, self.on_probe = processes, control, smallest, on_probe
+        self.probes: list[Probe] = []
+        self.restarts = 0
+        self.budget: tuple[int, str, dict] = (0, "not reached", {"kind": "ranks", "name": "ranks"})
+        self._broken = False
+
+    def __call__(self, size: int) -> Probe:
+        __tracebackhide__ = True  # noqa: F841
+        self.ready()
+        probe = self._ask(size)
+        self.probes.append(probe)
+        self.on_probe(probe)
+        return probe
+
+    def ready(self) -> None:
+        """Ranks that can take a request: after one ran out of memory, every rank started again
+        and warmed up (optimizer state, plans, caches), as at the start."""
+        __tracebackhide__ = True  # noqa: F841
+        if not self._broken:
+            return
+        self.processes.restart()
+        self.restarts += 1
+        self._broken = False
+        warm = self._ask(self.smallest)
+        if not warm.ran:
+            raise RanksUnsteady(f"started again after running out of memory, {warm.error} at the smallest "
+                                f"size ({self.smallest}), which ran before: memory did not come back")
+
+    def _ask(self, size: int) -> Probe:
+        replies = self.control.ask({"do": "probe", "size": size}, enough=lambda reply: not reply["ran"])
+        ran_out = sorted((r for r in replies.values() if not r["ran"]), key=lambda r: r["rank"])
+        if ran_out:
+            self._broken = True
+            first = ran_out[0]
+            return Probe(size, None, False, seconds=first["seconds"], error=f"rank {first['rank']}: {first['error']}",
+                         unallocated_bytes=first["unallocated_bytes"])
+        ordered = [replies[rank] for rank in sorted(replies)]
+        allocated = [r["allocated_bytes"] for r in ordered if r["allocated_bytes"] is not None]
+        return Probe(size, max(r["peak_bytes"] for r in ordered), True, seconds=max(r["seconds"] for r in ordered),
+                     allocated_bytes=max(allocated) if allocated else None,
+                     rank_peaks_bytes=tuple(r["peak_bytes"] for r in ordered))
+
+
+@guards
+def run_autobatch_ranks(code: str, step: str | None, shared: dict[str, Any], options: AutobatchOptions, *,
+                        ranks: int, backend: str | None = None, expression: str | None = None, gpus: int = 0,
+                        on_output: Callable[[int, str, bool], None] | None = None,
+                        on_probe: Callable[[Probe], None] | None = None, label: str = "autobatch") -> AutobatchResult:
+    """Search the largest per-rank batch size of a ``ranks``-process job.  ``code`` runs once in each
+    rank and defines ``step`` (a callable taking the batch size), or ``expression`` uses ``BS``."""
+    __tracebackhide__ = True  # noqa: F841
+    backend = choose_backend(ranks, backend, gpus)
+    blob = pickle_shared(shared)
+    space = search_space(options)
+
+    def payload(out_dir: str) -> bytes:
+        return pickle.dumps({"code": code, "step": step, "expression": expression, "shared": blob,
+                             "backend": backend})
+
+    threads = threads_per_rank(ranks)
+    started = time.perf_counter()
+    with RankProcesses(WORKER, payload, ranks, threads, control=True) as processes:
+        control = RankControl(processes, RankOutput(processes.logs, on_output or show_rank_line))
+        trials = _Trials(processes, control, space.smallest, on_probe or (lambda probe: None))
+        try:
+            result = _search(trials, control, options, space, ranks, label, started)
+        except KeyboardInterrupt as exc:
+            exc.torchmagic_result = _interrupted(trials, ranks, label, options, started)
+            raise
+        except RankFailed as exc:
+            if exc.exitcode == EXIT_NO_STEP:
+                raise StepMissing(exc.said) from None
+            raise
+        control.output.poll(final=True)
+    result.seconds = time.perf_counter() - started
+    result.notes.insert(0, f"{ranks} ranks with {backend}, {threads} thread(s) each; {shared_note(shared, blob)}"
+                        + (f"; every rank was started again {trials.restarts} time(s), after one ran out of memory"
+                           if trials.restarts else ""))
+    return result
+
+
+def _search(trials: _Trials, control: RankControl, options: AutobatchOptions, space, ranks: int, label: str,
+            started: float) -> AutobatchResult:
+    __tracebackhide__ = True  # noqa: F841
+    warm = trials(space.smallest)  # as in one process: the first step creates what every step reuses
+    budgets = sorted(control.ask({"do": "budget", "budget": options.budget}).values(),
+                     key=lambda r: (r["bytes"], r["rank"]))
+    least = budgets[0]
+    budget = least["bytes"]
+    how = least["how"] + (f" (rank {least['rank']}'s, the least of the {ranks} ranks')" if not all(
+        b["bytes"] == budget for b in budgets) else "")
+    device = least["device"]
+    trials.budget = (budget, how, device)
+    if not warm.ran:
+        result = _result(label, device, options, budget, how, None, [warm], None, started, ranks=ranks,
+                         reason=f"the smallest size ({space.smallest}) runs out of memory on {warm.error.split(':')[0]}")
+        result.restarts = trials.restarts
+        return result
+    limit = int(budget * (1 - options.margin))
+    outcome = search(trials, limit, space, None)
+    result = _result(label, device, options, budget, how, outcome, outcome.probes, None, started,
+                     reason=outcome.reason, ranks=ranks)
+    result.restarts = trials.restarts
+    result.notes += least["notes"]
+    result.notes.append("Fake-tensor estimates are not used with --ranks: a trial is a real step on every rank.")
+    if options.throughput and result.batch_size:
+        trials.ready()
+        result.throughput = _throughput(control, result.batch_size, space, ranks)
+    return result
+
+
+def _throughput(control: RankControl, answer: int, space, ranks: int) -> list[ThroughputPoint]:
+    """Samples/s over all ranks: a step takes as long as its slowest rank (the gradients' all-reduce
+    waits for it), so each size's time is the largest of the ranks' medians."""
+    replies = control.ask({"do": "throughput", "answer": answer,
+                           "space": [space.min_size, space.max_size, space.multiple_of]})
+    slowest: dict[int, float] = {}
+    for reply in replies.values():
+        for size, seconds in reply["points"]:
+            slowest[size] = max(slowest.get(size, 0.0), seconds)
+    return [ThroughputPoint(size, size * ranks / seconds, seconds) for size, seconds in sorted(slowest.items())]
+
+
+def _interrupted(trials: _Trials, ranks: int, label: str, options: AutobatchOptions, started: float) -> AutobatchResult:
+    """What ran before a Ctrl-C: the trials, with no answer."""
+    budget, how, device = trials.budget
+    limit = int(budget * (1 - options.margin))
+    ran = [p.batch_size for p in trials.probes if fits(p, limit)]
+    result = _result(label, device, options, budget, how, None, trials.probes, None, started, ranks=ranks,
+                     reason=f"interrupted after {len(trials.probes)} trials, before the search ended: no answer"
+                            + (f" (the largest that ran under the limit: {max(ran)}; larger may fit)" if ran else ""))
+    result.restarts = trials.restarts
+    return result
