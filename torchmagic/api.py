@@ -214,6 +214,45 @@ def analyze(source, *, label: str | None = None):
     return analyze_traces(source, label=label)
 
 
+def profile_ranks(code: str, ranks: int, *, share: dict[str, Any] | None = None, backend: str | None = None,
+                  steps: int = 1, warmup: int = 0, record_shapes: bool = False, trace: str | None = None,
+                  label: str = "ranks"):
+    """As ``%%torchprofile --ranks N``: run ``code`` once in each of ``ranks`` processes started as
+    torchrun starts its workers (process group set up: gloo on CPU, NCCL with a GPU per rank), each
+    under torch.profiler with ``prof`` in its namespace (a loop calls ``prof.step()``; ``warmup``
+    steps, then ``steps`` recorded), and compare their traces.  ``share``: variables each rank gets
+    (pickled); ``trace``: a directory to keep the per-rank traces in.  Each rank's output is
+    printed as it comes, ``[rank R]`` first.  Returns the :class:`TraceAnalysis`; a rank that fails
+    raises ``RankFailed`` after the others are stopped.
+    """
+    from .core.devices import nccl_gpus
+    from .features.traces.launch import RanksOptions, run_ranks
+
+    options = RanksOptions(ranks=ranks, backend=backend, steps=steps, warmup=warmup, record_shapes=record_shapes,
+                           trace_dir=trace)
+    return run_ranks(code, dict(share or {}), options, gpus=nccl_gpus(), label=label)
+
+
+def autobatch_ranks(code: str, ranks: int, *, step: str = "step", share: dict[str, Any] | None = None,
+                    backend: str | None = None, budget: float | None = None, min: int = 1,  # noqa: A002
+                    max: int = 65536, multiple_of: int = 1, margin: float = 0.1,  # noqa: A002
+                    target_batch: int | None = None, throughput: bool = False) -> AutobatchResult:
+    """As ``%%autobatch --ranks N step``: ``code`` runs once in each of ``ranks`` processes (it wraps
+    the model in DistributedDataParallel and defines ``step(batch_size)``), and every rank runs each
+    trial: the answer is the per-rank batch size that fits on every rank (``.global_batch_size`` is
+    times ``ranks``).  A rank that runs out of memory has every rank started again from ``code``.
+    ``budget`` is per rank (a fraction: of its GPU, or of the RAM available, shared by the ranks on
+    this machine); ``target_batch`` is global.  Other options as :func:`autobatch`.
+    """
+    from .core.devices import nccl_gpus
+    from .features.autobatch.ranks import run_autobatch_ranks
+
+    options = AutobatchOptions(budget=budget, min=min, max=max, multiple_of=multiple_of, margin=margin,
+                               target_batch=target_batch, throughput=throughput, estimate=False)
+    return run_autobatch_ranks(code, step, dict(share or {}), options, ranks=ranks, backend=backend,
+                               gpus=nccl_gpus(), label=step)
+
+
 def _attach(error: BaseException, result: ProfileResult) -> None:
     try:
         error.torchmagic_result = result

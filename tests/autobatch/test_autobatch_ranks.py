@@ -146,3 +146,18 @@ def test_an_interrupt_stops_every_rank_and_shows_the_trials_so_far(shell, delay,
         assert re.search(r"interrupted after \d+ trials, before the search ended: no answer", shown), shown[-2000:]
     assert os.listdir(tmp_path) == []
     assert_left_as_it_was(before)
+
+
+def test_the_python_twin_takes_the_code_and_a_per_rank_budget(capsys):
+    import torchmagic
+
+    before = process_state()
+    code = DDP_SETUP + "def train_step(n):\n    model(torch.randn(n, width)).sum().backward()\n"
+    found = torchmagic.autobatch_ranks(code, 2, step="train_step", share={"width": 128}, budget=64 * 2**20,
+                                       max=1 << 20, multiple_of=8)
+    assert found.ranks == 2 and found.label == "train_step" and found.budget_source == "as given, for each rank"
+    assert found.batch_size is not None and found.batch_size % 8 == 0 and found.answer_trial.peak_bytes <= found.limit_bytes
+    assert found.reason.startswith(f"{found.batch_size} fits and ")  # the limit, not the largest size, decided it
+    with pytest.raises(ValueError, match="share"):
+        torchmagic.autobatch_ranks(code, 2, share={"width": lambda: 1})
+    assert_left_as_it_was(before)

@@ -269,3 +269,20 @@ def test_a_rank_that_cannot_start_stops_the_ones_that_did(monkeypatch):
     with pytest.raises(OSError):
         launch.run_ranks("import time\ntime.sleep(60)\n", {}, launch.RanksOptions(ranks=2))
     assert started and started[0].poll() is not None
+
+
+def test_the_python_twin_of_ranks_takes_the_code_and_the_shared_values(tmp_path, capsys):
+    import torchmagic
+
+    code = ("import torch, torch.distributed as dist\nfor _ in range(3):\n"
+            "    t = torch.ones(size) * (dist.get_rank() + 1)\n    dist.all_reduce(t)\n    prof.step()\n"
+            "print('sum', t[0].item())\n")
+    r = torchmagic.profile_ranks(code, 2, share={"size": 1024}, steps=2, warmup=1, trace=str(tmp_path))
+    assert [x.rank for x in r.ranks] == [0, 1] and all(x.steps == 2 for x in r.ranks)
+    assert all(x.collectives["all_reduce"]["calls"] == 2 for x in r.ranks)
+    assert "shared with each rank" in r.notes[0] and "size" in r.notes[0]
+    out = capsys.readouterr().out
+    assert "[rank 0] sum 3.0" in out and "[rank 1] sum 3.0" in out
+    assert {"rank0.pt.trace.json", "rank1.pt.trace.json"} <= set(os.listdir(tmp_path))
+    with pytest.raises(torchmagic.RankFailed, match=r"rank [01] failed: NameError: name 'size' is not defined"):
+        torchmagic.profile_ranks(code, 2)
