@@ -147,7 +147,7 @@ def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: Ru
     started = time.perf_counter()
     summary = summarize_trace(results.events(), results.trace_start_ns(), shapes=options.record_shapes,
                               flops=options.flops, python_calls=python_calls(results) if options.stack else ())
-    _fill_from_summary(result, summary, ctx)
+    fill_from_summary(result, summary, ctx)
     result.analysis_s = time.perf_counter() - started
     if options.trace:
         try:
@@ -162,7 +162,7 @@ def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: Ru
     return result
 
 
-def _fill_from_summary(result: ProfileResult, s: TraceSummary, ctx: RuleContext) -> None:
+def fill_from_summary(result: ProfileResult, s: TraceSummary, ctx: RuleContext) -> None:
     result.findings = diagnose(s, ctx)
     if note := missing_kernels_note(s, ctx):
         result.notes.append(note)

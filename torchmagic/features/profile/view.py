@@ -152,6 +152,16 @@ def text(r: ProfileResult) -> str:
         out += ["", *findings_lines(r.findings)]
     elif r.steps:
         out.append("No known bottleneck found: the time is in the operators below.")
+    out += operator_lines(r)
+    trace = _trace_line(r)
+    if trace:
+        out += ["", trace]
+    return "\n".join(out)
+
+
+def operator_lines(r: ProfileResult) -> list[str]:
+    """Where the time went, below the findings: categories, operators, your functions, memory."""
+    out: list[str] = []
     categories = _categories_table(r.categories_s)
     if categories:
         out += ["", "CPU time by category:", categories.to_text()]
@@ -165,10 +175,7 @@ def text(r: ProfileResult) -> str:
     memory = _memory_lines(r)
     if memory:
         out += ["", "Memory (torch allocations during the profile):"] + [f"  {line}" for line in memory]
-    trace = _trace_line(r)
-    if trace:
-        out += ["", trace]
-    return "\n".join(out)
+    return out
 
 
 # -- HTML ------------------------------------------------------------------------------
@@ -260,6 +267,13 @@ def _timeline_img(r: ProfileResult) -> str:
 
 def html(r: ProfileResult) -> str:
     return report_html(_summary_html(r) + _ops_html(r) + _extras_html(r) + _timeline_img(r))
+
+
+def operators_html(r: ProfileResult) -> str:
+    """Where the time went, below the findings, as HTML: categories, operators, functions, memory."""
+    return (_categories_html(r.categories_s, "CPU time by category")
+            + _categories_html(r.device_categories_s, "GPU kernel time by category")
+            + _ops_html(r) + _extras_html(r))
 
 
 def timeline_png(r: ProfileResult) -> bytes | None:

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ...core.render.base import Result
-from ..profile.result import Finding
+from ..profile.result import Finding, ProfileResult
 
 
 @dataclass
@@ -57,7 +57,8 @@ class TraceAnalysis(Result):
     straggler: int | None = None
     straggler_phase: str | None = None
     straggler_reason: str | None = None
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)  # across ranks; with one rank, its own too
+    profile: ProfileResult | None = None  # one rank: its operators, categories and findings, as %%torchprofile
     lanes: list[StepLane] = field(default_factory=list)
     lane_step: int | None = None
     world_size: int | None = None
@@ -77,4 +78,6 @@ class TraceAnalysis(Result):
         return self._view().headline(self)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["profile"] = self.profile.to_dict() if self.profile is not None else None
+        return data

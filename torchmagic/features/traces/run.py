@@ -1,6 +1,6 @@
 """``torchmagic.analyze``: the traces a job wrote, one file per rank, read one at a time as
 streams (reader.py), reduced per rank (rank.py), compared across ranks (cross.py) and diagnosed
-(rules.py)."""
+(rules.py); a job of one rank also gets its operator-level report (ops.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterable
 
 from .cross import find_straggler, match_collectives, representative_lanes, summarize_rank
+from .ops import trace_profile
 from .rank import RankTrace, read_rank
 from .reader import TraceFileError, TraceReader
 from .result import TraceAnalysis
@@ -63,10 +64,12 @@ def analyze_traces(source, *, label: str | None = None) -> TraceAnalysis:
     ranks = [summarize_rank(t, m) for t, m in zip(traces, matched)]
     straggler, phase, reason = find_straggler(ranks)
     lane_step, lanes = representative_lanes(traces)
+    findings = cross_rank_findings(ranks, straggler, phase, reason)
+    profile = trace_profile(traces[0]) if len(traces) == 1 else None  # one rank: its operators, as %%torchprofile
     return TraceAnalysis(
         source=label or (os.fspath(source) if isinstance(source, (str, os.PathLike)) else "traces"),
         ranks=ranks, straggler=straggler, straggler_phase=phase, straggler_reason=reason,
-        findings=cross_rank_findings(ranks, straggler, phase, reason), lanes=lanes, lane_step=lane_step,
+        findings=findings + (profile.findings if profile else []), profile=profile, lanes=lanes, lane_step=lane_step,
         world_size=world_size or (len(traces) if len(traces) > 1 else None), backend=backend, notes=notes,
         events=sum(t.events for t in traces), bytes_read=sum(t.bytes_read for t in traces),
         analysis_s=time.perf_counter() - started)

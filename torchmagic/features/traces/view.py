@@ -10,7 +10,7 @@ from ...core.render.base import png_img, report_html, tabbed
 from ...core.render.format import fmt_bytes, fmt_s
 from ...core.render.plot import figure_png, new_figure
 from ...core.render.table import Column, Table
-from ..profile.view import findings_html, findings_lines
+from ..profile.view import findings_html, findings_lines, operator_lines, operators_html
 
 if TYPE_CHECKING:  # the result imports this view when it is shown, not the other way round
     from .result import TraceAnalysis
@@ -80,7 +80,20 @@ def text(r: TraceAnalysis) -> str:
     collectives = _collectives_table(r)
     if collectives:
         out += ["", "Collectives by op (time executing, waits included):", collectives.to_text()]
+    if r.profile is not None:
+        out += ["", f"{_operators_title(r)}:", *r.profile.notes, *operator_lines(r.profile)]
     return "\n".join(out)
+
+
+def _operators_title(r: TraceAnalysis) -> str:
+    return f"Operators of {r.profile.label}, as %%torchprofile reports them"
+
+
+def _operators_html(r: TraceAnalysis) -> str:
+    if r.profile is None:
+        return ""
+    notes = "".join(f'<div class="tm-note">{escape(line)}</div>' for line in r.profile.notes)
+    return f"<h3>{escape(_operators_title(r))}</h3>{notes}{operators_html(r.profile)}"
 
 
 # -- HTML ------------------------------------------------------------------------------
@@ -97,7 +110,8 @@ def _collectives_html(r: TraceAnalysis) -> str:
 
 
 def html(r: TraceAnalysis) -> str:
-    return report_html(_body_html(r) + png_img(plot_png(r), "one step per rank") + _collectives_html(r))
+    return report_html(_body_html(r) + png_img(plot_png(r), "one step per rank") + _collectives_html(r)
+                       + _operators_html(r))
 
 
 def widget(r: TraceAnalysis):
@@ -107,6 +121,8 @@ def widget(r: TraceAnalysis):
         pages.append(("Timeline", png))
     if _collectives_table(r):
         pages.append(("Collectives", _collectives_html(r)))
+    if r.profile is not None:
+        pages.append(("Operators", _operators_html(r)))
     return tabbed(pages)
 
 

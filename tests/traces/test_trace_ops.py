@@ -1,0 +1,88 @@
+"""A job of one rank read from its trace gets the operator-level report %%torchprofile gives: the same
+categories, operators and findings, kernels given to the ops that launched them, and over the first
+steps only when the trace is too big to hold at once."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import torchmagic
+from torchmagic.features.traces import ops
+
+from .synthetic import event, write_trace
+
+JOB = os.path.join(os.path.dirname(__file__), "ddp_job.py")
+
+
+@pytest.fixture(scope="module")
+def one_rank_files(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp-ops")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           JOB, str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return sorted(os.path.join(out, f) for f in os.listdir(out))
+
+
+def test_one_ranks_trace_gets_the_operators_and_findings_of_torchprofile(one_rank_files):
+    r = torchmagic.analyze(one_rank_files[1])  # the rank whose input pipeline is slow
+    p = r.profile
+    assert p is not None and p.steps == 4 and p.device["kind"] == "cpu"
+    names = {op.name for op in p.ops}
+    assert {"aten::mm", "c10d::allreduce_"} <= names and any(n.startswith("enumerate(DataLoader)") for n in names)
+    assert p.categories_s["data loading"] > 0.3 * sum(p.categories_s.values())
+    assert p.finding("dataloader") is not None and r.finding("dataloader") is p.finding("dataloader")
+    text = r.to_text()
+    name = os.path.basename(one_rank_files[1])
+    assert f"Operators of {name} (rank 1), as %%torchprofile reports them:" in text
+    assert "Top operators by self CPU time:" in text and "Operators" in [t for t, _ in _tabs(r)]
+    assert r.to_dict()["profile"]["steps"] == 4
+    assert torchmagic.analyze(one_rank_files).profile is None  # two ranks: the cross-rank report
+
+
+def _tabs(r):
+    widget = r.widget()
+    return [(widget.get_title(i), child) for i, child in enumerate(widget.children)]
+
+
+def test_kernels_go_to_the_ops_that_launched_them_and_the_gpu_is_named(tmp_path):
+    events = []
+    for step in range(2):
+        t = step * 1000
+        events += [
+            event(f"ProfilerStep#{step}", t, 900, cat="user_annotation"),
+            event("aten::mm", t + 10, 100, **{"External id": 10 + step, "Input type": ["float", "float"],
+                                              "Input Dims": [[4096, 4096], [4096, 4096]]}),
+            event("cudaLaunchKernel", t + 20, 30, cat="cuda_runtime", **{"External id": 10 + step,
+                                                                         "correlation": 500 + step}),
+            event("sm80_xmma_gemm_f32f32", t + 60, 700, cat="kernel", tid=7, **{"External id": 10 + step,
+                                                                               "correlation": 500 + step}),
+            event("aten::add", t + 200, 50, **{"External id": 20 + step}),
+            event("cudaLaunchKernel", t + 210, 20, cat="cuda_runtime", **{"External id": 20 + step,
+                                                                          "correlation": 600 + step}),
+            event("vectorized_elementwise_kernel", t + 770, 40, cat="kernel", tid=7,
+                  **{"External id": 20 + step, "correlation": 600 + step}),
+        ]
+    path = write_trace(tmp_path / "gpu.json", events)
+    data = __import__("json").load(open(path))
+    data["deviceProperties"] = [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0}]
+    __import__("json").dump(data, open(path, "w"))
+    p = torchmagic.analyze(path).profile
+    assert p.device == {"kind": "cuda", "label": "cuda", "name": "NVIDIA H100 80GB HBM3"}
+    by_name = {op.name: op for op in p.ops}
+    assert by_name["aten::mm"].self_device_us == pytest.approx(1400)  # two 700 µs kernels
+    assert by_name["aten::add"].self_device_us == pytest.approx(80)
+    assert by_name["aten::mm"].calls == 2 and p.steps == 2
+
+
+def test_a_big_trace_tables_the_operators_of_its_first_steps(one_rank_files, monkeypatch):
+    whole = torchmagic.analyze(one_rank_files[0])
+    monkeypatch.setattr(ops, "OPS_EVENT_LIMIT", whole.events // 3)  # room for 1 of the 4 steps
+    part = torchmagic.analyze(one_rank_files[0])
+    assert part.profile.steps == 1 and whole.profile.steps == 4
+    assert part.profile.notes[1].startswith(f"Operators from the first 1 of the 4 steps (about {whole.events // 3:,}")
+    calls = {op.name: op.calls for op in part.profile.ops}
+    assert calls["aten::mm"] * 4 == {op.name: op.calls for op in whole.profile.ops}["aten::mm"]
+    assert part.ranks[0].steps == 4  # the per-rank figures still cover every step

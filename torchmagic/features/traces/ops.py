@@ -1,0 +1,190 @@
+"""One rank's operator-level report from its trace file, as ``%%torchprofile`` gives it.
+
+The trace's events are read again and handed, one adapter object each, to the summary and rules
+``%%torchprofile`` runs on the profiler's own events (profile/trace.py, profile/rules.py): the same
+categories, operator table and findings.  Unlike the cross-rank pass this holds every event of the
+events at once (about 0.75 KB each), so it is done for a job of one rank, and over as many of its first
+steps as fit in ``OPS_EVENT_LIMIT`` events.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+from torch._C._autograd import DeviceType
+
+from ..profile.result import ProfileResult
+from ..profile.rules import RuleContext
+from ..profile.run import ProfileOptions, fill_from_summary
+from ..profile.trace import STEP_PREFIX, summarize_trace
+from .rank import RankTrace
+from .reader import TraceReader
+
+OPS_EVENT_LIMIT = 300_000  # about 220 MB held, 6 s on the 2-core CPU machine
+_DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+_LINKED_CATS = _DEVICE_CATS | {"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"}
+
+
+class TraceEvent:
+    """A Chrome-trace event with the accessors of torch's ``_KinetoEvent`` that the summary reads.
+
+    Kineto writes an op's own id as ``External id``; a runtime call and the kernels it launched carry
+    that op's id as ``External id`` too, and CUPTI's ``correlation`` between themselves."""
+
+    __slots__ = ("_name", "_cat", "_start", "_dur", "_tid", "_external", "_correlation", "_sequence",
+                 "_shapes", "_dtypes", "_flops", "_bytes", "_device")
+
+    def __init__(self, event: dict, args: dict):
+        self._name, self._cat = event.get("name", ""), event.get("cat", "")
+        self._start, self._dur = round(event["ts"] * 1000), round(event.get("dur", 0) * 1000)
+        self._tid = event.get("tid", 0)
+        self._external, self._correlation = args.get("External id", 0), args.get("correlation", 0)
+        self._sequence = args.get("Sequence number", -1)
+        self._shapes, self._dtypes = args.get("Input Dims", ()), args.get("Input type", ())
+        self._flops, self._bytes = args.get("flops", 0), args.get("Bytes", 0)
+        self._device = (args.get("Device Type", 0), args.get("Device Id", -1))
+
+    def name(self):
+        return self._name
+
+    def activity_type(self):
+        return self._cat
+
+    def start_ns(self):
+        return self._start
+
+    def duration_ns(self):
+        return self._dur
+
+    def start_thread_id(self):
+        return self._tid
+
+    def device_resource_id(self):  # a kernel's stream: kineto writes it as the event's thread
+        return self._tid
+
+    def is_async(self):
+        return False
+
+    def correlation_id(self):
+        return self._correlation if self._cat in _LINKED_CATS else self._external
+
+    def linked_correlation_id(self):
+        return self._external if self._cat in _LINKED_CATS else 0
+
+    def sequence_nr(self):
+        return self._sequence
+
+    def shapes(self):
+        return self._shapes
+
+    def dtypes(self):
+        return self._dtypes
+
+    def flops(self):
+        return self._flops
+
+    def nbytes(self):
+        return self._bytes
+
+    def device_type(self):
+        return DeviceType(self._device[0])
+
+    def device_index(self):
+        return self._device[1]
+
+
+def trace_profile(trace: RankTrace) -> ProfileResult:
+    """The operator-level report of one rank's trace (read by rank.py already: its event count and
+    steps say which steps fit in ``OPS_EVENT_LIMIT``)."""
+    first, last, note = _steps_kept(trace)
+    window = None
+    if first is not None:
+        start, end = trace.steps[first][0], trace.steps[last][1]
+        window = (start, end + (end - start) / (last - first + 1))  # kernels may run past their step's end
+    events: list[TraceEvent] = []
+    reader = TraceReader(trace.path)
+    for event in reader:
+        phase = event.get("ph")
+        if (phase == "X" or (phase == "i" and event.get("name") == "[memory]")) and "ts" in event:
+            if window is not None and not window[0] <= event["ts"] <= window[1]:
+                continue
+            if window is not None and event.get("name", "").startswith(STEP_PREFIX) and \
+                    _step_number(event["name"]) not in range(first, last + 1):
+                continue  # the step that begins in the slack after the last one kept
+            events.append(TraceEvent(event, event.get("args") or {}))
+    if window is not None:
+        events = _launched_in_window(events, first, last)
+    start = min(e.start_ns() for e in events)
+    notes = ["Read from a trace file: a step's time is its ProfilerStep range as recorded (the device was "
+             "not synchronised at its end)."] + ([note] if note else [])
+    if not any(e.activity_type() == "user_annotation" and e.name().startswith(STEP_PREFIX) for e in events):
+        events.append(_whole_trace_marker(events, start))  # one step, on the thread that ran most ops
+        notes.append("No ProfilerStep markers: the whole trace is read as one step.")
+    device = _device(reader.meta, any(e.activity_type() in _DEVICE_CATS for e in events))
+    summary = summarize_trace(events, start, shapes=any(e.shapes() for e in events),
+                              flops=any(e.flops() for e in events))
+    del events
+    options = ProfileOptions(steps=len(summary.step_us),
+                             record_shapes=any(stats.shapes for stats in summary.ops.values()))
+    label = os.path.basename(trace.path) + (f" (rank {trace.rank})" if trace.rank is not None else "")
+    result = ProfileResult(label=label, device=device["describe"], step_s=[us / 1e6 for us in summary.step_us],
+                           notes=notes, options={**options.to_dict(), "memory": summary.memory_recorded,
+                                                 "flops": any(s.flops for s in summary.ops.values())})
+    fill_from_summary(result, summary, device["context"])
+    return result
+
+
+def _steps_kept(trace: RankTrace) -> tuple[int | None, int | None, str | None]:
+    """The first and last step whose events fit in the limit (None, None: all the trace's events)."""
+    if trace.events <= OPS_EVENT_LIMIT or not trace.steps:
+        return None, None, (None if trace.events <= OPS_EVENT_LIMIT else
+                            f"The trace has {trace.events:,} events and no steps: its operators are not "
+                            f"tabled past {OPS_EVENT_LIMIT:,} (call prof.step() once per iteration)")
+    numbers = sorted(trace.steps)
+    kept = max(1, int(OPS_EVENT_LIMIT / (trace.events / len(numbers))))
+    if kept >= len(numbers):
+        return None, None, None
+    first, last = numbers[0], numbers[kept - 1]
+    return first, last, (f"Operators from the first {kept} of the {len(numbers)} steps (about "
+                         f"{OPS_EVENT_LIMIT:,} of the {trace.events:,} events, held at once to table them); "
+                         "the per-rank figures above cover every step.")
+
+
+def _step_number(name: str) -> int | None:
+    tail = name[len(STEP_PREFIX):]
+    return int(tail) if tail.isdigit() else None
+
+
+def _launched_in_window(events: list[TraceEvent], first: int, last: int) -> list[TraceEvent]:
+    """Kernels (and copies) whose launch is among the kept CPU events: those of the next step, which
+    ran in the slack after the last kept step, are dropped with it."""
+    ops = {e._external for e in events if e._cat not in _LINKED_CATS and e._external}
+    launches = {e._correlation for e in events if e._cat in _LINKED_CATS and e._cat not in _DEVICE_CATS}
+    return [e for e in events if e._cat not in _DEVICE_CATS or e._external in ops or e._correlation in launches]
+
+
+def _whole_trace_marker(events: list[TraceEvent], start: int) -> TraceEvent:
+    busiest = Counter(e.start_thread_id() for e in events if e.activity_type() == "cpu_op").most_common(1)
+    end = max(e.start_ns() + e.duration_ns() for e in events)
+    return TraceEvent({"name": f"{STEP_PREFIX}0", "cat": "user_annotation", "ts": start / 1000,
+                       "dur": (end - start) / 1000, "tid": busiest[0][0] if busiest else 0}, {})
+
+
+def _device(meta: dict, kernels: bool) -> dict:
+    """What the trace says of its device: a GPU's name and whether it has tensor cores (from
+    ``deviceProperties``); of a CPU, nothing this machine could vouch for."""
+    gpus = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else []
+    gpu = gpus[0] if gpus and isinstance(gpus[0], dict) else {}
+    if not kernels:
+        context = RuleContext(device_type="cpu", low_precision_fast=False, low_precision_dtype=None,
+                              low_precision_reason="the trace does not say how fast its CPU's bf16 is")
+        return {"describe": {"kind": "cpu", "label": "cpu", "name": "the trace's CPU"}, "context": context}
+    major = gpu.get("computeMajor") if isinstance(gpu.get("computeMajor"), int) else None
+    dtype = "bfloat16" if major is not None and major >= 8 else "float16" if major == 7 else None
+    context = RuleContext(device_type="cuda", low_precision_fast=dtype is not None, low_precision_dtype=dtype,
+                          low_precision_reason=(f"compute capability {major}.x: tensor cores for {dtype}" if dtype else
+                                                "the trace does not say the GPU has tensor cores"),
+                          accelerator=True, traces_kernels=True)
+    name = gpu.get("name") if isinstance(gpu.get("name"), str) else "the trace's GPU"
+    return {"describe": {"kind": "cuda", "label": "cuda", "name": name}, "context": context}
