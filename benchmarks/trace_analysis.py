@@ -5,7 +5,11 @@
 
 Each trace is one rank's kineto trace of a real DDP training step (gloo, one rank, profiled here
 with torch.profiler: ops, data loading, optimizer, the gradient all-reduce) tiled in time to the
-size asked, steps renumbered, written as export_chrome_trace writes it.  Each analysis runs in a
+size asked, steps renumbered, written as export_chrome_trace writes it.  ``torchmagic`` is
+``torchmagic.analyze(path)`` as a user calls it (a job of one rank: the per-rank figures, then its
+operator table over the first steps that fit in 300k events, a second pass); ``tm-ranks`` is
+``analyze(path, operators=False)``, the per-rank pass alone, what each file of a many-rank job
+costs.  Each analysis runs in a
 fresh process that reports its wall time and its peak resident memory (ru_maxrss) above what it
 held after importing (torch and the analyser, before reading the file).  HTA (pip install
 HolisticTraceAnalysis; here from --hta-python, by default this interpreter) runs
@@ -56,12 +60,13 @@ def rss_mb():
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) for l in f if l.startswith("VmRSS")) / 1024
 tool, path = sys.argv[1], sys.argv[2]
-if tool == "torchmagic":
+if tool.startswith("torchmagic"):
     import torchmagic
     from torchmagic.features.traces import run  # noqa: F401  (imports done before the baseline)
     def analyse():
-        r = torchmagic.analyze(path)
-        return f"{r.ranks[0].steps} steps, {r.events:,} events"
+        r = torchmagic.analyze(path, operators=tool == "torchmagic")
+        table = f"; operators of {r.profile.steps} steps" if r.profile else ""
+        return f"{r.ranks[0].steps} steps, {r.events:,} events{table}"
 else:
     import os
     from hta.trace_analysis import TraceAnalysis
@@ -172,10 +177,11 @@ def main() -> None:
             events = write_tiled(template, path, size)
             mb = os.path.getsize(path) / 1e6
             print(f"{mb:7.0f}MB {events:>10,}  (written in {time.perf_counter() - started:.0f} s)", flush=True)
-            for tool, python in (("torchmagic", sys.executable), ("HTA", hta)):
+            for tool, python in (("torchmagic", sys.executable), ("tm-ranks", sys.executable), ("HTA", hta)):
                 if python is None:
                     continue
-                got = measure(python, tool.lower(), path, args.limit, args.memory_gb)
+                got = measure(python, {"tm-ranks": "torchmagic-ranks"}.get(tool, tool.lower()), path, args.limit,
+                              args.memory_gb)
                 if "error" in got:
                     print(f"{'':>20}  {tool:<10} {'':>8} {'':>7} {'':>16}  {got['error']}", flush=True)
                     continue

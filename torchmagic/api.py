@@ -196,7 +196,7 @@ def loadertune(loader: Any, *, workers: list[int] | None = None, batches: int | 
                           label=getattr(loader, "__name__", type(loader).__name__))
 
 
-def analyze(source, *, label: str | None = None):
+def analyze(source, *, label: str | None = None, operators: bool = True):
     """The traces a job wrote elsewhere, per rank and across ranks: a Chrome/Perfetto trace JSON
     (``.json`` or ``.json.gz``), a directory of per-rank traces as ``tensorboard_trace_handler``
     or ``export_chrome_trace`` write them, or a list of files.  Each file is read as a stream, in
@@ -206,12 +206,14 @@ def analyze(source, *, label: str | None = None):
     Returns a :class:`~torchmagic.features.traces.result.TraceAnalysis`: ``.ranks`` (``rank``,
     ``step_s``, ``compute_s``, ``comm_s``, ``exposed_comm_s``, ``wait_s``, ``transfer_s``,
     ``dataloader_s`` ... in seconds per step), ``.straggler`` (the rank the others wait for, or
-    None) and ``.findings``.  A file that is not a trace raises ``TraceFileError`` (a ValueError)
-    naming it.
+    None) and ``.findings``.  A job of one rank also gets ``.profile``, the report ``%%torchprofile``
+    gives (operators, categories, findings, over as many of its first steps as fit in 300,000 events),
+    unless ``operators=False``: it reads the file a second time.  A file that is not a trace raises
+    ``TraceFileError`` (a ValueError) naming it.
     """
     from .features.traces.run import analyze_traces
 
-    return analyze_traces(source, label=label)
+    return analyze_traces(source, label=label, operators=operators)
 
 
 def profile_ranks(code: str, ranks: int, *, share: dict[str, Any] | None = None, backend: str | None = None,

@@ -24,6 +24,7 @@ from .reader import TraceReader
 OPS_EVENT_LIMIT = 300_000  # about 220 MB held, 6 s on the 2-core CPU machine
 _DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _LINKED_CATS = _DEVICE_CATS | {"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"}
+_NO_DETAILS = (-1, (), (), 0, 0, (0, -1))
 
 
 class TraceEvent:
@@ -40,10 +41,13 @@ class TraceEvent:
         self._start, self._dur = round(event["ts"] * 1000), round(event.get("dur", 0) * 1000)
         self._tid = event.get("tid", 0)
         self._external, self._correlation = args.get("External id", 0), args.get("correlation", 0)
-        self._sequence = args.get("Sequence number", -1)
-        self._shapes, self._dtypes = args.get("Input Dims", ()), args.get("Input type", ())
-        self._flops, self._bytes = args.get("flops", 0), args.get("Bytes", 0)
-        self._device = (args.get("Device Type", 0), args.get("Device Id", -1))
+        self._sequence, self._shapes, self._dtypes, self._flops, self._bytes, self._device = _NO_DETAILS
+        if self._cat == "cpu_op":  # what the summary reads of an op; of a [memory] event, its size and device
+            self._sequence = args.get("Sequence number", -1)
+            self._shapes, self._dtypes = args.get("Input Dims", ()), args.get("Input type", ())
+            self._flops = args.get("flops", 0)
+        elif self._name == "[memory]":
+            self._bytes, self._device = args.get("Bytes", 0), (args.get("Device Type", 0), args.get("Device Id", -1))
 
     def name(self):
         return self._name

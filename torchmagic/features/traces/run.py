@@ -39,8 +39,9 @@ def trace_files(source: str | os.PathLike | Iterable[str | os.PathLike]) -> list
     return [path]
 
 
-def analyze_traces(source, *, label: str | None = None) -> TraceAnalysis:
-    """Read every trace of ``source`` and compare its ranks."""
+def analyze_traces(source, *, label: str | None = None, operators: bool = True) -> TraceAnalysis:
+    """Read every trace of ``source`` and compare its ranks; with ``operators``, a job of one rank
+    also gets its operator table and findings (a second pass over the file)."""
     started = time.perf_counter()
     traces = [_read(path) for path in trace_files(source)]
     notes = _number_ranks(traces)
@@ -65,7 +66,7 @@ def analyze_traces(source, *, label: str | None = None) -> TraceAnalysis:
     straggler, phase, reason = find_straggler(ranks)
     lane_step, lanes = representative_lanes(traces)
     findings = cross_rank_findings(ranks, straggler, phase, reason)
-    profile = trace_profile(traces[0]) if len(traces) == 1 else None  # one rank: its operators, as %%torchprofile
+    profile = trace_profile(traces[0]) if operators and len(traces) == 1 else None
     return TraceAnalysis(
         source=label or (os.fspath(source) if isinstance(source, (str, os.PathLike)) else "traces"),
         ranks=ranks, straggler=straggler, straggler_phase=phase, straggler_reason=reason,
