@@ -218,20 +218,23 @@ def analyze(source, *, label: str | None = None, operators: bool = True):
 
 def profile_ranks(code: str, ranks: int, *, share: dict[str, Any] | None = None, backend: str | None = None,
                   steps: int = 1, warmup: int = 0, record_shapes: bool = False, trace: str | None = None,
-                  label: str = "ranks"):
+                  nnodes: int = 1, node_rank: int = 0, master: str | None = None, label: str = "ranks"):
     """As ``%%torchprofile --ranks N``: run ``code`` once in each of ``ranks`` processes started as
     torchrun starts its workers (process group set up: gloo on CPU, NCCL with a GPU per rank), each
     under torch.profiler with ``prof`` in its namespace (a loop calls ``prof.step()``; ``warmup``
     steps, then ``steps`` recorded), and compare their traces.  ``share``: variables each rank gets
-    (pickled); ``trace``: a directory to keep the per-rank traces in.  Each rank's output is
-    printed as it comes, ``[rank R]`` first.  Returns the :class:`TraceAnalysis`; a rank that fails
+    (pickled); ``trace``: a directory to keep the per-rank traces in.  A job over ``nnodes`` machines
+    runs this on each, ``node_rank`` 0 to ``nnodes - 1``, with ``master`` the HOST:PORT of node 0
+    (as torchrun's options): ``ranks`` per machine.  Each rank's output is printed as it comes,
+    ``[rank R]`` first.  Returns the :class:`TraceAnalysis` of this machine's ranks; a rank that fails
     raises ``RankFailed`` after the others are stopped.
     """
     from .core.devices import nccl_gpus
+    from .core.ranks import Node
     from .features.traces.launch import RanksOptions, run_ranks
 
     options = RanksOptions(ranks=ranks, backend=backend, steps=steps, warmup=warmup, record_shapes=record_shapes,
-                           trace_dir=trace)
+                           trace_dir=trace, node=Node(nnodes, node_rank, master))
     return run_ranks(code, dict(share or {}), options, gpus=nccl_gpus(), label=label)
 
 

@@ -286,3 +286,46 @@ def test_the_python_twin_of_ranks_takes_the_code_and_the_shared_values(tmp_path,
     assert {"rank0.pt.trace.json", "rank1.pt.trace.json"} <= set(os.listdir(tmp_path))
     with pytest.raises(torchmagic.RankFailed, match=r"rank [01] failed: NameError: name 'size' is not defined"):
         torchmagic.profile_ranks(code, 2)
+
+
+def test_a_job_over_two_nodes_each_running_its_ranks(shell, tmp_path):
+    """Two machines, played here by the notebook (node 0) and a script (node 1), one rank each:
+    node 0's rank 0 listens at --master and node 1's rank joins it, as torchrun's nodes do."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = ("import torch, torch.distributed as dist\nfor _ in range(3):\n"
+            "    t = torch.ones(256) * (dist.get_rank() + 1)\n    dist.all_reduce(t)\n    prof.step()\n"
+            "print('rank', dist.get_rank(), 'of', dist.get_world_size(), 'sum', t[0].item())\n")
+    node1 = subprocess.Popen([sys.executable, "-c", "import sys, torchmagic\n"
+                              "torchmagic.profile_ranks(sys.argv[1], 1, steps=2, warmup=1, trace=sys.argv[2], "
+                              "nnodes=2, node_rank=1, master=sys.argv[3])", code, str(tmp_path),
+                              f"127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        result, captured = run(shell, f"%%torchprofile --ranks 1 --warmup 1 --steps 2 --nnodes 2 --node-rank 0 "
+                                      f"--master 127.0.0.1:{port} --trace {tmp_path} -o node0\n{code}")
+        out, err = node1.communicate(timeout=120)
+    finally:
+        node1.kill()
+    assert result.success, captured.stderr[-2000:]
+    assert "[rank 0] rank 0 of 2 sum 3.0" in captured.stdout and "[rank 1] rank 1 of 2 sum 3.0" in out, err[-2000:]
+    node0 = shell.user_ns["node0"]
+    assert [x.rank for x in node0.ranks] == [0] and node0.world_size == 2
+    assert "of node 0 (ranks 0 to 0 of 2" in node0.notes[0]
+    both = torchmagic.analyze(tmp_path)  # the shared directory: every rank's trace
+    assert [x.rank for x in both.ranks] == [0, 1]
+    assert all(x.collectives["all_reduce"]["calls"] == 2 for x in both.ranks)
+
+
+@pytest.mark.parametrize("line, message", [
+    ("--ranks 1 --nnodes 2", "--master is needed with nnodes > 1: HOST:PORT of node 0"),
+    ("--ranks 1 --nnodes 2 --node-rank 2 --master h:1", "--node-rank must be from 0 to nnodes - 1 (1), got 2"),
+    ("--ranks 1 --nnodes 2 --master node0", "--master must be HOST:PORT (a port from 1 to 65535), got 'node0'"),
+    ("--nnodes 2", "--nnodes, --node-rank and --master go with --ranks N"),
+])
+def test_bad_node_settings_are_one_line(shell, line, message):
+    _, captured = run(shell, f"%%torchprofile {line}\nx = 2\n")
+    shown = (captured.stdout + captured.stderr).strip()
+    assert shown.startswith("UsageError: %%torchprofile: ") and message in shown and "\n" not in shown

@@ -8,8 +8,8 @@ was shared and shows the cell's frames only when the cell fails.
 
 from .control import RankControl
 from .output import RankOutput
-from .processes import EXIT_SETUP_FAILED, RankFailed, RankProcesses, choose_backend, failure_error
+from .processes import EXIT_SETUP_FAILED, Node, RankFailed, RankProcesses, choose_backend, failure_error
 from .share import pickle_shared
 
-__all__ = ["EXIT_SETUP_FAILED", "RankControl", "RankFailed", "RankOutput", "RankProcesses", "choose_backend",
+__all__ = ["EXIT_SETUP_FAILED", "Node", "RankControl", "RankFailed", "RankOutput", "RankProcesses", "choose_backend",
            "failure_error", "pickle_shared"]

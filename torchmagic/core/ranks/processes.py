@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..interrupts import HeldScope, deliver_pending, uninterruptible
 from ..limits import SettingError, usable_cores
@@ -61,13 +62,44 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def rank_environment(rank: int, world: int, port: int, threads: int) -> dict[str, str]:
-    """What torchrun sets for each worker on a single node (and the package on the path)."""
+@dataclass(frozen=True)
+class Node:
+    """Where this machine's ranks sit in a job of several machines: torchrun's ``--nnodes``,
+    ``--node-rank`` and ``--master-addr``/``--master-port``.  Node 0 runs global rank 0, which
+    listens at ``master``; each other node's ranks connect to it."""
+
+    nnodes: int = 1
+    node_rank: int = 0
+    master: str | None = None  # "HOST:PORT"; None: a free port on this machine (one node)
+
+    def __post_init__(self):
+        if self.nnodes < 1:
+            raise SettingError("nnodes", f"must be at least 1, got {self.nnodes}")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise SettingError("node_rank", f"must be from 0 to nnodes - 1 ({self.nnodes - 1}), got {self.node_rank}")
+        if self.nnodes > 1 and self.master is None:
+            raise SettingError("master", "is needed with nnodes > 1: HOST:PORT of node 0, where rank 0 listens")
+        if self.master is not None:
+            self.address()
+
+    def address(self) -> tuple[str, int]:
+        host, _, port = (self.master or "").rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise SettingError("master", f"must be HOST:PORT (a port from 1 to 65535), got {self.master!r}")
+        return host.strip("[]"), int(port)  # [::1]:29500, as torchrun writes an IPv6 address
+
+    def first_rank(self, ranks: int) -> int:
+        return self.node_rank * ranks
+
+
+def rank_environment(local_rank: int, ranks: int, node: Node, host: str, port: int, threads: int) -> dict[str, str]:
+    """What torchrun sets for each worker (and the package on the path): ``ranks`` on this node."""
     path = os.environ.get("PYTHONPATH")
+    rank, world = node.first_rank(ranks) + local_rank, ranks * node.nnodes
     return {
-        "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
-        "ROLE_NAME": "default", "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world),
-        "ROLE_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+        "RANK": str(rank), "LOCAL_RANK": str(local_rank), "GROUP_RANK": str(node.node_rank),
+        "ROLE_RANK": str(rank), "ROLE_NAME": "default", "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(ranks),
+        "ROLE_WORLD_SIZE": str(world), "MASTER_ADDR": host, "MASTER_PORT": str(port),
         "TORCHELASTIC_RUN_ID": "torchmagic", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads)),
         "PYTHONPATH": _PACKAGE_ROOT + (os.pathsep + path if path else ""),
@@ -86,11 +118,11 @@ class RankProcesses(HeldScope):
     must stay as they are.  With ``control``, each rank also gets two pipes (control.py)."""
 
     def __init__(self, module: str, payload: Callable[[str], bytes], ranks: int, threads: int,
-                 keep_dir: str | None = None, control: bool = False):
+                 keep_dir: str | None = None, control: bool = False, node: Node = Node()):
         """``payload(out_dir)``: what each rank reads (the code, shared variables, options); ``out_dir``
         is where ranks write files for the notebook (``keep_dir``, else a temporary directory)."""
         self.module, self.payload, self.ranks, self.threads = module, payload, ranks, threads
-        self.keep_dir, self.control = keep_dir, control
+        self.keep_dir, self.control, self.node = keep_dir, control, node
         self.processes: list[subprocess.Popen] = []
         self.logs: list[tuple[int, str, bool]] = []    # (rank, path, is stderr), every start's
         self.channels: list[tuple[int, int]] = []      # per rank: (commands fd to write, replies fd to read)
@@ -114,13 +146,14 @@ class RankProcesses(HeldScope):
         return self
 
     def _start(self) -> None:
-        port = _free_port()
+        host, port = self.node.address() if self.node.master else ("127.0.0.1", _free_port())
         self.starts += 1
         for rank in range(self.ranks):
             suffix = "" if self.starts == 1 else f".{self.starts}"
             out, err = (os.path.join(self.workdir, f"rank{rank}{suffix}.{name}") for name in ("out", "err"))
-            self.logs += [(rank, out, False), (rank, err, True)]
-            env = {**os.environ, **rank_environment(rank, self.ranks, port, self.threads)}
+            shown_as = self.node.first_rank(self.ranks) + rank  # the job's rank, as RANK says
+            self.logs += [(shown_as, out, False), (shown_as, err, True)]
+            env = {**os.environ, **rank_environment(rank, self.ranks, self.node, host, port, self.threads)}
             theirs: tuple[int, ...] = ()
             if self.control:
                 commands, replies = os.pipe(), os.pipe()
@@ -137,11 +170,11 @@ class RankProcesses(HeldScope):
                     os.close(fd)
 
     def failed(self) -> tuple[int, int] | None:
-        """(rank, exit code) of a rank that ended with an error, if one has."""
+        """(rank in the job, exit code) of a rank that ended with an error, if one has."""
         for rank, process in enumerate(self.processes):
             code = process.poll()
             if code not in (None, 0):
-                return rank, code
+                return self.node.first_rank(self.ranks) + rank, code
         return None
 
     def running(self) -> bool:

@@ -38,6 +38,12 @@ class ProfileMagics(TorchMagicsBase):
               "else gloo)")
     @argument("--share", metavar="NAMES", help="with --ranks: notebook variables each rank gets (pickled), "
               "e.g. dataset,config")
+    @argument("--nnodes", type=int, default=1, metavar="M", help="with --ranks: the job spans M machines, each "
+              "running this cell on N ranks (as torchrun --nnodes); world size N*M")
+    @argument("--node-rank", type=int, default=0, metavar="K", help="with --nnodes: this machine's place, 0 to M-1 "
+              "(node 0 runs rank 0)")
+    @argument("--master", metavar="HOST:PORT", help="with --nnodes: node 0's address and a free port there, where "
+              "rank 0 listens (as torchrun --master-addr/--master-port)")
     @DEVICE_ARGUMENT
     @argument("-o", dest="output", metavar="NAME", help="store the ProfileResult in variable NAME")
     @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
@@ -60,8 +66,9 @@ class ProfileMagics(TorchMagicsBase):
         args = parse_argstring(self.torchprofile, line, "%%torchprofile")
         if args.ranks is not None:
             return ranks_magic(self, args, cell)
-        if args.backend is not None or args.share is not None:
-            raise usage_error("%%torchprofile: --backend and --share go with --ranks N")
+        if args.backend is not None or args.share is not None or args.nnodes != 1 or args.node_rank != 0 \
+                or args.master is not None:
+            raise usage_error("%%torchprofile: --backend, --share, --nnodes, --node-rank and --master go with --ranks N")
         try:
             options = ProfileOptions(steps=args.steps, warmup=args.warmup, record_shapes=args.record_shapes,
                                      memory=args.memory, stack=args.stack, flops=args.flops,

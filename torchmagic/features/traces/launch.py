@@ -17,7 +17,7 @@ from typing import Any
 
 from ...core.interrupts import guards
 from ...core.limits import SettingError, check_count
-from ...core.ranks import RankOutput, RankProcesses, choose_backend, failure_error, pickle_shared
+from ...core.ranks import Node, RankOutput, RankProcesses, choose_backend, failure_error, pickle_shared
 from ...core.ranks.output import show_rank_line
 from ...core.ranks.processes import threads_per_rank
 from ...core.ranks.share import shared_note
@@ -37,6 +37,7 @@ class RanksOptions:
     warmup: int = 0
     record_shapes: bool = False
     trace_dir: str | None = None     # keep the per-rank traces here (else a temporary directory)
+    node: Node = Node()              # with several machines: this one's place (torchrun's --nnodes ...)
 
     def __post_init__(self):
         choose_backend(self.ranks, self.backend, gpus=self.ranks)  # the values; the GPUs are checked at run
@@ -63,7 +64,7 @@ def run_ranks(code: str, shared: dict[str, Any], options: RanksOptions, *, gpus:
 
     threads = threads_per_rank(options.ranks)
     started = time.perf_counter()
-    with RankProcesses(WORKER, payload, options.ranks, threads, options.trace_dir) as ranks:
+    with RankProcesses(WORKER, payload, options.ranks, threads, options.trace_dir, node=options.node) as ranks:
         output = RankOutput(ranks.logs, on_output or show_rank_line)
         while ranks.running() and ranks.failed() is None:
             time.sleep(POLL_S)
@@ -76,9 +77,13 @@ def run_ranks(code: str, shared: dict[str, Any], options: RanksOptions, *, gpus:
             raise error
         output.poll(final=True)
         # the files this run wrote, not others a kept --trace directory may hold
-        result = analyze_traces([os.path.join(ranks.out_dir, f"rank{r}.pt.trace.json") for r in range(options.ranks)],
-                                label=label)
+        first = options.node.first_rank(options.ranks)
+        result = analyze_traces([os.path.join(ranks.out_dir, f"rank{r}.pt.trace.json")
+                                 for r in range(first, first + options.ranks)], label=label)
     seconds = time.perf_counter() - started
-    result.notes.insert(0, f"ran on {options.ranks} rank(s) with {backend}, {threads} thread(s) each, in "
+    where = (f" of node {options.node.node_rank} (ranks {first} to {first + options.ranks - 1} of "
+             f"{options.ranks * options.node.nnodes}; the other nodes' traces are theirs: torchmagic.analyze "
+             "on a directory of every rank's compares them all)" if options.node.nnodes > 1 else "")
+    result.notes.insert(0, f"ran on {options.ranks} rank(s){where} with {backend}, {threads} thread(s) each, in "
                            f"{seconds:.1f} s; {shared_note(shared, blob)}")
     return result

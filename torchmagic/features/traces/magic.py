@@ -9,7 +9,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from ...core.devices import nccl_gpus
 from ...core.ipython import TorchMagicsBase, parse_argstring, raise_as_shown, refused, usage_error, user_frames_only
 from ...core.limits import SettingError
-from ...core.ranks import RankFailed
+from ...core.ranks import Node, RankFailed
 from .launch import RanksOptions, run_ranks
 from .reader import TraceFileError
 from .run import analyze_traces
@@ -65,7 +65,8 @@ def ranks_magic(magics, args, cell: str):
                           "cuda:LOCAL_RANK with nccl, the CPU with gloo)")
     try:
         options = RanksOptions(ranks=args.ranks, backend=args.backend, steps=args.steps, warmup=args.warmup,
-                               record_shapes=args.record_shapes, trace_dir=args.trace)
+                               record_shapes=args.record_shapes, trace_dir=args.trace,
+                               node=Node(args.nnodes, args.node_rank, args.master))
     except ValueError as exc:
         raise refused(MAGIC, exc) from None
     namespace = magics.shell.user_ns
