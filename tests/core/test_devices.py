@@ -304,3 +304,14 @@ def test_cpu_footprint_scope_reads_the_process_s_resident_memory():
     assert tensor_footprint.footprint_bytes >= 46 * 2**20 and python.footprint_bytes >= 46 * 2**20
     assert set(threading.enumerate()) == threads
     assert FakeCudaDevice().footprint_scope() is None  # CUDA reads its footprint in peak_scope
+
+
+def test_kinetos_chatter_is_recognised_in_a_rank_too():
+    from torchmagic.core.devices.profiler import is_profiler_banner
+
+    warning = ("[W1124 03:58:12.123456 31313 profiler_kineto.cpp:133] Memory block of unknown size was allocated "
+               "before the profiling started, profiler results will not include the deallocation event")
+    assert is_profiler_banner(warning) and is_profiler_banner("[rank0]:" + warning)
+    assert is_profiler_banner("USDT: 12345.678] profiler_start")
+    assert not is_profiler_banner("[W1124 12:00:00 x.cpp:1] something else the user should see")
+    assert not is_profiler_banner("[rank0]: Traceback (most recent call last):")

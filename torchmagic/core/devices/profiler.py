@@ -23,7 +23,8 @@ from ..interrupts import HeldScope, deliver_pending, uninterruptible
 # kineto's start/stop banner, and the warning that a block allocated before profiling was freed
 # (harmless: the profiler just cannot pair that free with an allocation)
 _BANNER = re.compile(r"^USDT:.*\] profiler_(start|stop)\s*$"
-                     r"|^\[W.*\] Memory block of unknown size was allocated before the profiling started")
+                     # in a process group's rank torch puts "[rank0]:" before its C++ warnings
+                     r"|^(?:\[rank\d+\]:)?\[W.*\] Memory block of unknown size was allocated before the profiling started")
 
 
 def is_profiler_banner(line: str) -> bool:
