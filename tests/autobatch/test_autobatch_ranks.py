@@ -80,6 +80,19 @@ def test_one_rank_running_out_part_way_restarts_every_rank_instead_of_hanging(sh
     assert_left_as_it_was(before)
 
 
+def test_a_rank_that_runs_out_at_the_smallest_size_gives_no_answer_and_says_which(shell):
+    before = process_state()
+    cell = ("%%autobatch --ranks 2 -o found step\nimport torch, torch.distributed as dist\n"
+            "def step(n):\n    if dist.get_rank() == 1:\n        raise torch.OutOfMemoryError('CUDA out of memory.')\n")
+    result, captured = run(shell, cell)
+    assert result.success, captured.stderr[-2000:]
+    found = shell.user_ns["found"]
+    assert found.batch_size is None and found.global_batch_size is None
+    assert found.reason == "the smallest size (1) runs out of memory on rank 1"
+    assert found.headline() == "No batch size fits: the smallest size (1) runs out of memory on rank 1."
+    assert_left_as_it_was(before)
+
+
 def test_a_step_that_fails_on_one_rank_shows_its_frames_and_stops_the_others(shell):
     before = process_state()
     cell = ("%%autobatch --ranks 2 -- run(BS)\nimport torch.distributed as dist\n"

@@ -86,3 +86,16 @@ def test_a_big_trace_tables_the_operators_of_its_first_steps(one_rank_files, mon
     calls = {op.name: op.calls for op in part.profile.ops}
     assert calls["aten::mm"] * 4 == {op.name: op.calls for op in whole.profile.ops}["aten::mm"]
     assert part.ranks[0].steps == 4  # the per-rank figures still cover every step
+
+
+def test_a_trace_too_big_to_hold_and_without_steps_says_why_it_has_no_table(tmp_path, monkeypatch):
+    events = [event("aten::mm", 10 * i, 5, **{"External id": i + 1}) for i in range(50)]
+    path = write_trace(tmp_path / "long.json", events)
+    monkeypatch.setattr(ops, "OPS_EVENT_LIMIT", 20)
+    r = torchmagic.analyze(path)
+    assert r.profile is None
+    assert "No operator table: the trace has 50 events and no ProfilerStep markers" in r.to_text()
+    monkeypatch.setattr(ops, "OPS_EVENT_LIMIT", 100)
+    p = torchmagic.analyze(path).profile
+    assert p.steps == 1 and "No ProfilerStep markers: the whole trace is read as one step." in p.notes
+    assert {op.name: op.calls for op in p.ops} == {"aten::mm": 50}

@@ -112,7 +112,8 @@ def run_autobatch_ranks(code: str, step: str | None, shared: dict[str, Any], opt
         try:
             result = _search(trials, control, options, space, ranks, label, started)
         except KeyboardInterrupt as exc:
-            exc.torchmagic_result = _interrupted(trials, ranks, label, options, started)
+            if trials.probes:  # what ran so far goes with it: the magic shows it
+                exc.torchmagic_result = _interrupted(trials, ranks, label, options, started)
             raise
         except RankFailed as exc:
             if exc.exitcode == EXIT_NO_STEP:
@@ -130,6 +131,11 @@ def _search(trials: _Trials, control: RankControl, options: AutobatchOptions, sp
             started: float) -> AutobatchResult:
     __tracebackhide__ = True  # noqa: F841
     warm = trials(space.smallest)  # as in one process: the first step creates what every step reuses
+    if not warm.ran:  # no budget is asked of ranks one of which is stuck in a collective: no answer either way
+        result = _result(label, {"kind": "ranks", "name": f"{ranks} ranks"}, options, 0, "not read: nothing ran",
+                         None, [warm], None, started, ranks=ranks,
+                         reason=f"the smallest size ({space.smallest}) runs out of memory on {warm.error.split(':')[0]}")
+        return result
     budgets = sorted(control.ask({"do": "budget", "budget": options.budget}).values(),
                      key=lambda r: (r["bytes"], r["rank"]))
     least = budgets[0]
@@ -138,11 +144,6 @@ def _search(trials: _Trials, control: RankControl, options: AutobatchOptions, sp
         b["bytes"] == budget for b in budgets) else "")
     device = least["device"]
     trials.budget = (budget, how, device)
-    if not warm.ran:
-        result = _result(label, device, options, budget, how, None, [warm], None, started, ranks=ranks,
-                         reason=f"the smallest size ({space.smallest}) runs out of memory on {warm.error.split(':')[0]}")
-        result.restarts = trials.restarts
-        return result
     limit = int(budget * (1 - options.margin))
     outcome = search(trials, limit, space, None)
     result = _result(label, device, options, budget, how, outcome, outcome.probes, None, started,

@@ -102,10 +102,10 @@ def trace_profile(trace: RankTrace) -> ProfileResult:
     """The operator-level report of one rank's trace (read by rank.py already: its event count and
     steps say which steps fit in ``OPS_EVENT_LIMIT``)."""
     first, last, note = _steps_kept(trace)
-    window = None
+    window = kept = None
     if first is not None:
-        start, end = trace.steps[first][0], trace.steps[last][1]
-        window = (start, end + (end - start) / (last - first + 1))  # kernels may run past their step's end
+        kept = (trace.steps[first][0], trace.steps[last][1])
+        window = (kept[0], kept[1] + (kept[1] - kept[0]) / (last - first + 1))  # kernels may run past the step
     events: list[TraceEvent] = []
     reader = TraceReader(trace.path)
     for event in reader:
@@ -117,8 +117,8 @@ def trace_profile(trace: RankTrace) -> ProfileResult:
                     _step_number(event["name"]) not in range(first, last + 1):
                 continue  # the step that begins in the slack after the last one kept
             events.append(TraceEvent(event, event.get("args") or {}))
-    if window is not None:
-        events = _launched_in_window(events, first, last)
+    if kept is not None:
+        events = _launched_in(events, kept)
     start = min(e.start_ns() for e in events)
     notes = ["Read from a trace file: a step's time is its ProfilerStep range as recorded (the device was "
              "not synchronised at its end)."] + ([note] if note else [])
@@ -139,12 +139,18 @@ def trace_profile(trace: RankTrace) -> ProfileResult:
     return result
 
 
+def too_big_to_table(trace: RankTrace) -> str | None:
+    """Why a trace gets no operator table: more events than can be held, and no steps to take some of."""
+    if trace.events > OPS_EVENT_LIMIT and not trace.steps:
+        return (f"No operator table: the trace has {trace.events:,} events and no ProfilerStep markers to table "
+                f"the first {OPS_EVENT_LIMIT:,} or so by (call prof.step() once per iteration)")
+    return None
+
+
 def _steps_kept(trace: RankTrace) -> tuple[int | None, int | None, str | None]:
     """The first and last step whose events fit in the limit (None, None: all the trace's events)."""
-    if trace.events <= OPS_EVENT_LIMIT or not trace.steps:
-        return None, None, (None if trace.events <= OPS_EVENT_LIMIT else
-                            f"The trace has {trace.events:,} events and no steps: its operators are not "
-                            f"tabled past {OPS_EVENT_LIMIT:,} (call prof.step() once per iteration)")
+    if trace.events <= OPS_EVENT_LIMIT:
+        return None, None, None
     numbers = sorted(trace.steps)
     kept = max(1, int(OPS_EVENT_LIMIT / (trace.events / len(numbers))))
     if kept >= len(numbers):
@@ -160,11 +166,13 @@ def _step_number(name: str) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
-def _launched_in_window(events: list[TraceEvent], first: int, last: int) -> list[TraceEvent]:
-    """Kernels (and copies) whose launch is among the kept CPU events: those of the next step, which
-    ran in the slack after the last kept step, are dropped with it."""
-    ops = {e._external for e in events if e._cat not in _LINKED_CATS and e._external}
-    launches = {e._correlation for e in events if e._cat in _LINKED_CATS and e._cat not in _DEVICE_CATS}
+def _launched_in(events: list[TraceEvent], kept: tuple[float, float]) -> list[TraceEvent]:
+    """Kernels (and copies) launched within the kept steps: those the next step's CPU events launched
+    (read in the slack after the last kept step) go too."""
+    start, end = kept[0] * 1000, kept[1] * 1000  # µs on the file's clock; events keep ns
+    inside = [e for e in events if e._cat not in _DEVICE_CATS and start <= e._start <= end]
+    ops = {e._external for e in inside if e._cat not in _LINKED_CATS and e._external}
+    launches = {e._correlation for e in inside if e._cat in _LINKED_CATS}
     return [e for e in events if e._cat not in _DEVICE_CATS or e._external in ops or e._correlation in launches]
 
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable
 
 from .cross import find_straggler, match_collectives, representative_lanes, summarize_rank
-from .ops import trace_profile
+from .ops import too_big_to_table, trace_profile
 from .rank import RankTrace, read_rank
 from .reader import TraceFileError, TraceReader
 from .result import TraceAnalysis
@@ -66,7 +66,13 @@ def analyze_traces(source, *, label: str | None = None, operators: bool = True) 
     straggler, phase, reason = find_straggler(ranks)
     lane_step, lanes = representative_lanes(traces)
     findings = cross_rank_findings(ranks, straggler, phase, reason)
-    profile = trace_profile(traces[0]) if operators and len(traces) == 1 else None
+    profile = None
+    if operators and len(traces) == 1:  # one rank: its operators and findings, as %%torchprofile gives them
+        skipped = too_big_to_table(traces[0])
+        if skipped:
+            notes.append(skipped)
+        else:
+            profile = trace_profile(traces[0])
     return TraceAnalysis(
         source=label or (os.fspath(source) if isinstance(source, (str, os.PathLike)) else "traces"),
         ranks=ranks, straggler=straggler, straggler_phase=phase, straggler_reason=reason,
