@@ -27,6 +27,11 @@ from .render.base import widget_frontend
 DEVICE_ARGUMENT = argument(
     "--device", metavar="DEV", help="the device to measure: cpu, cuda, cuda:N, mps (default: where the "
     "code's model and tensors are; the CPU when none is on a GPU and this process has not used CUDA)")
+# The cell magics that run a cell on --ranks N processes (core/ranks) take these too.
+BACKEND_ARGUMENT = argument("--backend", metavar="NAME", help="with --ranks: gloo or nccl (default: nccl with a "
+                            "GPU per rank, else gloo)")
+SHARE_ARGUMENT = argument("--share", metavar="NAMES", help="with --ranks: notebook variables each rank gets "
+                          "(pickled), comma-separated: dataset,config")
 
 
 def usage_error(message: str) -> ipython_error.UsageError:
@@ -186,6 +191,14 @@ class TorchMagicsBase(Magics):
                 self.shell.user_ns[args.output] = result
             if not args.quiet:
                 display(result)
+
+    def shared_values(self, names: str | None, magic: str) -> dict:
+        """--share NAMES: the notebook variables each rank gets, every name checked before anything runs."""
+        names_given = [n.strip() for n in (names or "").split(",") if n.strip()]
+        missing = [n for n in names_given if n not in self.shell.user_ns]
+        if missing:
+            raise usage_error(f"{magic}: --share {', '.join(map(repr, missing))}: not defined in the notebook")
+        return {n: self.shell.user_ns[n] for n in names_given}
 
     @staticmethod
     def check_output_name(name: str | None) -> None:

@@ -11,7 +11,8 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from ...core.devices import nccl_gpus
 from ...core.devices.profiler import ProfilerBusyError
-from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, refused, usage_error, user_frames_only
+from ...core.ipython import (BACKEND_ARGUMENT, DEVICE_ARGUMENT, SHARE_ARGUMENT, TorchMagicsBase, parse_argstring,
+                             refused, usage_error, user_frames_only)
 from ...core.limits import SettingError
 from ...core.ranks import RankFailed
 from ...core.state import referenced_values, values_named
@@ -55,10 +56,8 @@ class AutobatchMagics(TorchMagicsBase):
     @DEVICE_ARGUMENT
     @argument("--ranks", type=int, metavar="N", help="(cell form) run the cell in N processes with torch.distributed "
               "set up, as torchrun runs a script; every rank runs each trial: a size fits if it fits on all")
-    @argument("--backend", metavar="NAME", help="with --ranks: gloo or nccl (default: nccl with a GPU per rank, "
-              "else gloo)")
-    @argument("--share", metavar="NAMES", help="with --ranks: notebook variables each rank gets (pickled), "
-              "comma-separated")
+    @BACKEND_ARGUMENT
+    @SHARE_ARGUMENT
     @argument("-o", dest="output", metavar="NAME", help="store the AutobatchResult in variable NAME")
     @argument("-q", dest="quiet", action="store_true", help="show nothing (use with -o)")
     @argument("step", nargs="?", help="a callable taking the batch size; or write `-- EXPR` with BS in it")
@@ -135,11 +134,7 @@ class AutobatchMagics(TorchMagicsBase):
             raise usage_error(f"{magic}: the expression after -- must use BS for the batch size")
         if args.step is not None and not args.step.isidentifier():
             raise usage_error(f"{magic}: {args.step!r} is not a name the cell could define")
-        namespace = self.shell.user_ns
-        names = [n.strip() for n in (args.share or "").split(",") if n.strip()]
-        missing = [n for n in names if n not in namespace]
-        if missing:
-            raise usage_error(f"{magic}: --share {', '.join(map(repr, missing))}: not defined in the notebook")
+        shared = self.shared_values(args.share, magic)
         self.compile_cell(cell, magic)  # a syntax error shows as IPython shows one, and nothing runs
         if expression is not None:
             expression = expression.strip()  # plain Python: the ranks have no IPython (nor its names)
@@ -150,7 +145,7 @@ class AutobatchMagics(TorchMagicsBase):
         progress = self.progress(magic, args.quiet)
         try:
             result = run_autobatch_ranks(
-                self.shell.transform_cell(cell), args.step, {n: namespace[n] for n in names}, options,
+                self.shell.transform_cell(cell), args.step, shared, options,
                 ranks=args.ranks, backend=args.backend, gpus=nccl_gpus(), expression=expression,
                 on_probe=progress.probe if progress else None, label=args.step or expression)
         except SettingError as exc:

@@ -7,8 +7,8 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from ...core.cell import Cell
 from ...core.devices.profiler import ProfilerBusyError
-from ...core.ipython import (DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, refused, run_from_button,
-                             usage_error, user_frames_only)
+from ...core.ipython import (BACKEND_ARGUMENT, DEVICE_ARGUMENT, SHARE_ARGUMENT, TorchMagicsBase, parse_argstring,
+                             refused, run_from_button, usage_error, user_frames_only)
 from ...core.state import values_named
 from .result import SORT_KEYS
 from ..traces.magic import ranks_magic
@@ -34,10 +34,8 @@ class ProfileMagics(TorchMagicsBase):
     @argument("--top", type=int, default=15, metavar="K", help="operators shown (default 15)")
     @argument("--ranks", type=int, metavar="N", help="run the cell in N processes with torch.distributed set up "
               "(as torchrun runs a script), each profiled, and compare the ranks; the cell's loop calls prof.step()")
-    @argument("--backend", metavar="NAME", help="with --ranks: gloo or nccl (default: nccl with a GPU per rank, "
-              "else gloo)")
-    @argument("--share", metavar="NAMES", help="with --ranks: notebook variables each rank gets (pickled), "
-              "e.g. dataset,config")
+    @BACKEND_ARGUMENT
+    @SHARE_ARGUMENT
     @argument("--nnodes", type=int, default=1, metavar="M", help="with --ranks: the job spans M machines, each "
               "running this cell on N ranks (as torchrun --nnodes); world size N*M")
     @argument("--node-rank", type=int, default=0, metavar="K", help="with --nnodes: this machine's place, 0 to M-1 "
@@ -68,7 +66,8 @@ class ProfileMagics(TorchMagicsBase):
             return ranks_magic(self, args, cell)
         if args.backend is not None or args.share is not None or args.nnodes != 1 or args.node_rank != 0 \
                 or args.master is not None:
-            raise usage_error("%%torchprofile: --backend, --share, --nnodes, --node-rank and --master go with --ranks N")
+            raise usage_error("%%torchprofile: --backend, --share, --nnodes, --node-rank and --master go with "
+                              "--ranks N")
         try:
             options = ProfileOptions(steps=args.steps, warmup=args.warmup, record_shapes=args.record_shapes,
                                      memory=args.memory, stack=args.stack, flops=args.flops,

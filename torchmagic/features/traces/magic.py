@@ -69,15 +69,11 @@ def ranks_magic(magics, args, cell: str):
                                node=Node(args.nnodes, args.node_rank, args.master))
     except ValueError as exc:
         raise refused(MAGIC, exc) from None
-    namespace = magics.shell.user_ns
-    names = [n.strip() for n in (args.share or "").split(",") if n.strip()]
-    missing = [n for n in names if n not in namespace]
-    if missing:
-        raise usage_error(f"{MAGIC}: --share {', '.join(map(repr, missing))}: not defined in the notebook")
+    shared = magics.shared_values(args.share, MAGIC)
     magics.compile_cell(cell, MAGIC)  # a syntax error shows as IPython shows one, and nothing runs
     code = magics.shell.transform_cell(cell)
     try:
-        result = run_ranks(code, {n: namespace[n] for n in names}, options, gpus=nccl_gpus(), label=MAGIC)
+        result = run_ranks(code, shared, options, gpus=nccl_gpus(), label=MAGIC)
     except SettingError as exc:
         raise refused(MAGIC, exc) from None
     except (RankFailed, TraceFileError) as exc:
