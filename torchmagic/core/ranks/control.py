@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import os
 import select
+import subprocess
 from collections.abc import Callable, Iterator
 
 from .output import RankOutput
-from .processes import CONTROL_ENV, RankFailed, RankProcesses, failure_error
+from .processes import CONTROL_ENV, STOP_GRACE_S, RankFailed, RankProcesses, failure_error
 
 POLL_S = 0.05  # how often the ranks' output and exits are looked at while waiting
 
@@ -24,7 +25,6 @@ class RankControl:
     def __init__(self, ranks: RankProcesses, output: RankOutput):
         self.ranks, self.output = ranks, output
         self._cut_short: int | None = None  # the start whose ranks may still send a reply not read
-
 
     def ask(self, request: dict, enough: Callable[[dict], bool] = lambda reply: False) -> dict[int, dict]:
         """Send ``request`` to every rank and wait for each one's reply, or for a reply that is
@@ -54,7 +54,10 @@ class RankControl:
                         return answered
                 elif not chunk:  # the rank closed its end: it has ended
                     rank = waiting.pop(fd)
-                    self.ranks.processes[rank].wait()
+                    try:
+                        self.ranks.processes[rank].wait(STOP_GRACE_S)
+                    except subprocess.TimeoutExpired:
+                        pass  # it closed its end and goes on: it is stopped with the others on the way out
                     failure = self.ranks.failed()
                     raise failure_error(self.ranks, self.output, failure) if failure else \
                         RankFailed(rank, 0, "the rank's code ended before the magic was done with it")
