@@ -11,7 +11,8 @@ import torch
 from .core.cell import Cell
 from .core.devices import Device, choose_device
 from .core.shell import current_shell
-from .core.state import referenced_values, values_named
+from .core.limits import usable_cores
+from .core.state import names_used, referenced_values, values_named
 from .features.autobatch.result import AutobatchResult
 from .features.autobatch.run import AutobatchOptions, run_autobatch
 from .features.autobatch.run import objects_to_restore as restored_by_autobatch
@@ -22,6 +23,7 @@ from .features.compare.variants import DEFAULT_VARIANTS, Variant, parse_variants
 from .features.memory.result import MemoryResult
 from .features.profile.result import ProfileResult
 from .features.profile.run import ProfileOptions, run_profile
+from .features.profile.user import UserObjects, user_objects
 
 
 def profile(fn: Callable[[], Any], *, steps: int = 1, warmup: int = 0, record_shapes: bool = False,
@@ -38,8 +40,14 @@ def profile(fn: Callable[[], Any], *, steps: int = 1, warmup: int = 0, record_sh
     __tracebackhide__ = True  # noqa: F841
     options = ProfileOptions(steps=steps, warmup=warmup, record_shapes=record_shapes, memory=memory,
                              stack=stack, flops=flops, trace=trace, sort=sort, top=top)
-    run = run_profile(fn, options, label=label or getattr(fn, "__name__", "profile"),
-                      device=choose_device(device, referenced_values(fn)))
+    return _profile(fn, options, label or getattr(fn, "__name__", "profile"),
+                    choose_device(device, referenced_values(fn)))
+
+
+def _profile(fn: Callable[[], Any], options: ProfileOptions, label: str, device: Device,
+             user: UserObjects | None = None) -> ProfileResult:
+    __tracebackhide__ = True  # noqa: F841
+    run = run_profile(fn, options, label=label, device=device, user=user)
     if run.error is not None:
         _attach(run.error, run.result)
         raise run.error
@@ -59,9 +67,9 @@ def profile_code(code: str, namespace: dict[str, Any] | None = None, **options) 
         __tracebackhide__ = True  # noqa: F841
         return cell.run(namespace)
 
-    options.setdefault("label", "code")
-    options["device"] = choose_device(options.get("device"), values_named(cell.names, namespace))
-    return profile(step, **options)
+    label, device = options.pop("label", None) or "code", options.pop("device", None)
+    return _profile(step, ProfileOptions(**options), label, choose_device(device, values_named(cell.names, namespace)),
+                    user_objects(names_used(cell.names, namespace), usable_cores()))
 
 
 def autobatch(step: Callable[[int], Any], *, budget: float | None = None, min: int = 1,  # noqa: A002

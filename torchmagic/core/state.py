@@ -97,6 +97,35 @@ def referenced_values(fn: Callable) -> list[Any]:
     return [v for v in found if v is not None]
 
 
+def names_reached(fn: Callable) -> dict[str, Any]:
+    """The names a function's code uses for what it reaches (its closure's and the globals'), with
+    their values: what the user calls those objects."""
+    target = inspect.unwrap(fn)
+    code = getattr(target, "__code__", None)
+    if code is None:
+        return {}
+    found = {}
+    for name, cell in zip(code.co_freevars, getattr(target, "__closure__", None) or ()):
+        try:
+            found[name] = cell.cell_contents
+        except ValueError:  # an empty cell
+            pass
+    scope = getattr(target, "__globals__", {})
+    found.update({name: scope[name] for name in code.co_names if name in scope})
+    return found
+
+
+def names_used(names: Iterable[str], namespace: dict[str, Any]) -> dict[str, Any]:
+    """What a cell's names refer to, with the names the functions among them use for what they reach
+    (a cell calling ``train(model)`` or ``step()`` that uses ``opt``): how the user calls each object."""
+    found = {n: namespace[n] for n in sorted(names) if n in namespace}
+    for value in list(found.values()):
+        if inspect.isfunction(value) or inspect.ismethod(value):
+            for name, reached in names_reached(value).items():
+                found.setdefault(name, reached)
+    return found
+
+
 def values_named(names: Iterable[str], namespace: dict[str, Any]) -> list[Any]:
     """The values a cell's names refer to, and what the functions among them reach: where the
     cell's work happens (its model and tensors, or those of the step it calls)."""

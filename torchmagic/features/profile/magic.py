@@ -5,14 +5,15 @@ from __future__ import annotations
 from IPython.core.magic import cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from ...core.cell import Cell
 from ...core.devices.profiler import ProfilerBusyError
 from ...core.ipython import (BACKEND_ARGUMENT, DEVICE_ARGUMENT, SHARE_ARGUMENT, TorchMagicsBase, parse_argstring,
                              refused, run_from_button, usage_error, user_frames_only)
-from ...core.state import values_named
+from ...core.limits import usable_cores
+from ...core.state import names_used, values_named
 from .result import SORT_KEYS
 from ..traces.magic import ranks_magic
 from .run import ProfileOptions, run_profile
+from .user import user_objects
 
 
 @magics_class
@@ -84,20 +85,14 @@ class ProfileMagics(TorchMagicsBase):
             return code.run(namespace)
 
         try:
-            run = run_profile(step, options, label="%%torchprofile", device=device, names=self._verify_names(code))
+            run = run_profile(step, options, label="%%torchprofile", device=device,
+                              user=user_objects(names_used(code.names, namespace), usable_cores()))
         except ProfilerBusyError as exc:
             raise usage_error(f"%%torchprofile: {exc}") from None
         except KeyboardInterrupt as exc:  # held while the profiler stopped, raised as the run ended
             self.interrupted(args, exc)
         run.result.verify_runner = self._verify_runner(cell)
         return self.cell_outcome(args, run.result, run.value, run.error)
-
-    def _verify_names(self, code: Cell) -> dict[str, str]:
-        """The notebook's names for the verify commands' placeholders: the DataLoader the cell uses."""
-        from torch.utils.data import DataLoader
-
-        loaders = sorted(n for n in code.names if isinstance(self.shell.user_ns.get(n), DataLoader))
-        return {"loader": loaders[0]} if loaders else {}
 
     def _verify_runner(self, cell: str):
         """Runs a finding's verify command from the report's button: a cell magic on top of the

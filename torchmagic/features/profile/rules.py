@@ -8,11 +8,13 @@ and on summaries built from numbers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .result import Finding
 from .trace import TraceSummary
+from .user import UserObjects
 
 THRESHOLDS = {
     # dataloader: exposed DataLoader __next__ time, as a share of the step (TensorBoard plugin's 5%)
@@ -55,8 +57,8 @@ THRESHOLDS = {
 # The magics torchmagic has today; a verify command is offered only when its magic is here.
 AVAILABLE_MAGICS = frozenset({"torchprofile", "autobatch", "amp_compare", "gpumem", "loadertune"})
 
-# The torchmagic command that measures each rule's fix; {loader} and {step} are filled with the
-# notebook's names where the magic can tell them (VERIFY_NAMES otherwise).  A cell magic's command
+# The torchmagic command that measures each rule's fix; {loader} is the code's DataLoader as it names
+# it ("loader" where it names none), {step} a step function for %autobatch.  A cell magic's command
 # goes on top of the profiled cell.
 VERIFY_NAMES = {"loader": "loader", "step": "step"}
 VERIFY = {
@@ -95,7 +97,7 @@ class RuleContext:
     captures_cuda_graphs: bool = False
     autocast_keeps: str = "losses in fp32"  # what autocast leaves in fp32 on this device
     available_magics: frozenset[str] = AVAILABLE_MAGICS
-    names: dict[str, str] = field(default_factory=dict)    # {loader} and {step} in verify commands
+    user: UserObjects = UserObjects()        # the code's model, optimizer and loader, the machine's cores
     alloc_retries: int = 0                   # allocator cache flushes during the profile (CUDA)
     allocator: AllocatorCounters | None = None  # for the profiled steps' peak (CUDA)
 
@@ -133,7 +135,8 @@ def _finding(rule: str, ctx: RuleContext, share: float, title: str, evidence: di
              fix: str, snippet: str) -> Finding:
     command = VERIFY.get(rule)
     magic = command.lstrip("%").split()[0] if command else None
-    verify = command.format(**{**VERIFY_NAMES, **ctx.names}) if magic in ctx.available_magics else None
+    verify = (command.format(**{**VERIFY_NAMES, "loader": ctx.user.loader}) if magic in ctx.available_magics
+              else None)
     return Finding(rule=rule, severity=severity(share), title=title, evidence=evidence,
                    fix=fix, snippet=snippet, verify=verify, share=round(share, 4))
 
@@ -142,28 +145,67 @@ def _share(part_us: float, s: TraceSummary) -> float:
     return part_us / s.total_step_us if s.total_step_us > 0 else 0.0
 
 
-_CPU_THREADS_NOTE = (" On a CPU-only machine the workers compete with torch's own threads for the cores: "
-                     "leave them cores with torch.set_num_threads(cores - workers), and measure.")
-
-
 def dataloader(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     # On a GPU only the loading time the device sits idle through is exposed; on CPU all of it is.
     exposed = s.data_exposed_us if s.data_exposed_us is not None else s.data_us
     share = _share(exposed, s)
     if share <= THRESHOLDS["dataloader_share"]:
         return None
+    workers, needed, threads = loader_workers(s, ctx, exposed)
+    u = ctx.user
+    fix = ("Load batches in background worker processes so the next batch is ready when the step needs it; "
+           "keep workers alive between epochs; pin memory for fast, asynchronous copies to a GPU. "
+           f"{workers} worker{'s' if workers != 1 else ''} would keep up with this step")
+    if needed > workers:
+        fix += (f" within this machine's {u.cores} cores; it needs about {needed}: make each batch cheaper to load, "
+                "or the step longer with a larger batch (more workers than cores help only while loading waits "
+                "on a disk or the network, not while it computes)")
+    elif u.cores is None:
+        fix += " (from the trace's times: check the cores of the machine it will run on)"
+    fix += "."
+    if threads is not None:
+        fix += (f" On a CPU-only machine the workers compete with torch's own threads for the {u.cores} cores: "
+                f"leave them cores with torch.set_num_threads({threads}), and measure.")
+    if u.loader_iterable:  # an IterableDataset batches itself: no sampler to pass on
+        batching = f"batch_size={u.loader}.batch_size"
+    elif u.loader_batch_size is not None or "loader" not in u.found:
+        batching = f"batch_size={u.loader}.batch_size, sampler={u.loader}.sampler"
+    else:
+        batching = f"batch_sampler={u.loader}.batch_sampler"
+    indent = " " * (len(u.loader) + 14)
+    snippet = (f"{u.loader} = DataLoader({u.loader}.dataset, {batching},\n"
+               f"{indent}collate_fn={u.loader}.collate_fn, num_workers={workers},\n"
+               f"{indent}persistent_workers=True, prefetch_factor=2,\n"
+               f"{indent}pin_memory=torch.cuda.is_available())")
+    if threads is not None:
+        snippet += f"\ntorch.set_num_threads({threads})   # the cores the workers leave"
     return _finding(
         "dataloader", ctx, share,
         f"Input pipeline: {share:.0%} of the step waits on the DataLoader",
         {"exposed_ms_per_step": round(exposed / s.steps / 1e3, 3),
-         "loading_ms_per_step": round(s.data_us / s.steps / 1e3, 3), "share_of_step": round(share, 4)},
-        "Load batches in background worker processes so the next batch is ready when the step "
-        "needs it; keep workers alive between epochs; pin memory for fast, asynchronous copies to a GPU."
-        + (_CPU_THREADS_NOTE if not ctx.accelerator else ""),
-        "loader = DataLoader(dataset, batch_size=..., num_workers=4,\n"
-        "                    persistent_workers=True, prefetch_factor=2,\n"
-        "                    pin_memory=torch.cuda.is_available())",
+         "loading_ms_per_step": round(s.data_us / s.steps / 1e3, 3), "share_of_step": round(share, 4),
+         "workers_now": u.loader_workers, "workers_needed": needed, "cores": u.cores},
+        fix, snippet,
     )
+
+
+def loader_workers(s: TraceSummary, ctx: RuleContext, exposed_us: float) -> tuple[int, int, int | None]:
+    """(workers to use, workers the step needs, torch threads to leave them or None).
+
+    A step spends ``rest`` on its own work and waits ``exposed`` for its batch.  With no workers the
+    batch takes ``exposed`` to load, and k workers, loading one batch each in parallel, keep up when
+    k ≥ exposed / rest; with w workers already, each takes w·(rest + exposed) per batch, so it takes
+    w·(rest + exposed) / rest.  No more workers than usable cores (the verify command sweeps up to
+    there) unless it has more already, and torch keeps at least one thread."""
+    rest = max(s.total_step_us - exposed_us, 1e-3 * s.total_step_us) / s.steps
+    exposed = exposed_us / s.steps
+    now = ctx.user.loader_workers or 0
+    needed = math.ceil(now * (rest + exposed) / rest if now else exposed / rest)
+    needed = max(needed, now + 1, 1)
+    cores = ctx.user.cores
+    workers = min(needed, max(cores, now)) if cores else needed  # never fewer than it has
+    threads = max(cores - workers, 1) if cores and not ctx.accelerator else None
+    return workers, needed, threads
 
 
 def sync(s: TraceSummary, ctx: RuleContext) -> Finding | None:
@@ -185,7 +227,7 @@ def sync(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         "Keep running values on the device and read them once per step (or every N steps); "
         "avoid .item()/.tolist()/print(tensor) and data-dependent shapes (nonzero, masked_select) inside the loop.",
         "running_loss = torch.zeros((), device=device)\n"
-        "for step, (x, y) in enumerate(loader):\n"
+        f"for step, (x, y) in enumerate({ctx.user.loader}):\n"
         "    loss = train_step(x, y)\n"
         "    running_loss += loss.detach()          # no sync\n"
         "    if step % 50 == 0:\n"
@@ -214,7 +256,7 @@ def dispatch_bound(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         f"Each op pays Python and dispatcher overhead; the work per op is too small to hide it. "
         f"Compile the step so many small ops become {target}, or make each op do more work "
         "(larger batches, vectorise Python loops over tensors).",
-        "model = torch.compile(model)  # pays off after the compile cost is amortised; measure it",
+        f"{ctx.user.model} = torch.compile({ctx.user.model})  # pays off after the compile cost is amortised; measure it",
     )
 
 
@@ -235,17 +277,18 @@ def amp(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         return None
     dtype = ctx.low_precision_dtype or "bfloat16"
     device = ctx.device_type
+    model, opt = ctx.user.model, ctx.user.optimizer
     training = s.backward_events > 0
     fp16_training = training and dtype == "float16"
     if fp16_training:
         snippet = (f"scaler = torch.amp.GradScaler('{device}')   # once, before the loop\n"
-                   f"with torch.autocast('{device}', dtype=torch.float16):\n    loss = loss_fn(model(x), y)\n"
-                   "scaler.scale(loss).backward()\nscaler.step(optimizer)\nscaler.update()")
+                   f"with torch.autocast('{device}', dtype=torch.float16):\n    loss = loss_fn({model}(x), y)\n"
+                   f"scaler.scale(loss).backward()\nscaler.step({opt})\nscaler.update()")
     elif training:
-        snippet = (f"with torch.autocast('{device}', dtype=torch.{dtype}):\n    loss = loss_fn(model(x), y)\n"
+        snippet = (f"with torch.autocast('{device}', dtype=torch.{dtype}):\n    loss = loss_fn({model}(x), y)\n"
                    "loss.backward()   # outside autocast")
     else:
-        snippet = f"with torch.inference_mode(), torch.autocast('{device}', dtype=torch.{dtype}):\n    out = model(x)"
+        snippet = f"with torch.inference_mode(), torch.autocast('{device}', dtype=torch.{dtype}):\n    out = {model}(x)"
     fix = f"Run the forward pass under autocast: matmuls and convolutions in {dtype}; {ctx.autocast_keeps}. "
     if dtype == "bfloat16":
         fix += "bfloat16 keeps fp32's range, so no loss scaling is needed. "
@@ -285,9 +328,10 @@ def copies(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         {"copies_ms_per_step": round(s.copy_us / s.steps / 1e3, 3), "share_of_step": round(share, 4),
          "pageable_h2d_per_step": round(pageable, 2), "contiguous_calls": s.layout_copies},
         "; ".join(parts) + ".",
-        "loader = DataLoader(dataset, batch_size=..., pin_memory=True)\n"
+        f"{ctx.user.loader} = DataLoader({ctx.user.loader}.dataset, batch_size={ctx.user.loader}.batch_size, "
+        "pin_memory=True)\n"
         "x = x.to(device, non_blocking=True)\n"
-        "model = model.to(memory_format=torch.channels_last)   # conv nets",
+        f"{ctx.user.model} = {ctx.user.model}.to(memory_format=torch.channels_last)   # conv nets",
     )
 
 
@@ -301,7 +345,7 @@ def inference_grad(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         f"Inference with autograd on: {per_step:.0f} graph nodes per step are recorded and no backward uses them",
         {"graph_nodes_per_step": round(per_step, 1), "backward_ops": s.backward_events},
         "Run inference under torch.inference_mode(): no graph, no saved activations, less memory and time.",
-        "with torch.inference_mode():\n    out = model(x)",
+        f"with torch.inference_mode():\n    out = {ctx.user.model}(x)",
     )
 
 
@@ -320,7 +364,9 @@ def optimizer(s: TraceSummary, ctx: RuleContext) -> Finding | None:
          "ops_per_step": round(ops_per_step, 1)},
         "Use the multi-tensor (foreach) or fused implementation: one kernel over all parameters "
         "instead of a Python loop of per-parameter ops.",
-        f"opt = torch.optim.{name}(model.parameters(), lr=..., foreach=True)   # or fused=True where supported",
+        f"{ctx.user.optimizer} = torch.optim.{name}({ctx.user.model}.parameters(), foreach=True,\n"
+        f"{' ' * (len(ctx.user.optimizer) + len(name) + 16)}**{{k: v for k, v in {ctx.user.optimizer}.defaults.items() "
+        "if k not in ('foreach', 'fused')})   # or fused=True where supported",
     )
 
 
@@ -340,7 +386,7 @@ def gpu_idle(s: TraceSummary, ctx: RuleContext, others: list[Finding] = ()) -> F
          round(s.device_busy_us / s.steps / 1e3, 3), "kernels": s.device_kernels, "causes": causes},
         "Keep the GPU fed: fix the causes listed, then batch more work per launch "
         "(larger batches, torch.compile, CUDA graphs).",
-        "model = torch.compile(model, mode='reduce-overhead')  # CUDA graphs for static shapes",
+        f"{ctx.user.model} = torch.compile({ctx.user.model}, mode='reduce-overhead')  # CUDA graphs for static shapes",
     )
 
 

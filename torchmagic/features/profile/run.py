@@ -19,14 +19,16 @@ import torch
 from ...core.devices import Device, choose_device
 from ...core.devices.profiler import ensure_profiler_free, stop_profiler, without_profiler_banner
 from ...core.interrupts import guards
-from ...core.limits import SettingError, check_count, describe_error
+from ...core.limits import SettingError, check_count, describe_error, usable_cores
 from ...core.measure import timed_call
 from ...core.outcome import Outcome
+from ...core.state import names_reached
 from .activity import python_calls
 from .frames import frame_label, ipython_cell_files
 from .result import SORT_KEYS, OpRow, ProfileResult
 from .rules import AllocatorCounters, RuleContext, diagnose, missing_kernels_note
 from .trace import STEP_PREFIX, TraceSummary, summarize_trace
+from .user import UserObjects, user_objects
 
 HOT_LINES_KEPT = 50
 
@@ -66,8 +68,9 @@ class ProfileOptions:
 @guards
 def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOptions(), *,
                 label: str = "profile", device: Device | None = None,
-                names: dict[str, str] | None = None) -> Outcome[ProfileResult]:
-    """Profile ``step``; ``names`` fill the verify commands' placeholders ({loader}, {step})."""
+                user: UserObjects | None = None) -> Outcome[ProfileResult]:
+    """Profile ``step``; the fixes name ``user``'s objects (default: those ``step`` reaches, by the
+    names its code uses) and fit this machine's cores."""
     __tracebackhide__ = True  # noqa: F841
     ensure_profiler_free()
     device = device or choose_device()
@@ -96,12 +99,12 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
                 stop_profiler(prof)
     except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt too: summarise, then re-raise)
         error = exc
-    ctx = rule_context(device, names or {}, memory_before)
+    ctx = rule_context(device, user or user_objects(names_reached(step), usable_cores()), memory_before)
     result = _build_result(prof, options, label, device, warmup_s, step_s, error, ctx)
     return Outcome(result, value, error)  # the value: the last completed step's
 
 
-def rule_context(device: Device, names: dict[str, str] | None = None, before=None) -> RuleContext:
+def rule_context(device: Device, user: UserObjects = UserObjects(), before=None) -> RuleContext:
     """What the rules may know of the device: its capabilities and, with the allocator's counters
     from ``before`` the steps, their memory."""
     low = device.low_precision()
@@ -119,7 +122,7 @@ def rule_context(device: Device, names: dict[str, str] | None = None, before=Non
                        low_precision_reason=low.reason, accelerator=device.is_accelerator,
                        traces_kernels=device.traces_kernels,
                        captures_cuda_graphs=device.captures_cuda_graphs, autocast_keeps=device.autocast_keeps,
-                       names=names or {}, alloc_retries=retries, allocator=counters)
+                       user=user, alloc_retries=retries, allocator=counters)
 
 
 def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: RuleContext) -> ProfileResult:

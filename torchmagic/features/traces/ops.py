@@ -14,6 +14,8 @@ from collections import Counter
 
 from torch._C._autograd import DeviceType
 
+from ...core.devices.cuda import tensor_core_precision
+
 from ..profile.result import ProfileResult
 from ..profile.rules import RuleContext
 from ..profile.run import ProfileOptions, fill_from_summary
@@ -192,11 +194,13 @@ def _device(meta: dict, kernels: bool) -> dict:
         context = RuleContext(device_type="cpu", low_precision_fast=False, low_precision_dtype=None,
                               low_precision_reason="the trace does not say how fast its CPU's bf16 is")
         return {"describe": {"kind": "cpu", "label": "cpu", "name": "the trace's CPU"}, "context": context}
-    major = gpu.get("computeMajor") if isinstance(gpu.get("computeMajor"), int) else None
-    dtype = "bfloat16" if major is not None and major >= 8 else "float16" if major == 7 else None
-    context = RuleContext(device_type="cuda", low_precision_fast=dtype is not None, low_precision_dtype=dtype,
-                          low_precision_reason=(f"compute capability {major}.x: tensor cores for {dtype}" if dtype else
-                                                "the trace does not say the GPU has tensor cores"),
-                          accelerator=True, traces_kernels=True)
+    major, minor = gpu.get("computeMajor"), gpu.get("computeMinor", 0)
+    if isinstance(major, int) and isinstance(minor, int):
+        low = tensor_core_precision(major, minor)
+        fast, dtype, reason = low.fast, str(low.dtype).removeprefix("torch."), low.reason
+    else:
+        fast, dtype, reason = False, None, "the trace does not say which GPU it ran on"
+    context = RuleContext(device_type="cuda", low_precision_fast=fast, low_precision_dtype=dtype,
+                          low_precision_reason=reason, accelerator=True, traces_kernels=True)
     name = gpu.get("name") if isinstance(gpu.get("name"), str) else "the trace's GPU"
     return {"describe": {"kind": "cuda", "label": "cuda", "name": name}, "context": context}

@@ -1,0 +1,136 @@
+"""The fixes fit the user and the machine: every rule's snippet names the cell's own objects and runs
+against a real cell's namespace; the DataLoader fix's worker and thread counts come from the step's
+measured times and the usable cores, never more workers than cores nor fewer than one thread."""
+
+import dataclasses
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from torchmagic.features.profile import rules
+from torchmagic.features.profile.trace import TraceSummary
+from torchmagic.features.profile.user import user_objects
+
+from .contexts import cpu_context, cuda_context
+
+CELL = '''
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 4)), batch_size=16, shuffle=True)
+loss_fn = torch.nn.functional.mse_loss
+device = "cpu"
+x, y = next(iter(train_loader))
+def train_step(x, y):
+    loss = loss_fn(net(x), y)
+    opt.zero_grad(); loss.backward(); opt.step()
+    return loss
+def make_batch(n):
+    return torch.randn(n, 8)
+'''
+
+
+def _namespace():
+    namespace = {}
+    exec(CELL, namespace)
+    return namespace
+
+
+def _every_finding(ctx) -> dict[str, rules.Finding]:
+    """One summary per rule that fires it, on the context given."""
+    steps = [10_000.0, 10_000.0]
+    summaries = [
+        TraceSummary(step_us=steps, data_us=6_000.0, sync_calls=10, copy_us=4_000.0, layout_copies=3,
+                     graph_nodes=set(range(40)), optimizer_us=3_000.0, optimizer_ops=40,
+                     optimizer_names={"SGD"}, matmul_fp32_us=12_000.0, matmul_fp32_calls=20),
+        TraceSummary(step_us=steps, python_ops=400, python_op_us=[5.0] * 400,
+                     category_us={**TraceSummary().category_us, "other": 8_000.0}),
+        TraceSummary(step_us=steps, has_device_events=True, device_busy_us=2_000.0, device_kernels=50,
+                     matmul_fp32_device_us=1_500.0, matmul_fp32_device_calls=10, backward_events=5,
+                     device_category_us={**TraceSummary().device_category_us, "forward": 2_000.0}),
+    ]
+    found = {}
+    for s in summaries:
+        for finding in rules.diagnose(s, ctx):
+            found.setdefault(finding.rule, finding)
+    counters = rules.AllocatorCounters(total=1000, allocated_before=0, allocated_after=0, peak_before=0,
+                                       peak_after=970)
+    pressure = rules.batch_size(summaries[2], dataclasses.replace(ctx, allocator=counters, accelerator=True))
+    small = rules.batch_size(summaries[2], dataclasses.replace(ctx, allocator=dataclasses.replace(
+        counters, peak_after=50), accelerator=True))
+    found["batch_size (pressure)"], found["batch_size (small)"] = pressure, small
+    return found
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_every_rules_snippet_names_the_cells_objects_and_runs(fp16):
+    namespace = _namespace()
+    user = user_objects(namespace, cores=2)
+    assert (user.model, user.optimizer, user.loader, user.loader_batch_size) == ("net", "opt", "train_loader", 16)
+    ctx = cpu_context(user=user, traces_kernels=True, accelerator=False,
+                      **({"low_precision_dtype": "float16"} if fp16 else {}))
+    found = _every_finding(ctx)
+    assert set(found) >= set(rules.VERIFY) - {"batch_size"}, set(found)
+    for rule, finding in found.items():
+        snippet = finding.snippet
+        for default in ("model(", "model.", "optimizer.", "(optimizer)", " loader", "(loader"):
+            assert default not in snippet, (rule, default, snippet)
+        ran = _namespace()
+        exec(compile(snippet, f"<{rule} fix>", "exec"), ran)  # a fix that does not run is no fix
+        if rule == "dataloader":
+            assert isinstance(ran["train_loader"], DataLoader) and ran["train_loader"].batch_size == 16
+            assert ran["train_loader"].num_workers == 1 and torch.get_num_threads() == 1  # 3 ms of 10 ms
+    torch.set_num_threads(1)  # as conftest set it
+
+
+@pytest.mark.parametrize("cores, share, workers, threads", [
+    (2, 0.6, 2, 1),     # 6 ms of loading against 4 ms of work: 2 workers, all the machine has
+    (2, 0.2, 1, 1),     # 2 ms against 8 ms: one worker keeps up
+    (1, 0.6, 1, 1),     # one core: one worker, and torch keeps a thread
+    (16, 0.6, 2, 14),
+    (16, 0.9, 9, 7),    # 9 ms against 1 ms
+])
+def test_the_loader_fix_fits_the_cores_and_the_measured_loading(cores, share, workers, threads):
+    s = TraceSummary(step_us=[10_000.0, 10_000.0], data_us=share * 20_000.0)
+    ctx = cpu_context(user=dataclasses.replace(user_objects(_namespace(), cores=cores)))
+    finding = rules.dataloader(s, ctx)
+    assert f"num_workers={workers}," in finding.snippet
+    assert f"torch.set_num_threads({threads})" in finding.snippet and f"set_num_threads({threads})" in finding.fix
+    assert finding.evidence["cores"] == cores and finding.evidence["workers_now"] == 0
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_the_loader_fix_with_workers_already_and_on_a_gpu_machine():
+    namespace = _namespace()
+    namespace["train_loader"] = DataLoader(namespace["train_loader"].dataset, batch_size=16, num_workers=3)
+    user = user_objects(namespace, cores=2)
+    s = TraceSummary(step_us=[10_000.0], data_us=5_000.0)
+    finding = rules.dataloader(s, cpu_context(user=user))
+    # 3 workers leave the step waiting half of it: it needs 3 x 2 = 6; more than the 2 cores, and never fewer than 3
+    assert "num_workers=3," in finding.snippet and finding.evidence["workers_needed"] == 6
+    assert "it needs about 6: make each batch cheaper to load" in finding.fix
+    on_gpu = rules.dataloader(TraceSummary(step_us=[10_000.0], data_us=5_000.0, data_exposed_us=5_000.0),
+                              cuda_context(user=user_objects(_namespace(), cores=8)))
+    assert "num_workers=1," in on_gpu.snippet and "set_num_threads" not in on_gpu.snippet + on_gpu.fix
+    from_a_trace = rules.dataloader(s, cpu_context())  # a trace from elsewhere: the cores are not known
+    assert "num_workers=1," in from_a_trace.snippet and "check the cores of the machine" in from_a_trace.fix
+    assert "set_num_threads" not in from_a_trace.snippet
+
+
+def test_the_objects_are_found_where_the_code_reaches_them():
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter([torch.zeros(2)] * 4)
+
+    outer = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    named = {"encoder": outer[0], "pipeline": outer, "stream": DataLoader(Stream(), batch_size=2), "_": outer}
+    user = user_objects(named, cores=4)
+    assert (user.model, user.loader, user.optimizer) == ("pipeline", "stream", "optimizer")  # the outermost module
+    assert user.loader_iterable and user.found == frozenset({"model", "loader"})
+    finding = rules.dataloader(TraceSummary(step_us=[1000.0], data_us=500.0), cpu_context(user=user))
+    assert "stream = DataLoader(stream.dataset, batch_size=stream.batch_size," in finding.snippet
+    assert "sampler" not in finding.snippet
+    both = {"model": torch.nn.Linear(2, 2), "aux": torch.nn.Linear(2, 2)}
+    assert user_objects(both, cores=1).model == "model"  # the conventional name first
