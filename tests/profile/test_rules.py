@@ -254,3 +254,48 @@ def test_a_cuda_profile_without_kernels_says_so_in_its_notes():
     r = torchmagic.profile(lambda: (x @ x).relu(), device=FakeCudaDevice())
     assert any(n.startswith("No GPU kernels in this profile of a CUDA device, though its steps ran 2 ops")
                for n in r.notes)
+
+
+def _train_then_evaluate(evaluate: str):
+    """A notebook's common cell: a training step, then an evaluation pass (how: ``evaluate``)."""
+    model = torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(64, 64), torch.nn.ReLU())])
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, x_val = torch.randn(32, 64), torch.randn(256, 64)
+    total = torch.zeros(())
+
+    def step():
+        nonlocal total
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if evaluate == "with grad":
+            model(x_val).argmax(1)
+        elif evaluate == "no_grad":
+            with torch.no_grad():
+                model(x_val).argmax(1)
+        elif evaluate == "a running total with grad":
+            total = total + loss
+
+    return step
+
+
+def test_inference_grad_finds_the_evaluation_part_of_a_cell_that_also_trains():
+    mixed = profile(_train_then_evaluate("with grad")).finding("inference_grad")
+    assert mixed is not None and mixed.title.startswith("Evaluation with autograd on: ")
+    assert mixed.evidence["unused_graph_nodes_per_step"] >= 8 and mixed.evidence["used_graph_nodes_per_step"] >= 8
+    assert "model.eval()" in mixed.snippet and "inference_mode" in mixed.snippet
+    for silent in ("no_grad", "a running total with grad", "none"):
+        assert "inference_grad" not in rules_of(profile(_train_then_evaluate(silent))), silent
+
+
+def test_the_evaluation_part_is_found_in_a_trace_file_too(tmp_path):
+    step = _train_then_evaluate("with grad")
+    path = str(tmp_path / "mixed.json")
+    with torch.profiler.profile(schedule=torch.profiler.schedule(wait=0, warmup=1, active=2),
+                                on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
+        for _ in range(3):
+            step()
+            prof.step()
+    found = torchmagic.analyze(tmp_path / "mixed.json").profile.finding("inference_grad")
+    assert found is not None and found.title.startswith("Evaluation with autograd on: ")

@@ -38,6 +38,8 @@ THRESHOLDS = {
     # inference_grad: autograd graph nodes built per step with no backward (grad mode with nothing
     # requiring grad records ops under one sequence number: that counts as one, not a graph)
     "inference_grad_nodes_per_step": 2,
+    # ... and, beside a backward, at least this share of the nodes it used: a forward pass, not a stray op
+    "inference_grad_unused_share": 0.25,
     # optimizer: optimizer share of the step without foreach/fused kernels
     "optimizer_share": 0.10,
     "optimizer_ops_per_step": 8,
@@ -336,16 +338,34 @@ def copies(s: TraceSummary, ctx: RuleContext) -> Finding | None:
 
 
 def inference_grad(s: TraceSummary, ctx: RuleContext) -> Finding | None:
-    per_step = len(s.graph_nodes) / s.steps
-    if s.backward_events or per_step < THRESHOLDS["inference_grad_nodes_per_step"]:
+    """Forward passes whose graph no backward uses: inference with autograd on, or, in a cell that
+    also trains, its evaluation part (a graph node is a forward op's sequence number; each backward
+    function carries the number of the node it differentiates)."""
+    unused = s.graph_nodes - s.backward_nodes
+    per_step = len(unused) / s.steps
+    used = len(s.graph_nodes & s.backward_nodes) / s.steps
+    if per_step < THRESHOLDS["inference_grad_nodes_per_step"]:
         return None
-    forward_share = _share(s.category_us["forward"], s)
+    if per_step < THRESHOLDS["inference_grad_unused_share"] * used:
+        return None  # a stray node or two beside training (a running total kept with grad): not a forward pass
+    unused_us = sum(s.graph_node_us.get(node, 0.0) for node in unused)
+    share = 0.1 * _share(unused_us or s.category_us["forward"], s)  # what autograd's bookkeeping costs
+    model = ctx.user.model
+    if s.backward_events:  # the cell also trains: this is its evaluation
+        title = (f"Evaluation with autograd on: {per_step:.0f} graph nodes per step come from a forward pass "
+                 f"no backward uses ({_share(unused_us, s):.0%} of the step)")
+        fix = ("Run the evaluation part under torch.inference_mode() (torch.no_grad() if its outputs go back "
+               "into training), with the model in eval mode: no graph, no saved activations.")
+        snippet = f"{model}.eval()\nwith torch.inference_mode():\n    out = {model}(x)   # the evaluation pass\n{model}.train()"
+    else:
+        title = f"Inference with autograd on: {per_step:.0f} graph nodes per step are recorded and no backward uses them"
+        fix = "Run inference under torch.inference_mode(): no graph, no saved activations, less memory and time."
+        snippet = f"with torch.inference_mode():\n    out = {model}(x)"
     return _finding(
-        "inference_grad", ctx, max(forward_share * 0.1, 0.0),
-        f"Inference with autograd on: {per_step:.0f} graph nodes per step are recorded and no backward uses them",
-        {"graph_nodes_per_step": round(per_step, 1), "backward_ops": s.backward_events},
-        "Run inference under torch.inference_mode(): no graph, no saved activations, less memory and time.",
-        f"with torch.inference_mode():\n    out = {ctx.user.model}(x)",
+        "inference_grad", ctx, share, title,
+        {"unused_graph_nodes_per_step": round(per_step, 1), "used_graph_nodes_per_step": round(used, 1),
+         "unused_ms_per_step": round(unused_us / s.steps / 1e3, 3), "backward_ops": s.backward_events},
+        fix, snippet,
     )
 
 

@@ -45,10 +45,11 @@ DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, OTHER = (
 CATEGORIES = (DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, OTHER)
 
 STEP_PREFIX = "ProfilerStep#"
+BACKWARD_NODE_PREFIX = "autograd::engine::evaluate_function"  # one per backward node, with its forward seq
 _PHASE_PREFIXES = (
     (DEVICE_WAIT_MARKER, DEVICE_WAIT),
     ("enumerate(DataLoader)", DATA),
-    ("autograd::engine::evaluate_function", BACKWARD),
+    (BACKWARD_NODE_PREFIX, BACKWARD),
     ("Optimizer.step#", OPTIMIZER),
     ("Optimizer.zero_grad#", OPTIMIZER),
 )
@@ -135,6 +136,8 @@ class TraceSummary:
     matmul_low_device_us: float = 0.0
     # autograd: sequence numbers of graph nodes created outside backward (one per recorded op)
     graph_nodes: set = field(default_factory=set)
+    graph_node_us: dict = field(default_factory=dict)  # node -> µs of the ops called from Python that made it
+    backward_nodes: set = field(default_factory=set)   # forward nodes a backward function ran for
     backward_events: int = 0
     # optimizer
     optimizer_us: float = 0.0
@@ -421,6 +424,12 @@ class _Sweep:
             seq = ev.raw.sequence_nr()
             if seq >= 0:
                 out.graph_nodes.add(seq)
+                if not under_op:
+                    out.graph_node_us[seq] = out.graph_node_us.get(seq, 0.0) + dur
+        elif phase == BACKWARD and name.startswith(BACKWARD_NODE_PREFIX):
+            seq = ev.raw.sequence_nr()  # the forward node this backward function computes the gradient of
+            if seq >= 0:
+                out.backward_nodes.add(seq)
         if phase == OPTIMIZER:
             out.optimizer_ops += 1
             if "_foreach_" in name or "_fused_" in name:
