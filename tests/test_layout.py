@@ -108,6 +108,6 @@ def test_each_feature_folder_has_the_same_shape_and_says_what_it_holds():
 def test_help_lists_the_api():
     text = pydoc.render_doc(torchmagic, renderer=pydoc.plaintext)
     for name in ("profile", "profile_code", "compare", "autobatch", "loadertune", "memory", "measure_memory",
-                 "free", "watch_memory", "analyze", "profile_ranks", "autobatch_ranks", "use_device", "ProfileResult", "CompareResult", "Variant",
-                 "TraceAnalysis"):
+                 "free", "watch_memory", "analyze", "profile_ranks", "autobatch_ranks", "diff", "use_device", "ProfileResult", "CompareResult", "Variant",
+                 "TraceAnalysis", "ProfileDiff"):
         assert f"{name}(" in text or f"class {name}" in text, f"help(torchmagic) does not list {name}"

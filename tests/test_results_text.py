@@ -18,7 +18,7 @@ from .fakes import FakeCudaDevice
 from .traces.synthetic import gpu_steps, write_trace
 
 MiB = 2**20
-RESULT_MODULES = ["profile.result", "compare.result", "autobatch.result", "memory.result", "memory.watch_result",
+RESULT_MODULES = ["profile.result", "profile.diff", "compare.result", "autobatch.result", "memory.result", "memory.watch_result",
                   "loadertune.result", "traces.result"]
 
 
@@ -62,7 +62,11 @@ def _traces():
         shutil.rmtree(folder)
 
 
-BUILDERS = [_profile, _compare, _autobatch, _memory, _watch, _loadertune, _traces]
+def _diff():
+    return torchmagic.diff(_profile(), _profile())
+
+
+BUILDERS = [_profile, _diff, _compare, _autobatch, _memory, _watch, _loadertune, _traces]
 
 
 def _all_result_classes() -> set[type]:

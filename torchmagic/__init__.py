@@ -11,7 +11,8 @@ __version__ = "0.1.0"
 
 _API = {"profile": "api", "profile_code": "api", "autobatch": "api", "compare": "api", "memory": "api",
         "measure_memory": "api", "free": "api", "watch_memory": "api", "loadertune": "api", "analyze": "api",
-        "profile_ranks": "api", "autobatch_ranks": "api", "RankFailed": "core.ranks",
+        "profile_ranks": "api", "autobatch_ranks": "api", "RankFailed": "core.ranks", "diff": "api",
+        "ProfileDiff": "features.profile.diff",
         "TraceAnalysis": "features.traces.result", "TraceFileError": "features.traces.reader",
         "ProfileResult": "features.profile.result", "Finding": "features.profile.result",
         "CompareResult": "features.compare.result", "Variant": "features.compare.variants",

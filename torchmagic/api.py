@@ -224,6 +224,26 @@ def analyze(source, *, label: str | None = None, operators: bool = True):
     return analyze_traces(source, label=label, operators=operators)
 
 
+def diff(before, after):
+    """What changed between two profiles of one step, say before and after a fix: the step time's ratio
+    (after / before) with a 95% confidence interval (from 4 profiled steps on each side), operators
+    added, removed and changed (time and calls per step), the categories' shifts, and the findings
+    that went away, appeared or stayed.  ``before`` and ``after`` are ProfileResults (a one-rank
+    TraceAnalysis stands for its ``.profile``).  Returns a :class:`ProfileDiff`.
+    """
+    from .features.profile.diff import diff_profiles
+
+    return diff_profiles(_as_profile(before, "before"), _as_profile(after, "after"))
+
+
+def _as_profile(value, name: str) -> ProfileResult:
+    profile = getattr(value, "profile", value)  # a TraceAnalysis of one rank holds its ProfileResult
+    if not isinstance(profile, ProfileResult):
+        raise TypeError(f"{name} must be a ProfileResult (from torchmagic.profile or %%torchprofile -o NAME), "
+                        f"or the TraceAnalysis of one rank's trace; got {type(value).__name__}")
+    return profile
+
+
 def profile_ranks(code: str, ranks: int, *, share: dict[str, Any] | None = None, backend: str | None = None,
                   steps: int = 1, warmup: int = 0, record_shapes: bool = False, trace: str | None = None,
                   nnodes: int = 1, node_rank: int = 0, master: str | None = None, label: str = "ranks"):

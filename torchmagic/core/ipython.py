@@ -154,13 +154,16 @@ class TorchMagicsBase(Magics):
         except ValueError as exc:
             raise usage_error(f"{magic}: {exc}") from None
 
-    def cell_outcome(self, args, result, value, error):
-        """How a cell magic ends: store the result (-o), show it unless -q, then re-raise the
-        cell's own error (so "Run all" stops) or return the cell's value."""
+    def cell_outcome(self, args, result, value, error, also=()):
+        """How a cell magic ends: store the result (-o), show it (and ``also``, results that go with
+        it) unless -q, then re-raise the cell's own error (so "Run all" stops) or return the cell's value."""
         __tracebackhide__ = True  # noqa: F841
         if isinstance(error, KeyboardInterrupt):
             print(interrupted_line(result))
         self.keep_and_show(args, result)
+        if not args.quiet:
+            for extra in also:
+                display(extra)
         if isinstance(error, KeyboardInterrupt):
             raise_as_shown(error)
         if error is not None:

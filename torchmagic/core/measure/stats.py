@@ -3,6 +3,7 @@ two contenders timed in the same rounds with its confidence interval."""
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import asdict, dataclass
@@ -91,3 +92,78 @@ def _outer_order_statistics(n: int, confidence: float) -> int | None:
 def _half_binomial(n: int, k: int) -> float:
     """P(X = k) for X ~ Binomial(n, 1/2), in logs: 2**-n underflows past a thousand rounds."""
     return math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) - n * math.log(2))
+
+
+@dataclass(frozen=True)
+class UnpairedRatio:
+    """How many times larger one sample's figures are than another's, from runs that were not paired
+    (two profiles taken one after the other)."""
+
+    estimate: float                   # the median of every cross ratio (Hodges-Lehmann, on a log scale)
+    ci: tuple[float, float] | None    # None where the samples are too small for ``confidence``
+    confidence: float | None          # the interval's exact coverage
+    sizes: tuple[int, int]
+
+
+EXACT_U_LIMIT = 2500  # m·n up to this: the Mann-Whitney distribution counted exactly; beyond, its normal approximation
+
+
+def unpaired_ratio(numerator: list[float], denominator: list[float], *, confidence: float = 0.95) -> UnpairedRatio:
+    """The ratio of two samples' typical values, with a distribution-free confidence interval.
+
+    Every ratio ``a / b`` of a numerator figure to a denominator figure is formed; their median
+    estimates the ratio, and a pair of their order statistics, chosen from the Mann-Whitney U
+    distribution, bounds it: exact when one sample is the other scaled (a step that got k times
+    faster), whatever the timing noise's shape.  At 95% it needs 4 figures on each side."""
+    if not numerator or not denominator:
+        raise ValueError("need figures on both sides")
+    if not all(x > 0 for x in denominator) or not all(x > 0 for x in numerator):
+        raise ValueError("ratios of positive figures only")
+    ratios = sorted(a / b for a in numerator for b in denominator)
+    m, n = len(numerator), len(denominator)
+    k = _u_critical(m, n, confidence)
+    estimate = statistics.median(ratios)
+    if k is None:
+        return UnpairedRatio(estimate, None, None, (m, n))
+    coverage = 1 - 2 * _u_cdf(m, n, k - 1)
+    return UnpairedRatio(estimate, (ratios[k - 1], ratios[m * n - k]), coverage, (m, n))
+
+
+def _u_critical(m: int, n: int, confidence: float) -> int | None:
+    """The largest k ≥ 1 with 2·P(U ≤ k-1) ≤ 1 - confidence: the interval is the k-th smallest to the
+    k-th largest cross ratio."""
+    alpha = 1 - confidence
+    if m * n > EXACT_U_LIMIT:  # the normal approximation, with a continuity correction
+        z = statistics.NormalDist().inv_cdf(1 - alpha / 2)
+        k = math.floor(m * n / 2 - z * math.sqrt(m * n * (m + n + 1) / 12) + 0.5)
+        return k if k >= 1 else None
+    best = None
+    for k in range(1, m * n // 2 + 1):
+        if 2 * _u_cdf(m, n, k - 1) > alpha:
+            break
+        best = k
+    return best
+
+
+def _u_cdf(m: int, n: int, u: int) -> float:
+    """P(U ≤ u) for the Mann-Whitney U of samples of m and n with no difference between them."""
+    return sum(_u_counts(m, n)[: u + 1]) / math.comb(m + n, m)
+
+
+@functools.lru_cache(maxsize=64)
+def _u_counts(m: int, n: int) -> tuple[int, ...]:
+    """How many of the C(m+n, m) orderings give each value of U (0 to m·n), by the recurrence
+    N(i, j, u) = N(i-1, j, u-j) + N(i, j-1, u): the largest value is either the first sample's (it
+    beats all j others) or the second's; row by row, so no recursion."""
+    previous = [[1] for _ in range(n + 1)]  # i = 0: one ordering, U = 0
+    for i in range(1, m + 1):
+        row = [[1]]  # j = 0
+        for j in range(1, n + 1):
+            counts = [0] * (i * j + 1)
+            for u, c in enumerate(previous[j]):
+                counts[u + j] += c
+            for u, c in enumerate(row[j - 1]):
+                counts[u] += c
+            row.append(counts)
+        previous = row
+    return tuple(previous[n])

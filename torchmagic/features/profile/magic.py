@@ -10,7 +10,8 @@ from ...core.ipython import (BACKEND_ARGUMENT, DEVICE_ARGUMENT, SHARE_ARGUMENT, 
                              refused, run_from_button, usage_error, user_frames_only)
 from ...core.limits import usable_cores
 from ...core.state import names_used, values_named
-from .result import SORT_KEYS
+from .diff import diff_profiles
+from .result import SORT_KEYS, ProfileResult
 from ..traces.magic import ranks_magic
 from .run import ProfileOptions, run_profile
 from .user import user_objects
@@ -33,6 +34,8 @@ class ProfileMagics(TorchMagicsBase):
               help="order operators by: auto (GPU time when present, else CPU), "
                    + ", ".join(sorted(set(SORT_KEYS))))
     @argument("--top", type=int, default=15, metavar="K", help="operators shown (default 15)")
+    @argument("--diff", metavar="NAME", help="also show what changed against the profile stored in NAME "
+              "(-o NAME on an earlier run): the step time's ratio with its confidence interval, operators, findings")
     @argument("--ranks", type=int, metavar="N", help="run the cell in N processes with torch.distributed set up "
               "(as torchrun runs a script), each profiled, and compare the ranks; the cell's loop calls prof.step()")
     @BACKEND_ARGUMENT
@@ -76,6 +79,7 @@ class ProfileMagics(TorchMagicsBase):
         except ValueError as exc:
             raise refused("%%torchprofile", exc) from None
         self.check_output_name(args.output)
+        before = self._diff_base(args.diff)
         code = self.compile_cell(cell, "%%torchprofile")
         namespace = self.shell.user_ns
         device = self.device(args.device, values_named(code.names, namespace), "%%torchprofile")
@@ -91,15 +95,34 @@ class ProfileMagics(TorchMagicsBase):
             raise usage_error(f"%%torchprofile: {exc}") from None
         except KeyboardInterrupt as exc:  # held while the profiler stopped, raised as the run ended
             self.interrupted(args, exc)
-        run.result.verify_runner = self._verify_runner(cell)
-        return self.cell_outcome(args, run.result, run.value, run.error)
+        run.result.verify_runner = self._verify_runner(cell, run.result)
+        changed = diff_profiles(before, run.result) if before is not None and run.result.step_s else None
+        return self.cell_outcome(args, run.result, run.value, run.error, also=[changed] if changed else [])
 
-    def _verify_runner(self, cell: str):
+    def _diff_base(self, name: str | None) -> ProfileResult | None:
+        """The profile --diff NAME compares with, checked before anything runs."""
+        if name is None:
+            return None
+        value = self.shell.user_ns.get(name)
+        base = getattr(value, "profile", value)  # a one-rank TraceAnalysis holds its ProfileResult
+        if not isinstance(base, ProfileResult) or not base.step_s:
+            what = "not defined" if name not in self.shell.user_ns else f"a {type(value).__name__}"
+            raise usage_error(f"%%torchprofile: --diff {name}: {what}, not a profile with a step to compare "
+                              f"(store one with %%torchprofile -o {name})")
+        return base
+
+    def _verify_runner(self, cell: str, result: ProfileResult):
         """Runs a finding's verify command from the report's button: a cell magic on top of the
-        profiled cell's code, a line magic as it is."""
+        profiled cell's code (%%torchprofile with the diff against this profile), a line magic as it is."""
         def run(command: str) -> None:
+            if command.startswith("%%torchprofile"):
+                self.shell.user_ns[VERIFY_BASE] = result
+                command += f" --diff {VERIFY_BASE}"
             with run_from_button():
                 self.shell.run_cell(f"{command}\n{cell}" if command.startswith("%%") else command,
                                     store_history=False)
 
         return run
+
+
+VERIFY_BASE = "_torchprofile_before"  # where a verify button keeps the profile its diff compares with

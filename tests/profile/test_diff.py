@@ -1,0 +1,87 @@
+"""torchmagic.diff and %%torchprofile --diff: the step time's ratio with an exact distribution-free
+interval, the operators and findings that changed, and the verify button's diff against the profile
+that raised the finding."""
+
+import math
+
+import pytest
+import torch
+
+import torchmagic
+from torchmagic.core.devices import CpuDevice
+from torchmagic.core.measure.stats import unpaired_ratio
+
+from ..conftest import run
+
+
+def test_the_unpaired_ratio_and_its_exact_interval():
+    r = unpaired_ratio([1.0, 1.1, 0.9, 1.05], [2.0, 2.1, 1.9, 2.05])
+    assert r.estimate == pytest.approx(0.506, abs=1e-3) and r.sizes == (4, 4)
+    # 4 against 4: the interval runs from the least to the largest of the 16 ratios, coverage 1 - 2/70
+    assert r.ci == (pytest.approx(0.9 / 2.1), pytest.approx(1.1 / 1.9)) and r.confidence == pytest.approx(1 - 2 / 70)
+    assert unpaired_ratio([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]).ci is None  # 3 against 3 cannot reach 95%
+    ten = unpaired_ratio([float(i) for i in range(1, 11)], [float(i) for i in range(11, 21)])
+    ratios = sorted(a / b for a in range(1, 11) for b in range(11, 21))
+    assert ten.ci == (ratios[23], ratios[100 - 24])  # the 24th from each end: U's 5% critical value is 23
+    big = unpaired_ratio([1.0 + i / 1000 for i in range(60)], [2.0 + i / 500 for i in range(60)])  # 2x each
+    assert big.ci[0] < 0.5 < big.ci[1] and 0.94 < big.confidence <= 1  # the normal approximation past 2500 pairs
+    with pytest.raises(ValueError):
+        unpaired_ratio([], [1.0])
+
+
+def _inference(model, x, inference_mode: bool):
+    def step():
+        if inference_mode:
+            with torch.inference_mode():
+                return model(x)
+        return model(x)
+
+    return step
+
+
+def test_diff_of_a_fix_reports_the_ratio_and_what_went_away():
+    model = torch.nn.Sequential(*[m for _ in range(6) for m in (torch.nn.Linear(32, 32), torch.nn.ReLU())])
+    x = torch.randn(1, 32)
+    kw = {"steps": 6, "warmup": 2, "device": CpuDevice()}
+    before = torchmagic.profile(_inference(model, x, False), label="with grad", **kw)
+    after = torchmagic.profile(_inference(model, x, True), label="inference_mode", **kw)
+    d = torchmagic.diff(before, after)
+    assert d.steps == (6, 6) and d.ratio_ci is not None and d.ratio_ci[0] <= d.ratio <= d.ratio_ci[1]
+    assert d.ratio == pytest.approx(sorted(a / b for a in after.step_s for b in before.step_s)[17], rel=0.5)
+    assert [f.rule for f in d.findings_gone] == ["inference_grad"] and not d.findings_new
+    assert d.time_basis == "CPU" and d.op("aten::linear").calls_before == d.op("aten::linear").calls_after == 6
+    assert math.isclose(d.speedup, 1 / d.ratio)
+    text = d.to_text()
+    assert text.startswith("After / before: ") and "gone: inference_grad" in text
+    assert "Operators by the change in their self CPU time per step:" in text
+    assert "<h4>Findings</h4>" in d.to_html() and d.to_dict()["findings_gone"][0]["rule"] == "inference_grad"
+    assert repr(d).startswith("<ProfileDiff: After / before: ")
+    with pytest.raises(TypeError, match="before must be a ProfileResult"):
+        torchmagic.diff("not a profile", after)
+
+
+def test_the_magic_diffs_against_a_stored_profile_and_the_verify_button_does_too(shell):
+    shell.run_cell("import torch\nmodel = torch.nn.Linear(64, 64)\nx = torch.randn(1, 64)")
+    result, _ = run(shell, "%%torchprofile --steps 4 -q -o before\nfor _ in range(20):\n    model(x)\n")
+    assert result.success
+    result, captured = run(shell, "%%torchprofile --steps 4 --diff before -o after\n"
+                                  "with torch.inference_mode():\n    for _ in range(20):\n        model(x)\n")
+    assert result.success, result.error_in_exec
+    shown = _displayed(captured)
+    assert "After / before: " in shown and "gone: inference_grad" in shown
+    assert shell.user_ns["after"].finding("inference_grad") is None
+    _, captured = run(shell, "%%torchprofile --diff nothing\nmodel(x)\n")
+    assert (captured.stdout + captured.stderr).strip() == (
+        "UsageError: %%torchprofile: --diff nothing: not defined, not a profile with a step to compare "
+        "(store one with %%torchprofile -o nothing)")
+    finding = shell.user_ns["before"].finding("inference_grad")
+    assert finding.verify == "%%amp_compare --variants eager,inference_mode"
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as clicked:
+        shell.user_ns["before"].verify_runner("%%torchprofile --warmup 1 --steps 4")
+    assert "After / before: " in _displayed(clicked)
+
+
+def _displayed(captured) -> str:
+    return captured.stdout + "\n".join(o.data.get("text/plain", "") for o in captured.outputs)
