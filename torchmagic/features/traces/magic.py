@@ -51,7 +51,7 @@ class TracesMagics(TorchMagicsBase):
 
 
 MAGIC = "%%torchprofile"
-_SINGLE_PROCESS_ONLY = ("memory", "stack", "flops")
+_SINGLE_PROCESS_ONLY = ("memory", "stack", "flops", "diff")
 
 
 def ranks_magic(magics, args, cell: str):
