@@ -58,6 +58,17 @@ class TimelineSpan:
     name: str
 
 
+@dataclass(frozen=True)
+class Allocation:
+    """One allocation alive at the peak (``--memory``)."""
+
+    bytes: int
+    op: str | None               # the innermost torch op around it (None: made from Python directly)
+    stack: tuple[str, ...]       # the user's frames, innermost first (library frames left out)
+    device: str
+    at_s: float                  # when, in seconds from the first profiled step's start
+
+
 @dataclass
 class ProfileResult(Result):
     """What one profiling run measured and concluded.  Times in seconds unless named ``_us``."""
@@ -76,6 +87,10 @@ class ProfileResult(Result):
     step_starts_us: list[float] = field(default_factory=list)  # on the timeline's clock
     memory_peak_bytes: dict[str, int] = field(default_factory=dict)
     memory_allocated_bytes: dict[str, int] = field(default_factory=dict)
+    # --memory: per device, (seconds from the first step's start, bytes allocated above the profile's start,
+    # bytes reserved (CUDA) or None); and the largest allocations alive at the peak, with who made them
+    memory_timeline: dict[str, list[tuple[float, int, int | None]]] = field(default_factory=dict)
+    largest_allocations: list[Allocation] = field(default_factory=list)
     hot_lines: list[tuple[str, float]] = field(default_factory=list)     # (source frame, op µs)
     nvml: dict[str, Any] | None = None
     trace_path: str | None = None

@@ -24,6 +24,7 @@ from ...core.measure import timed_call
 from ...core.outcome import Outcome
 from ...core.state import names_reached
 from .activity import python_calls
+from .allocations import allocation_report
 from .frames import frame_label, ipython_cell_files
 from .result import SORT_KEYS, OpRow, ProfileResult
 from .rules import AllocatorCounters, RuleContext, diagnose, missing_kernels_note
@@ -86,7 +87,7 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
             activities=device.profiler_activities(),
             record_shapes=True,  # always: the amp rule needs input dtypes; shapes show on request
             profile_memory=options.memory,
-            with_stack=options.stack,
+            with_stack=options.stack or options.memory,  # an allocation's Python stack: who made it
             with_flops=options.flops,
         )
         with without_profiler_banner():
@@ -151,6 +152,10 @@ def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: Ru
     summary = summarize_trace(results.events(), results.trace_start_ns(), shapes=options.record_shapes,
                               flops=options.flops, python_calls=python_calls(results) if options.stack else ())
     fill_from_summary(result, summary, ctx)
+    if options.memory and summary.step_start_us:
+        first_step_ns = results.trace_start_ns() + round(summary.step_start_us[0] * 1000)
+        result.memory_timeline, result.largest_allocations = allocation_report(
+            results.experimental_event_tree(), first_step_ns, ipython_cell_files())
     result.analysis_s = time.perf_counter() - started
     if options.trace:
         try:

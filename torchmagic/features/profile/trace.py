@@ -293,7 +293,7 @@ def _phase_of(name: str) -> str | None:
     return None
 
 
-def _is_user_frame(name: str) -> bool:
+def is_user_frame(name: str) -> bool:
     if any(marker in name for marker in _NOT_USER_CODE):
         return False
     top = name.split("/", 1)[0].split("(", 1)[0].removesuffix(".py")
@@ -380,7 +380,7 @@ class _Sweep:
                     out.optimizer_names.add(name.split("#", 1)[1].split(".", 1)[0])
                 elif own_phase == DATA and step is not None:
                     self.data_intervals.append((ev.start, ev.end))
-            if kind == _PYTHON and _is_user_frame(name):
+            if kind == _PYTHON and is_user_frame(name):
                 frame = name
             if kind == _OP:
                 # a sync or copy the user asked for, not one inside another op's implementation

@@ -113,6 +113,25 @@ def _hot_lines_table(r: ProfileResult) -> Table:
     ], r.hot_lines, limit=r.options.get("top", 15), noun="functions")
 
 
+def _allocations_table(r: ProfileResult) -> Table:
+    return Table([
+        Column("size", lambda a: fmt_bytes(a.bytes)),
+        Column("device", lambda a: a.device, "left"),
+        Column("op", lambda a: a.op or "(from Python)", "left"),
+        Column("made by (innermost first)", lambda a: " ← ".join(a.stack[:3]) or "(no frame of yours)", "left"),
+    ], r.largest_allocations, noun="allocations")
+
+
+def _peak_lines(r: ProfileResult) -> list[str]:
+    lines = []
+    for device, points in sorted(r.memory_timeline.items()):
+        t, level, _ = max(points, key=lambda p: p[1])
+        step = sum(1 for s in r.step_starts_us if (s - r.step_starts_us[0]) / 1e6 <= t) - 1
+        lines.append(f"{device}: allocations peak at {fmt_bytes(level)} above the profile's start, "
+                     f"{t * 1e3:.1f} ms into the profiled steps (step {max(step, 0)})")
+    return lines
+
+
 def _memory_lines(r: ProfileResult) -> list[str]:
     return [f"{device}: peak {fmt_bytes(peak)} above the start of the profile, "
             f"{fmt_bytes(r.memory_allocated_bytes.get(device, 0))} allocated in total"
@@ -175,6 +194,9 @@ def operator_lines(r: ProfileResult) -> list[str]:
     memory = _memory_lines(r)
     if memory:
         out += ["", "Memory (torch allocations during the profile):"] + [f"  {line}" for line in memory]
+    if r.largest_allocations:
+        out += ["", "The largest allocations alive at the peak:", *[f"  {line}" for line in _peak_lines(r)],
+                _allocations_table(r).to_text()]
     return out
 
 
@@ -257,7 +279,32 @@ def _extras_html(r: ProfileResult) -> str:
     if memory:
         parts.append("<h4>Memory (torch allocations during the profile)</h4>"
                      + "".join(f"<div>{escape(line)}</div>" for line in memory))
+    if r.largest_allocations:
+        parts.append(png_img(memory_timeline_png(r), "memory over the profiled steps")
+                     + "<h4>The largest allocations alive at the peak</h4>"
+                     + "".join(f'<div class="tm-note">{escape(line)}</div>' for line in _peak_lines(r))
+                     + _allocations_table(r).to_html())
     return "".join(parts)
+
+
+def memory_timeline_png(r: ProfileResult, width_in: float = 10.0) -> bytes | None:
+    """Torch's allocations (and the allocator's reserve, on a GPU) over the profiled steps, a line per
+    device, the steps' starts marked."""
+    if not r.memory_timeline:
+        return None
+    fig = new_figure(width_in, 2.6)
+    ax = fig.add_subplot()
+    for device, points in sorted(r.memory_timeline.items()):
+        ts = [p[0] * 1e3 for p in points]
+        ax.step(ts, [p[1] / 2**20 for p in points], where="post", label=f"{device} allocated")
+        if any(p[2] for p in points):
+            ax.step(ts, [(p[2] or 0) / 2**20 for p in points], where="post", linestyle="--", label=f"{device} reserved")
+    for start in r.step_starts_us:
+        ax.axvline((start - r.step_starts_us[0]) / 1e3, color="#888", linewidth=0.6, linestyle=":")
+    ax.set_xlabel("ms from the first profiled step (dotted: step starts)")
+    ax.set_ylabel("MiB above the start")
+    ax.legend(loc="upper left", fontsize=8)
+    return figure_png(fig)
 
 
 def _timeline_img(r: ProfileResult) -> str:

@@ -1,0 +1,97 @@
+"""Where memory went with ``--memory``: the level of torch's allocations over the profiled steps, per
+device, and the largest allocations alive at its peak, each with the op that made it and the user's
+Python stack.  Read from torch's own event tree, where each allocation sits under the op and the
+Python calls that made it (``--memory`` records Python stacks too)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from .frames import frame_label
+from .result import Allocation
+from .trace import is_user_frame
+
+MAX_TIMELINE_POINTS = 2000   # per device: the drawing is ~1000 pixels wide
+LARGEST_KEPT = 10
+MAX_FRAMES = 8               # of the user's frames above an allocation, innermost first
+MAX_ALLOCATIONS = 1_000_000  # events read at most (about 0.5 s of walking per 100k events of the tree)
+
+
+@dataclass(frozen=True)
+class _Event:
+    t_ns: int
+    ptr: int
+    size: int                    # negative: a free
+    device: str
+    reserved: int
+    node: object                 # the tree node, for its op and stack (read only for the largest)
+
+
+def allocation_report(tree, start_ns: int, cells: dict[str, int]):
+    """(timeline per device as (seconds, bytes allocated above the start, bytes the caching allocator
+    reserved above its reserve at the first allocation, or None off CUDA),
+    the largest allocations alive at each device's peak, largest first), from ``start_ns`` on."""
+    events = _allocation_events(tree)
+    timeline: dict[str, list[tuple[float, int, int | None]]] = defaultdict(list)
+    level: dict[str, int] = defaultdict(int)
+    peak: dict[str, tuple[int, int]] = {}  # device -> (level, index of the event that reached it)
+    reserved_at_first: dict[str, int] = {}
+    for i, ev in enumerate(events):
+        level[ev.device] += ev.size
+        base = reserved_at_first.setdefault(ev.device, ev.reserved)  # CUDA's reserve, from its first reading
+        reserved = ev.reserved - base if ev.reserved else None
+        timeline[ev.device].append(((ev.t_ns - start_ns) / 1e9, level[ev.device], reserved))
+        if level[ev.device] > peak.get(ev.device, (0, -1))[0]:
+            peak[ev.device] = (level[ev.device], i)
+    largest = []
+    for device, (_, at) in peak.items():
+        live: dict[int, _Event] = {}
+        for ev in events[: at + 1]:
+            if ev.device != device:
+                continue
+            if ev.size > 0:
+                live[ev.ptr] = ev
+            else:
+                live.pop(ev.ptr, None)
+        biggest = sorted(live.values(), key=lambda e: -e.size)[:LARGEST_KEPT]
+        largest += [Allocation(e.size, *_made_by(e.node, cells), device, (e.t_ns - start_ns) / 1e9) for e in biggest]
+    largest.sort(key=lambda a: -a.bytes)
+    drawn = {device: _thin([(min(points[0][0], 0.0), 0, None), *points]) for device, points in timeline.items()}
+    return drawn, largest[:LARGEST_KEPT]
+
+
+def _allocation_events(tree) -> list[_Event]:
+    found, pending = [], list(tree)
+    while pending and len(found) < MAX_ALLOCATIONS:
+        node = pending.pop()
+        pending.extend(node.children)
+        if node.tag.name == "Allocation":
+            f = node.extra_fields
+            found.append(_Event(node.start_time_ns, f.ptr, f.alloc_size, str(f.device), f.total_reserved, node))
+    found.sort(key=lambda e: e.t_ns)
+    return found
+
+
+def _made_by(node, cells: dict[str, int]) -> tuple[str | None, tuple[str, ...]]:
+    """The innermost op above an allocation and the user's frames above it, innermost first."""
+    op, frames = None, []
+    parent = node.parent
+    while parent is not None:
+        kind = parent.tag.name
+        if kind == "TorchOp" and op is None:
+            op = parent.name
+        elif kind == "PyCall" and is_user_frame(parent.name):
+            label = frame_label(parent.name, cells)
+            if not frames or frames[-1] != label:  # a cell run from a cell magic shows once
+                frames.append(label)
+        parent = parent.parent
+    return op, tuple(frames[:MAX_FRAMES])
+
+
+def _thin(points: list[tuple[float, int, int | None]]) -> list[tuple[float, int, int | None]]:
+    """At most MAX_TIMELINE_POINTS, keeping each stretch's highest point (a peak is never thinned away)."""
+    if len(points) <= MAX_TIMELINE_POINTS:
+        return points
+    per = -(-len(points) // MAX_TIMELINE_POINTS)
+    return [max(points[i:i + per], key=lambda p: p[1]) for i in range(0, len(points), per)]
