@@ -47,6 +47,9 @@ class OpRow:
     flops: int = 0
     allocated_bytes: int = 0
     shapes: tuple[str, ...] = ()
+    bytes: int = 0                  # --flops: what its tensors hold (inputs, and a matmul's or pointwise op's output)
+    dtype: str | None = None        # --flops: its first input's dtype, as the trace writes it
+    estimated_flops: int = 0        # --flops: 1 per element of a pointwise op (torch counts matmuls and convs only)
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,21 @@ class TimelineSpan:
     dur_us: float
     category: str
     name: str
+
+
+@dataclass(frozen=True)
+class RooflineRow:
+    """One operator on the measured roofline (``--flops``), totals over the profiled steps."""
+
+    name: str
+    dtype: str                      # float32, bfloat16, float16: whose compute roof applies
+    flops: int                      # torch's count (matmul, conv), or the pointwise estimate
+    bytes: int
+    intensity: float                # FLOPs per byte
+    achieved_flops_per_s: float     # over its own time: self GPU time where it has kernels, else self CPU
+    bound: str                      # "compute" or "memory": which side of the ridge its intensity is on
+    fraction_of_roof: float         # achieved / the roof at its intensity
+    estimated: bool = False         # FLOPs estimated (pointwise), not counted by torch
 
 
 @dataclass(frozen=True)
@@ -91,6 +109,12 @@ class ProfileResult(Result):
     # bytes reserved (CUDA) or None); and the largest allocations alive at the peak, with who made them
     memory_timeline: dict[str, list[tuple[float, int, int | None]]] = field(default_factory=dict)
     largest_allocations: list[Allocation] = field(default_factory=list)
+    # --flops: the device's peaks, measured here (matmul FLOP/s per dtype, copy bytes/s), each heavy op
+    # on the roofline they make, and the step's model FLOPs utilisation against the peak of its main dtype
+    peak_flops_per_s: dict[str, float] = field(default_factory=dict)
+    peak_bytes_per_s: float | None = None
+    roofline: list[RooflineRow] = field(default_factory=list)
+    mfu: float | None = None
     hot_lines: list[tuple[str, float]] = field(default_factory=list)     # (source frame, op µs)
     nvml: dict[str, Any] | None = None
     trace_path: str | None = None

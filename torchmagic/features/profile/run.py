@@ -25,6 +25,7 @@ from ...core.outcome import Outcome
 from ...core.state import names_reached
 from .activity import python_calls
 from .allocations import allocation_report
+from .roofline import place_on_roofline
 from .frames import frame_label, ipython_cell_files
 from .result import SORT_KEYS, OpRow, ProfileResult
 from .rules import AllocatorCounters, RuleContext, diagnose, missing_kernels_note
@@ -156,6 +157,8 @@ def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: Ru
         first_step_ns = results.trace_start_ns() + round(summary.step_start_us[0] * 1000)
         result.memory_timeline, result.largest_allocations = allocation_report(
             results.experimental_event_tree(), first_step_ns, ipython_cell_files())
+    if options.flops:
+        place_on_roofline(result, device)
     result.analysis_s = time.perf_counter() - started
     if options.trace:
         try:
@@ -177,7 +180,8 @@ def fill_from_summary(result: ProfileResult, s: TraceSummary, ctx: RuleContext) 
     result.event_count = s.event_count
     result.ops = [
         OpRow(o.name, o.calls, o.self_cpu_us, o.total_cpu_us, o.self_device_us, o.flops,
-              o.allocated_bytes, tuple(o.top_shapes()))
+              o.allocated_bytes, tuple(o.top_shapes()), bytes=o.bytes, dtype=o.dtype,
+              estimated_flops=o.estimated_flops)
         for o in s.ops.values()
     ]
     # Python between ops shows as the step markers' own time: count it under "other"

@@ -100,6 +100,11 @@ class OpStats:
     flops: int = 0
     allocated_bytes: int = 0
     shapes: Counter = field(default_factory=Counter)  # shapes -> self µs, kept only when asked
+    # with flops: the bytes its tensors hold (inputs read, the output written: the least traffic it
+    # can have), its inputs' dtype, and FLOPs estimated (1 per element) for pointwise ops torch does not count
+    bytes: int = 0
+    dtype: str | None = None
+    estimated_flops: int = 0
 
     def top_shapes(self, n: int = 2) -> list[str]:
         return [s for s, _ in self.shapes.most_common(n)]
@@ -479,6 +484,10 @@ class _Sweep:
             self.op_of_corr[ev.corr] = (name, category, precision)
         if self.flops:
             stats.flops += ev.raw.flops()
+            moved, dtype, pointwise_flops = tensor_traffic(name, ev.raw.shapes(), ev.raw.dtypes())
+            stats.bytes += moved
+            stats.dtype = stats.dtype or dtype
+            stats.estimated_flops += pointwise_flops
         if self.shapes:
             stats.shapes[_shape_text(ev.raw.shapes())] += self_us
 
@@ -637,3 +646,39 @@ def _bound_timeline(out: TraceSummary) -> None:
                 bars.append([start, end, category])
         bounded += [Span(lane, start, end - start, category, "(binned)") for start, end, category in bars]
     out.timeline = bounded
+
+
+ELEMENT_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
+                 "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1, "c10::Float8_e4m3fn": 1,
+                 "c10::Float8_e5m2": 1, "c10::complex<float>": 8, "c10::complex<double>": 16}
+POINTWISE_OPS = frozenset({
+    "aten::add", "aten::add_", "aten::sub", "aten::sub_", "aten::mul", "aten::mul_", "aten::div", "aten::div_",
+    "aten::relu", "aten::relu_", "aten::clamp_min", "aten::clamp_min_", "aten::threshold_backward", "aten::gelu",
+    "aten::gelu_backward", "aten::silu", "aten::sigmoid", "aten::tanh", "aten::exp", "aten::neg", "aten::pow",
+    "aten::sqrt", "aten::rsqrt", "aten::where", "aten::addcmul_", "aten::addcdiv_", "aten::lerp_", "aten::abs",
+})
+
+
+def tensor_traffic(name: str, shapes, dtypes) -> tuple[int, str | None, int]:
+    """(bytes an op's tensors hold: inputs plus its output, its first input's dtype, estimated FLOPs for a
+    pointwise op).  The output is the matmul's [..., M, N] for a matmul, the largest input for a
+    pointwise op, and not counted otherwise (its size is not in the trace)."""
+    sizes, dims = [], []
+    for shape, dtype in zip(shapes, dtypes):
+        if isinstance(shape, list) and shape and all(isinstance(d, int) for d in shape) and dtype in ELEMENT_BYTES:
+            numel = math.prod(shape)
+            sizes.append((numel, ELEMENT_BYTES[dtype]))
+            dims.append(shape)
+    if not sizes:
+        return 0, None, 0
+    moved = sum(n * b for n, b in sizes)
+    first = next((d for d in dtypes if d in ELEMENT_BYTES), None)
+    element = ELEMENT_BYTES.get(first, 4)
+    if name in MATMUL_OPS and len(dims) >= 2 and len(dims[-1]) >= 2 and len(dims[-2]) >= 2:
+        a, b = dims[-2], dims[-1]
+        moved += math.prod(a[:-1]) * b[-1] * element
+        return moved, first, 0
+    if name in POINTWISE_OPS:
+        largest = max(n for n, _ in sizes)
+        return moved + largest * element, first, largest
+    return moved, first, 0

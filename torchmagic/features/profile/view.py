@@ -122,6 +122,52 @@ def _allocations_table(r: ProfileResult) -> Table:
     ], r.largest_allocations, noun="allocations")
 
 
+def _roofline_table(r: ProfileResult) -> Table:
+    return Table([
+        Column("operator", lambda x: x.name, "left"),
+        Column("dtype", lambda x: x.dtype, "left"),
+        Column("FLOPs", lambda x: fmt_flops(x.flops) + ("*" if x.estimated else "")),
+        Column("bytes", lambda x: fmt_bytes(x.bytes)),
+        Column("FLOP/B", lambda x: f"{x.intensity:.3g}"),
+        Column("achieved", lambda x: f"{fmt_flops(x.achieved_flops_per_s)}/s"),
+        Column("bound", lambda x: x.bound, "left"),
+        Column("of roof", lambda x: fmt_pct(x.fraction_of_roof)),
+    ], r.roofline, limit=r.options.get("top", 15), noun="operators")
+
+
+def _roofline_lines(r: ProfileResult) -> list[str]:
+    if not r.roofline:
+        return []
+    ridge = ", ".join(f"{d} at {f / r.peak_bytes_per_s:.3g} FLOP/B" for d, f in r.peak_flops_per_s.items())
+    lines = [f"Roofline on the measured peaks (the ridge: {ridge}); * FLOPs estimated, 1 per element:"]
+    if r.mfu is not None:
+        lines.append(f"Model FLOPs utilisation: {r.mfu:.1%} of the measured matmul peak over the profiled steps")
+    return lines
+
+
+def roofline_png(r: ProfileResult, width_in: float = 7.0) -> bytes | None:
+    """The measured roofs (one compute roof per dtype, the bandwidth slope) and each heavy op on them."""
+    if not r.roofline:
+        return None
+    fig = new_figure(width_in, 3.6)
+    ax = fig.add_subplot()
+    low = min(x.intensity for x in r.roofline) / 4
+    high = max(max(x.intensity for x in r.roofline) * 4, max(r.peak_flops_per_s.values()) / r.peak_bytes_per_s * 4)
+    for dtype, peak in r.peak_flops_per_s.items():
+        ridge = peak / r.peak_bytes_per_s
+        ax.plot([low, ridge, high], [low * r.peak_bytes_per_s, peak, peak], label=f"{dtype} roof", linewidth=1.2)
+    for x in r.roofline:
+        ax.scatter([x.intensity], [x.achieved_flops_per_s], s=18)
+        ax.annotate(x.name.removeprefix("aten::"), (x.intensity, x.achieved_flops_per_s), fontsize=7,
+                    xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte)")
+    ax.set_ylabel("FLOP/s")
+    ax.legend(loc="lower right", fontsize=8)
+    return figure_png(fig)
+
+
 def _peak_lines(r: ProfileResult) -> list[str]:
     lines = []
     for device, points in sorted(r.memory_timeline.items()):
@@ -197,6 +243,8 @@ def operator_lines(r: ProfileResult) -> list[str]:
     if r.largest_allocations:
         out += ["", "The largest allocations alive at the peak:", *[f"  {line}" for line in _peak_lines(r)],
                 _allocations_table(r).to_text()]
+    if r.roofline:
+        out += ["", *_roofline_lines(r), _roofline_table(r).to_text()]
     return out
 
 
@@ -279,6 +327,9 @@ def _extras_html(r: ProfileResult) -> str:
     if memory:
         parts.append("<h4>Memory (torch allocations during the profile)</h4>"
                      + "".join(f"<div>{escape(line)}</div>" for line in memory))
+    if r.roofline:
+        parts.append("<h4>Roofline</h4>" + "".join(f'<div class="tm-note">{escape(x)}</div>' for x in _roofline_lines(r))
+                     + png_img(roofline_png(r), "the operators on the measured roofline") + _roofline_table(r).to_html())
     if r.largest_allocations:
         parts.append(png_img(memory_timeline_png(r), "memory over the profiled steps")
                      + "<h4>The largest allocations alive at the peak</h4>"

@@ -1,0 +1,58 @@
+"""``--flops``: each heavy operator on the roofline of the device at hand.
+
+The roofs are measured (core/measure/peaks.py): matmul FLOP/s per dtype, and copy bandwidth.  An op's
+arithmetic intensity is its FLOPs over the bytes its tensors hold (inputs read and output written
+once: the least traffic it can have); below the ridge (peak FLOP/s ÷ bandwidth) it is memory-bound,
+above it compute-bound, and how close it comes is its achieved FLOP/s over the roof at its intensity.
+"""
+
+from __future__ import annotations
+
+from ...core.devices import Device
+from ...core.measure.peaks import measured_peaks
+from .result import ProfileResult, RooflineRow
+
+DTYPES = {"float": "float32", "c10::BFloat16": "bfloat16", "c10::Half": "float16"}
+HEAVY_SHARE = 0.01   # ops below this share of the FLOP-carrying ops' time are left off
+
+
+def place_on_roofline(result: ProfileResult, device: Device) -> None:
+    """Fill ``result``'s peaks, roofline rows and MFU (``--flops``)."""
+    on_device = any(op.self_device_us for op in result.ops)
+    candidates = [op for op in result.ops if (op.flops or op.estimated_flops) and op.bytes
+                  and (op.self_device_us if on_device else op.self_cpu_us) > 0]
+    if not candidates:
+        result.notes.append("--flops: no operator with FLOPs and tensor sizes to place on a roofline.")
+        return
+    dtypes = tuple(sorted({DTYPES.get(op.dtype, "float32") for op in candidates}))
+    peaks = measured_peaks(device, dtypes)
+    result.peak_flops_per_s, result.peak_bytes_per_s = dict(peaks.flops_per_s), peaks.bytes_per_s
+    total_us = sum(_us(op, on_device) for op in candidates)
+    rows = []
+    for op in candidates:
+        us = _us(op, on_device)
+        if us < HEAVY_SHARE * total_us:
+            continue
+        dtype = DTYPES.get(op.dtype, "float32")
+        flops = op.flops or op.estimated_flops
+        intensity = flops / op.bytes
+        achieved = flops / (us / 1e6)
+        compute_roof = peaks.flops_per_s[dtype]
+        roof = min(compute_roof, intensity * peaks.bytes_per_s)
+        rows.append(RooflineRow(op.name, dtype, flops, op.bytes, intensity, achieved,
+                                "compute" if intensity * peaks.bytes_per_s >= compute_roof else "memory",
+                                achieved / roof, estimated=not op.flops))
+    result.roofline = sorted(rows, key=lambda r: -r.flops / r.achieved_flops_per_s)  # most time first
+    counted = [op for op in result.ops if op.flops]
+    if counted and result.step_s:
+        main = max(dtypes, key=lambda d: sum(op.flops for op in counted if DTYPES.get(op.dtype, "float32") == d))
+        result.mfu = sum(op.flops for op in counted) / sum(result.step_s) / peaks.flops_per_s[main]
+    where = f"with {peaks.threads} thread(s)" if peaks.threads else "on the GPU"
+    result.notes.append(f"Roofs measured on this {device.kind.upper()} {where} in {peaks.seconds:.1f} s (once per "
+                        "process): matmul " + ", ".join(f"{d} {f / 1e12:.3g} TFLOP/s" for d, f in
+                                                         peaks.flops_per_s.items())
+                        + f"; copy {peaks.bytes_per_s / 1e9:.3g} GB/s.")
+
+
+def _us(op, on_device: bool) -> float:
+    return op.self_device_us if on_device else op.self_cpu_us
