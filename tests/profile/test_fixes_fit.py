@@ -3,6 +3,7 @@ against a real cell's namespace; the DataLoader fix's worker and thread counts c
 measured times and the usable cores, never more workers than cores nor fewer than one thread."""
 
 import dataclasses
+from collections import Counter
 
 import pytest
 import torch
@@ -49,7 +50,9 @@ def _every_finding(ctx) -> dict[str, rules.Finding]:
                      category_us={**TraceSummary().category_us, "other": 8_000.0}),
         TraceSummary(step_us=steps, has_device_events=True, device_busy_us=2_000.0, device_kernels=50,
                      matmul_fp32_device_us=1_500.0, matmul_fp32_device_calls=10, backward_events=5,
-                     device_category_us={**TraceSummary().device_category_us, "forward": 2_000.0}),
+                     device_category_us={**TraceSummary().device_category_us, "forward": 2_000.0},
+                     kernel_us=[40.0] * 50, misaligned_matmul_device_us=1_000.0,
+                     misaligned_shapes=Counter({"4096x768x50257": 1_000.0})),
     ]
     found = {}
     for s in summaries:

@@ -99,3 +99,37 @@ def test_a_trace_too_big_to_hold_and_without_steps_says_why_it_has_no_table(tmp_
     p = torchmagic.analyze(path).profile
     assert p.steps == 1 and "No ProfilerStep markers: the whole trace is read as one step." in p.notes
     assert {op.name: op.calls for op in p.ops} == {"aten::mm": 50}
+
+
+def test_a_gpu_trace_with_misaligned_half_matmuls_and_short_kernels(tmp_path):
+    """Kineto's events as a CUDA trace writes them: fp16 matmuls of a 50257-row output layer (off the
+    tensor cores' grain of 8) and their launches, read through the same summary as a live profile."""
+    events = []
+    for step in range(2):
+        t = step * 10_000
+        events.append(event(f"ProfilerStep#{step}", t, 9_000, cat="user_annotation"))
+        for i, (n, kernel_us) in enumerate([(50257, 4_000), (4096, 1_000)]):
+            ext, corr, start = 100 * step + 10 * i + 1, 1000 * step + i + 1, t + 100 + 3_000 * i
+            events += [
+                event("aten::mm", start, 60, **{"External id": ext, "Input type": ["c10::Half", "c10::Half"],
+                                                 "Input Dims": [[4096, 768], [768, n]]}),
+                event("cudaLaunchKernel", start + 10, 20, cat="cuda_runtime", **{"External id": ext, "correlation": corr}),
+                event("ampere_fp16_gemm", start + 45, kernel_us, cat="kernel", tid=7,
+                      **{"External id": ext, "correlation": corr}),
+            ]
+        for k in range(20):  # launch-bound tail: 20 kernels of 3 µs
+            ext, corr = 100 * step + 50 + k, 1000 * step + 50 + k
+            events += [event("aten::add", t + 6_000 + 40 * k, 10, **{"External id": ext}),
+                       event("cudaLaunchKernel", t + 6_002 + 40 * k, 5, cat="cuda_runtime",
+                             **{"External id": ext, "correlation": corr}),
+                       event("elementwise_kernel", t + 6_020 + 40 * k, 3, cat="kernel", tid=7,
+                             **{"External id": ext, "correlation": corr})]
+    path = write_trace(tmp_path / "gpu.json", events)
+    p = torchmagic.analyze(path).profile
+    found = p.finding("tensor_core_alignment")
+    assert found is not None and found.evidence["shapes"] == ["4096x768x50257"]
+    assert found.evidence["misaligned_share_of_kernels"] == pytest.approx(8_000 / (10_000 + 120), rel=1e-3)
+    k = p.kernel_stats
+    assert k["kernels_per_step"] == 22 and k["median_kernel_us"] == pytest.approx(3.0)
+    assert k["short_kernel_share"] == pytest.approx(20 / 22) and k["median_launch_delay_us"] == pytest.approx(13.0)
+    assert "Kernels: 22 per step, median 3" in p.to_text()

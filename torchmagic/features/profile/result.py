@@ -115,6 +115,9 @@ class ProfileResult(Result):
     peak_bytes_per_s: float | None = None
     roofline: list[RooflineRow] = field(default_factory=list)
     mfu: float | None = None
+    # GPU: kernels per step, their median µs, the share of them (and of kernel time) under 10 µs, and the
+    # median µs from a launch call's return to its kernel's start
+    kernel_stats: dict[str, float] = field(default_factory=dict)
     hot_lines: list[tuple[str, float]] = field(default_factory=list)     # (source frame, op µs)
     nvml: dict[str, Any] | None = None
     trace_path: str | None = None

@@ -9,11 +9,12 @@ and on summaries built from numbers.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .result import Finding
-from .trace import TraceSummary
+from .trace import TENSOR_CORE_MULTIPLE, TraceSummary
 from .user import UserObjects
 
 THRESHOLDS = {
@@ -51,6 +52,10 @@ THRESHOLDS = {
     "batch_pressure_peak_fraction": 0.90,
     "batch_small_idle_share": 0.50,
     "batch_small_peak_fraction": 0.25,
+    # tensor_core_alignment: 16-bit matmuls with a dimension not a multiple of 8, as a share of all kernel time
+    "misaligned_matmul_share": 0.10,
+    # kernel statistics: a kernel this short is mostly launch overhead
+    "short_kernel_us": 10.0,
     # severity from the share of the step a finding could win back
     "severity_high": 0.25,
     "severity_medium": 0.10,
@@ -73,6 +78,7 @@ VERIFY = {
     "copies": "%%torchprofile --warmup 1 --steps 5",
     "optimizer": "%%torchprofile --warmup 1 --steps 5",
     "gpu_idle": "%%torchprofile --warmup 1 --steps 5",
+    "tensor_core_alignment": "%%torchprofile --warmup 1 --steps 5",
 }
 
 
@@ -403,11 +409,49 @@ def gpu_idle(s: TraceSummary, ctx: RuleContext, others: list[Finding] = ()) -> F
         "gpu_idle", ctx, share,
         f"The GPU is idle {share:.0%} of the step{because}",
         {"idle_ms_per_step": round(idle / s.steps / 1e3, 3), "busy_ms_per_step":
-         round(s.device_busy_us / s.steps / 1e3, 3), "kernels": s.device_kernels, "causes": causes},
+         round(s.device_busy_us / s.steps / 1e3, 3), "kernels": s.device_kernels, "causes": causes,
+         **{k: round(v, 3) for k, v in kernel_stats(s).items()}},
         "Keep the GPU fed: fix the causes listed, then batch more work per launch "
         "(larger batches, torch.compile, CUDA graphs).",
         f"{ctx.user.model} = torch.compile({ctx.user.model}, mode='reduce-overhead')  # CUDA graphs for static shapes",
     )
+
+
+def tensor_core_alignment(s: TraceSummary, ctx: RuleContext) -> Finding | None:
+    """fp16/bf16 matmuls whose M, K or N is not a multiple of 8: cuBLAS cannot run them on tensor cores
+    at full rate (a 50257-token vocabulary is the classic case)."""
+    kernels = sum(s.kernel_us)
+    if not ctx.traces_kernels or kernels <= 0:
+        return None
+    share = s.misaligned_matmul_device_us / kernels
+    if share < THRESHOLDS["misaligned_matmul_share"]:
+        return None
+    shapes = [shape for shape, _ in s.misaligned_shapes.most_common(3)]
+    return _finding(
+        "tensor_core_alignment", ctx, _share(s.misaligned_matmul_device_us, s),
+        f"{share:.0%} of the kernel time is 16-bit matmuls with a dimension off the tensor cores' grain "
+        f"({', '.join(shapes)}: M x K x N)",
+        {"misaligned_share_of_kernels": round(share, 4), "misaligned_ms_per_step":
+         round(s.misaligned_matmul_device_us / s.steps / 1e3, 3), "shapes": shapes},
+        f"Pad the dimensions to multiples of {TENSOR_CORE_MULTIPLE} (64 for a vocabulary): hidden sizes, the "
+        "output layer's rows, batch x sequence. cuBLAS then runs them on tensor cores at full rate; the padded "
+        "rows cost little and can be masked or sliced off.",
+        "def padded(n, multiple=8):\n    return -(-n // multiple) * multiple\n"
+        "head = torch.nn.Linear(padded(1000), padded(50257, 64))   # e.g. a language model's output layer",
+    )
+
+
+def kernel_stats(s: TraceSummary) -> dict[str, float]:
+    """How the GPU's work came in: kernels per step, their median length, how many (and how much of the
+    kernel time) are shorter than ``short_kernel_us``, and the median wait from launch call to start."""
+    if not s.kernel_us or not s.steps:
+        return {}
+    short = [us for us in s.kernel_us if us < THRESHOLDS["short_kernel_us"]]
+    stats = {"kernels_per_step": len(s.kernel_us) / s.steps, "median_kernel_us": statistics.median(s.kernel_us),
+             "short_kernel_share": len(short) / len(s.kernel_us), "short_kernel_time_share": sum(short) / sum(s.kernel_us)}
+    if s.launch_delay_us:
+        stats["median_launch_delay_us"] = statistics.median(s.launch_delay_us)
+    return stats
 
 
 def batch_size(s: TraceSummary, ctx: RuleContext) -> Finding | None:
@@ -463,7 +507,7 @@ def missing_kernels_note(s: TraceSummary, ctx: RuleContext) -> str | None:
 
 
 RULES: tuple[Callable[[TraceSummary, RuleContext], Finding | None], ...] = (
-    dataloader, sync, dispatch_bound, amp, copies, inference_grad, optimizer, batch_size,
+    dataloader, sync, dispatch_bound, amp, copies, inference_grad, optimizer, batch_size, tensor_core_alignment,
 )
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 

@@ -28,7 +28,7 @@ from .allocations import allocation_report
 from .roofline import place_on_roofline
 from .frames import frame_label, ipython_cell_files
 from .result import SORT_KEYS, OpRow, ProfileResult
-from .rules import AllocatorCounters, RuleContext, diagnose, missing_kernels_note
+from .rules import AllocatorCounters, RuleContext, diagnose, kernel_stats, missing_kernels_note
 from .trace import STEP_PREFIX, TraceSummary, summarize_trace
 from .user import UserObjects, user_objects
 
@@ -190,6 +190,7 @@ def fill_from_summary(result: ProfileResult, s: TraceSummary, ctx: RuleContext) 
     result.timeline = s.timeline
     result.step_starts_us = list(s.step_start_us)
     result.memory_peak_bytes = dict(s.peak_allocated)
+    result.kernel_stats = kernel_stats(s)
     result.memory_allocated_bytes = dict(s.allocated_total)
     cells = ipython_cell_files()
     result.hot_lines = [(frame_label(frame, cells), us) for frame, us in s.hot_lines.most_common(HOT_LINES_KEPT)]

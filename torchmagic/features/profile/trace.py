@@ -139,6 +139,12 @@ class TraceSummary:
     matmul_fp32_device_us: float = 0.0
     matmul_fp32_device_calls: int = 0  # fp32 matmul/conv calls whose kernels are in the trace
     matmul_low_device_us: float = 0.0
+    # 16-bit matmuls with a dimension off the tensor cores' grain (not a multiple of 8): their kernel time
+    misaligned_matmul_device_us: float = 0.0
+    misaligned_shapes: Counter = field(default_factory=Counter)  # "MxKxN" -> kernel µs
+    # every kernel's (and copy's) duration, and the time from its launch call's return to its start
+    kernel_us: list[float] = field(default_factory=list)
+    launch_delay_us: list[float] = field(default_factory=list)
     # autograd: sequence numbers of graph nodes created outside backward (one per recorded op)
     graph_nodes: set = field(default_factory=set)
     graph_node_us: dict = field(default_factory=dict)  # node -> µs of the ops called from Python that made it
@@ -344,6 +350,8 @@ class _Sweep:
         # CUPTI correlation id of a launch no op encloses -> (its innermost user range or None, category)
         self.launches: dict[int, tuple[str | None, str]] = {}
         self.memory: list[tuple[float, str, int]] = []  # (time, device, bytes) of each allocation/free
+        self.misaligned: dict[int, str] = {}   # op's correlation id -> "MxKxN" of a 16-bit matmul off tensor cores' grain
+        self.launch_end: dict[int, float] = {}  # CUPTI correlation id -> when the launch call returned
         self.bars: dict[str, list[tuple[float, float]]] = defaultdict(list)  # lane -> top-level intervals
         self.data_intervals: list[tuple[float, float]] = []
         self.main_lane = "CPU main thread"
@@ -393,11 +401,13 @@ class _Sweep:
                 in_copy = in_copy or (name in COPY_OPS and not under_op)
                 if step is not None:
                     self._op_opened(ev, phase, frame, under_op)
-            elif kind == _RUNTIME and step is not None:
-                if name in SYNC_RUNTIME and phase is None and not in_sync:
+            elif kind == _RUNTIME:
+                if name in LAUNCH_CALLS:
+                    self.launch_end[ev.raw.correlation_id()] = ev.end
+                if step is not None and name in SYNC_RUNTIME and phase is None and not in_sync:
                     out.sync_runtime_calls += 1  # explicit torch.cuda.synchronize() and friends
                     out.sync_runtime_us += ev.end - ev.start
-                if not under_op:
+                if step is not None and not under_op:
                     self._launch_outside_ops(ev, stack, _category(kind, name, phase, in_sync, in_copy))
             stack.append([ev, 0.0, phase, in_sync, in_copy, step, top, frame, under_op or kind == _OP])
         while stack:
@@ -477,6 +487,9 @@ class _Sweep:
         precision = _matmul_precision(ev.raw) if name in MATMUL_OPS else None
         if precision == "low":
             out.matmul_low_us += self_us
+            dims = matmul_dims(ev.raw.shapes())
+            if dims and any(d % TENSOR_CORE_MULTIPLE for d in dims) and ev.corr:
+                self.misaligned[ev.corr] = "x".join(map(str, dims))
         elif precision == "fp32":
             out.matmul_fp32_us += self_us
             out.matmul_fp32_calls += 1
@@ -553,9 +566,17 @@ def _attribute_device(device: list[_Ev], out: TraceSummary, sweep: _Sweep, windo
             stats.self_device_us += dur
         if precision == "low":
             out.matmul_low_device_us += dur
+            shape = sweep.misaligned.get(ev.corr)
+            if shape is not None:
+                out.misaligned_matmul_device_us += dur
+                out.misaligned_shapes[shape] += dur
         elif precision == "fp32":
             out.matmul_fp32_device_us += dur
             fp32_calls.add(ev.corr)
+        out.kernel_us.append(dur)
+        launched = sweep.launch_end.get(ev.raw.correlation_id())
+        if launched is not None:
+            out.launch_delay_us.append(max(ev.start - launched, 0.0))
         out.device_category_us[category] += dur
         out.device_kernels += 1
         if "HtoD" in ev.name and "Pageable" in ev.name:
@@ -682,3 +703,17 @@ def tensor_traffic(name: str, shapes, dtypes) -> tuple[int, str | None, int]:
         largest = max(n for n, _ in sizes)
         return moved + largest * element, first, largest
     return moved, first, 0
+
+
+TENSOR_CORE_MULTIPLE = 8  # fp16/bf16 GEMM dimensions cuBLAS runs on tensor cores at full rate
+LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                          "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel"})
+
+
+def matmul_dims(shapes) -> tuple[int, int, int] | None:
+    """(M, K, N) of a matmul from its inputs' shapes: the last two inputs of two dimensions or more."""
+    mats = [s for s in shapes if isinstance(s, list) and len(s) >= 2 and all(isinstance(d, int) for d in s)]
+    if len(mats) < 2:
+        return None
+    a, b = mats[-2], mats[-1]
+    return a[-2], a[-1], b[-1]

@@ -113,6 +113,16 @@ def _hot_lines_table(r: ProfileResult) -> Table:
     ], r.hot_lines, limit=r.options.get("top", 15), noun="functions")
 
 
+def kernel_line(r: ProfileResult) -> str:
+    k = r.kernel_stats
+    line = (f"Kernels: {k['kernels_per_step']:,.0f} per step, median {fmt_us(k['median_kernel_us'])}; "
+            f"{k['short_kernel_share']:.0%} of them (and {k['short_kernel_time_share']:.0%} of the kernel time) "
+            "shorter than 10 µs, where launch overhead dominates")
+    if "median_launch_delay_us" in k:
+        line += f"; median {fmt_us(k['median_launch_delay_us'])} from a launch call's return to its kernel's start"
+    return line
+
+
 def _allocations_table(r: ProfileResult) -> Table:
     return Table([
         Column("size", lambda a: fmt_bytes(a.bytes)),
@@ -233,6 +243,8 @@ def operator_lines(r: ProfileResult) -> list[str]:
     device_categories = _categories_table(r.device_categories_s)
     if device_categories:
         out += ["", "GPU kernel time by the category of the op that launched it:", device_categories.to_text()]
+    if r.kernel_stats:
+        out += ["", kernel_line(r)]
     if r.ops:
         out += ["", f"Top operators by {sort_label(r)}:", _ops_table(r).to_text()]
     if r.hot_lines:
@@ -306,6 +318,8 @@ def _summary_html(r: ProfileResult) -> str:
     parts.append(_findings_html(r))
     parts.append(_categories_html(r.categories_s, "CPU time by category"))
     parts.append(_categories_html(r.device_categories_s, "GPU kernel time by category"))
+    if r.kernel_stats:
+        parts.append(f'<p class="tm-note">{escape(kernel_line(r))}</p>')
     trace = _trace_line(r)
     if trace:
         parts.append(f'<p class="tm-note">{escape(trace)}</p>')
@@ -369,9 +383,10 @@ def html(r: ProfileResult) -> str:
 
 def operators_html(r: ProfileResult) -> str:
     """Where the time went, below the findings, as HTML: categories, operators, functions, memory."""
+    kernels = f'<p class="tm-note">{escape(kernel_line(r))}</p>' if r.kernel_stats else ""
     return (_categories_html(r.categories_s, "CPU time by category")
             + _categories_html(r.device_categories_s, "GPU kernel time by category")
-            + _ops_html(r) + _extras_html(r))
+            + kernels + _ops_html(r) + _extras_html(r))
 
 
 def timeline_png(r: ProfileResult) -> bytes | None:
