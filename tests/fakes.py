@@ -7,6 +7,7 @@ raises torch.OutOfMemoryError past its capacity, like the CUDA caching allocator
 from __future__ import annotations
 
 import contextlib
+import time
 
 import torch
 
@@ -43,6 +44,11 @@ class FakeCudaDevice(Device):
     @property
     def is_accelerator(self) -> bool:
         return True
+
+    watts: float | None = None   # set: the device has NVML's energy counter, drawing this much all along
+
+    def energy_mj(self) -> int | None:
+        return None if self.watts is None else round(self.watts * time.perf_counter() * 1000)
 
 
     def synchronize(self) -> None:
@@ -149,8 +155,10 @@ class FakeNvmlGpu:
     ``compute_error``/``graphics_error`` name an NVML error class that the list raises."""
 
     def __init__(self, name: str, total: int, used: int, reserved: int = 0, mig: bool = False,
-                 compute=(), graphics=(), compute_error: str | None = None, graphics_error: str | None = None):
+                 compute=(), graphics=(), compute_error: str | None = None, graphics_error: str | None = None,
+                 energy_mj: int | None = None):
         self.name, self.total, self.used, self.reserved, self.mig = name, total, used, reserved, mig
+        self.energy_mj = energy_mj  # None: the counter is not supported (before Volta, MIG slices)
         self.compute, self.graphics = list(compute), list(graphics)
         self.compute_error, self.graphics_error = compute_error, graphics_error
 
@@ -224,6 +232,11 @@ class FakePynvml:
             raise self.NVMLError_FunctionNotFound()
         return _NvmlStruct(version=version, total=gpu.total, reserved=gpu.reserved,
                                      free=gpu.total - gpu.reserved - gpu.used, used=gpu.used)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        if self.gpus[handle].energy_mj is None:
+            raise self.NVMLError_NotSupported()
+        return self.gpus[handle].energy_mj
 
     def nvmlDeviceGetName(self, handle):
         return self.gpus[handle].name.encode()

@@ -315,3 +315,16 @@ def test_kinetos_chatter_is_recognised_in_a_rank_too():
     assert is_profiler_banner("USDT: 12345.678] profiler_start")
     assert not is_profiler_banner("[W1124 12:00:00 x.cpp:1] something else the user should see")
     assert not is_profiler_banner("[rank0]: Traceback (most recent call last):")
+
+
+def test_nvmls_energy_counter_is_read_or_none_where_the_driver_has_none():
+    from torchmagic.core.devices.nvml import energy_mj
+
+    from ..fakes import FakeNvmlGpu, FakePynvml
+
+    nvml = FakePynvml({"GPU-a": FakeNvmlGpu("H100", 80 * 2**30, 0, energy_mj=123_456),
+                       "MIG-b": FakeNvmlGpu("H100 MIG", 10 * 2**30, 0, mig=True)})
+    assert energy_mj("GPU-a", None, nvml=nvml) == 123_456
+    assert energy_mj("MIG-b", None, nvml=nvml) is None  # NotSupported
+    assert energy_mj("GPU-missing", None, nvml=nvml) is None
+    assert nvml.calls.count("init") == nvml.calls.count("shutdown") == 3

@@ -85,3 +85,17 @@ def test_the_magic_diffs_against_a_stored_profile_and_the_verify_button_does_too
 
 def _displayed(captured) -> str:
     return captured.stdout + "\n".join(o.data.get("text/plain", "") for o in captured.outputs)
+
+
+def test_energy_per_step_from_nvmls_counter_on_a_gpu():
+    from ..fakes import FakeCudaDevice
+
+    device = FakeCudaDevice()
+    device.watts = 250.0
+    r = torchmagic.profile(lambda: torch.ones(256, 256) @ torch.ones(256, 256), steps=3, device=device)
+    # the counter ran over the profiled steps at 250 W: their joules are 250 W x their seconds (its reads
+    # bracket the steps, so a little more, never less)
+    assert 250 * sum(r.step_s) / 3 <= r.energy_j_per_step < 250 * sum(r.step_s) / 3 + 1.0
+    assert "J per step (NVML)" in r.to_text().splitlines()[0]
+    assert any(note.startswith("Energy: the profiled steps took") for note in r.notes)  # a short window
+    assert torchmagic.profile(lambda: torch.ones(4), device=FakeCudaDevice()).energy_j_per_step is None

@@ -158,6 +158,10 @@ class Device:
         or None where NVML does not apply (CPU, MPS)."""
         return None
 
+    def energy_mj(self) -> int | None:
+        """The device's cumulative energy counter in mJ, where the driver keeps one (NVIDIA GPUs)."""
+        return None
+
     def profile_note(self) -> str | None:
         """What a profile on this device cannot see, in one line."""
         return None

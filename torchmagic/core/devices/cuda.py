@@ -13,7 +13,7 @@ import os
 import torch
 
 from .base import AllocatorStats, Device, LowPrecision
-from .nvml import NvmlReading, NvmlSampler, nvml_reading
+from .nvml import NvmlReading, NvmlSampler, energy_mj, nvml_reading
 from .profiler import allocation_peak
 
 
@@ -120,6 +120,9 @@ class CudaDevice(Device):
 
     def nvml(self):
         return nvml_reading(self.uuid(), _nvml_index(self.index))
+
+    def energy_mj(self) -> int | None:
+        return energy_mj(self.uuid(), _nvml_index(self.index))
 
     def describe(self) -> dict:
         return {**super().describe(), "uuid": self.uuid()}

@@ -71,6 +71,29 @@ def nvml_reading(uuid: str | None, index: int | None, nvml=None) -> NvmlReading 
             pass
 
 
+def energy_mj(uuid: str | None, index: int | None, nvml=None) -> int | None:
+    """The device's energy counter (mJ since the driver loaded; Volta and newer), or None where NVML
+    cannot say.  The driver refreshes it every few to tens of milliseconds."""
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError:
+            return None
+    try:
+        nvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        return int(nvml.nvmlDeviceGetTotalEnergyConsumption(_device_handle(nvml, uuid, index)))
+    except Exception:  # NotSupported before Volta, or on a MIG slice
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
 class NvmlSampler:
     """NVML kept open for repeated cheap readings of one device (memory used, utilisation),
     as a watch needs: initialising NVML for every sample would cost milliseconds each."""

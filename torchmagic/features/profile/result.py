@@ -118,6 +118,7 @@ class ProfileResult(Result):
     # GPU: kernels per step, their median µs, the share of them (and of kernel time) under 10 µs, and the
     # median µs from a launch call's return to its kernel's start
     kernel_stats: dict[str, float] = field(default_factory=dict)
+    energy_j_per_step: float | None = None    # NVML's energy counter over the profiled steps (NVIDIA GPUs)
     hot_lines: list[tuple[str, float]] = field(default_factory=list)     # (source frame, op µs)
     nvml: dict[str, Any] | None = None
     trace_path: str | None = None

@@ -80,6 +80,7 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
     warmup_s: list[float] = []
     step_s: list[float] = []
     value, error, prof = None, None, None
+    energy: list[int | None] = [None, None]  # the device's energy counter (mJ) around the profiled steps
     try:
         for _ in range(options.warmup):
             value, seconds = timed_call(step, device)
@@ -94,16 +95,33 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
         with without_profiler_banner():
             try:
                 prof.start()
+                energy[0] = device.energy_mj()
                 for i in range(options.steps):
                     value, seconds = timed_call(step, device, marker=f"{STEP_PREFIX}{i}")
                     step_s.append(seconds)
+                energy[1] = device.energy_mj()
             finally:
                 stop_profiler(prof)
     except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt too: summarise, then re-raise)
         error = exc
     ctx = rule_context(device, user or user_objects(names_reached(step), usable_cores()), memory_before)
     result = _build_result(prof, options, label, device, warmup_s, step_s, error, ctx)
+    _energy(result, *energy)
     return Outcome(result, value, error)  # the value: the last completed step's
+
+
+ENERGY_MIN_S = 1.0  # NVML refreshes its counter every few to tens of ms: shorter windows read coarsely
+
+
+def _energy(result: ProfileResult, before: int | None, after: int | None) -> None:
+    """Joules per profiled step from NVML's energy counter, with how far to trust it."""
+    if before is None or after is None or not result.step_s or after < before:
+        return
+    result.energy_j_per_step = (after - before) / 1000 / len(result.step_s)
+    window = sum(result.step_s)
+    if window < ENERGY_MIN_S:
+        result.notes.append(f"Energy: the profiled steps took {window * 1e3:.0f} ms, against NVML's counter "
+                            "refreshed every few to tens of ms: profile more steps for a figure to trust.")
 
 
 def rule_context(device: Device, user: UserObjects = UserObjects(), before=None) -> RuleContext:

@@ -38,6 +38,8 @@ def headline(r: ProfileResult) -> str:
             parts.append(f"step {fmt_s(r.step_s[0])}")
     if r.overhead is not None:
         parts.append(f"profiler overhead {r.overhead:.2f}×")
+    if r.energy_j_per_step is not None:
+        parts.append(f"{r.energy_j_per_step:.3g} J per step (NVML)")
     return " · ".join(parts)
 
 
