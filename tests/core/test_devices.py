@@ -328,3 +328,17 @@ def test_nvmls_energy_counter_is_read_or_none_where_the_driver_has_none():
     assert energy_mj("MIG-b", None, nvml=nvml) is None  # NotSupported
     assert energy_mj("GPU-missing", None, nvml=nvml) is None
     assert nvml.calls.count("init") == nvml.calls.count("shutdown") == 3
+
+
+def test_a_gpus_datasheet_is_found_by_its_name_and_only_then():
+    from torchmagic.core.devices.datasheets import datasheet
+
+    names = {"NVIDIA H100 80GB HBM3": "H100 SXM", "NVIDIA H100 PCIe": "H100 PCIe", "NVIDIA H200": "H200 SXM",
+             "NVIDIA A100-SXM4-80GB": "A100 80GB SXM", "NVIDIA A100 80GB PCIe": "A100 80GB PCIe",
+             "NVIDIA A100-SXM4-40GB": "A100 40GB", "NVIDIA L4": "L4", "Tesla T4": "T4",
+             "Tesla V100-SXM2-32GB": "V100 SXM2", "NVIDIA L40S": None, "NVIDIA GeForce RTX 4090": None}
+    for name, sheet in names.items():
+        found = datasheet(name)
+        assert (found.name if found else None) == sheet, name
+    h100 = datasheet("NVIDIA H100 80GB HBM3")
+    assert h100.flops_per_s["bfloat16"] == 989e12 and h100.bytes_per_s == 3.35e12

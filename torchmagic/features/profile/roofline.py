@@ -9,6 +9,7 @@ above it compute-bound, and how close it comes is its achieved FLOP/s over the r
 from __future__ import annotations
 
 from ...core.devices import Device
+from ...core.devices.datasheets import datasheet
 from ...core.measure.peaks import measured_peaks
 from .result import ProfileResult, RooflineRow
 
@@ -47,6 +48,12 @@ def place_on_roofline(result: ProfileResult, device: Device) -> None:
     if counted and result.step_s:
         main = max(dtypes, key=lambda d: sum(op.flops for op in counted if DTYPES.get(op.dtype, "float32") == d))
         result.mfu = sum(op.flops for op in counted) / sum(result.step_s) / peaks.flops_per_s[main]
+    sheet = datasheet(device.name) if device.is_accelerator else None
+    if sheet is not None:
+        result.notes.append(f"{sheet.name} datasheet (dense), for comparison: "
+                            + ", ".join(f"{d} {sheet.flops_per_s[d] / 1e12:.3g} TFLOP/s" for d in dtypes
+                                        if d in sheet.flops_per_s)
+                            + f"; memory {sheet.bytes_per_s / 1e9:.4g} GB/s.")
     where = f"with {peaks.threads} thread(s)" if peaks.threads else "on the GPU"
     result.notes.append(f"Roofs measured on this {device.kind.upper()} {where} in {peaks.seconds:.1f} s (once per "
                         "process): matmul " + ", ".join(f"{d} {f / 1e12:.3g} TFLOP/s" for d, f in
