@@ -9,6 +9,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+import torchmagic
+from torchmagic.core.devices import CpuDevice
 from torchmagic.features.profile import rules
 from torchmagic.features.profile.trace import TraceSummary
 from torchmagic.features.profile.user import user_objects
@@ -137,3 +139,53 @@ def test_the_objects_are_found_where_the_code_reaches_them():
     assert "sampler" not in finding.snippet
     both = {"model": torch.nn.Linear(2, 2), "aux": torch.nn.Linear(2, 2)}
     assert user_objects(both, cores=1).model == "model"  # the conventional name first
+
+
+FAKE_LIBRARY = """
+import torch
+
+def generate(model, x, tokens=30):
+    out = x
+    for _ in range(tokens):
+        out = out + int(model(out).argmax()) * 0   # the loop reads each token on the host
+    return out
+"""
+
+
+def test_syncs_inside_a_librarys_loop_name_that_call_and_its_own_switch(tmp_path, monkeypatch):
+    package = tmp_path / "site-packages" / "fakegen"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(FAKE_LIBRARY)
+    monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
+    import fakegen
+
+    model = torch.nn.Linear(16, 16)
+    x = torch.randn(1, 16)
+    r = torchmagic.profile(lambda: fakegen.generate(model, x), stack=True, steps=2, warmup=1, device=CpuDevice())
+    found = r.finding("sync")
+    assert found is not None and found.evidence["inside"] == "fakegen.generate"
+    assert "30 of them inside fakegen's generate" in found.title
+    assert "inside fakegen's generate, a loop of its own" in found.fix
+    plain = torchmagic.profile(lambda: [int(model(x).argmax()) for _ in range(30)], stack=True, steps=2,
+                               device=CpuDevice()).finding("sync")
+    assert "inside" not in plain.evidence and "Keep running values on the device" in plain.fix
+
+
+def test_transformers_generate_gets_its_static_cache_and_compiled_decoding_step():
+    from collections import Counter as Count
+
+    frame = "/env/lib/python3.11/site-packages/transformers/generation/utils.py(2210): generate"
+    assert rules.library_call(Count({frame: 21}), 21) == ("transformers", "generate")
+    assert rules.library_call(Count({frame: 5}), 21) is None  # most reads are elsewhere
+    s = TraceSummary(step_us=[10_000.0], sync_calls=21, sync_us=2_000.0, syncs_in_library=Count({frame: 21}))
+    found = rules.sync(s, cuda_context(user=user_objects({"lm": torch.nn.Linear(2, 2)}, cores=8)))
+    assert "21 of them inside transformers' generate" in found.title and "static" in found.fix
+
+    class FakeCausalLM(torch.nn.Module):  # what the snippet touches of a transformers model
+        def __init__(self):
+            super().__init__()
+            self.generation_config = type("GenerationConfig", (), {})()
+
+    namespace = {"torch": torch, "lm": FakeCausalLM()}
+    exec(found.snippet, namespace)
+    assert namespace["lm"].generation_config.cache_implementation == "static"

@@ -9,6 +9,7 @@ and on summaries built from numbers.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -216,6 +217,45 @@ def loader_workers(s: TraceSummary, ctx: RuleContext, exposed_us: float) -> tupl
     return workers, needed, threads
 
 
+LIBRARY_SHARE = 0.5  # a library call holding this share of the syncs (or small ops) is named as their source
+_FRAME = re.compile(r"^(?P<path>.*)\((?P<line>\d+)\): (?P<function>.*)$")
+
+
+def library_call(counts, total: int) -> tuple[str, str] | None:
+    """(package, function) of the library call the user's code made that holds most of ``total``
+    (read from Python stacks: --stack, --memory), where it holds at least LIBRARY_SHARE of it."""
+    if not counts or not total:
+        return None
+    frame, n = counts.most_common(1)[0]
+    match = _FRAME.match(frame)
+    if n < LIBRARY_SHARE * total or match is None:
+        return None
+    path = match["path"].replace("\\", "/")
+    package = path.split("site-packages/", 1)[-1].split("dist-packages/", 1)[-1].split("/", 1)[0].removesuffix(".py")
+    return package, match["function"]
+
+
+def _possessive(name: str) -> str:
+    return f"{name}'" if name.endswith("s") else f"{name}'s"
+
+
+def _library_fix(package: str, function: str, model: str) -> tuple[str, str]:
+    """What the library itself offers for a loop of small steps with host reads (its own switch)."""
+    if package == "transformers" and function in ("generate", "_sample", "_greedy_search", "_beam_search"):
+        return ("transformers' generate reads the decoding loop's values on the host each token; give it a static "
+                "KV cache and compile the decoding step, so each token is one CUDA graph replay (its torch.compile "
+                "guide).",
+                f"{model}.generation_config.cache_implementation = 'static'\n"
+                f"{model}.forward = torch.compile({model}.forward, mode='reduce-overhead', fullgraph=True)")
+    if package in ("lightning", "pytorch_lightning"):
+        return ("Lightning's loop reads what the step logs: log with on_step=False, on_epoch=True (and sync_dist "
+                "only where needed), and return the loss without .item() from training_step.",
+                "self.log('train_loss', loss, on_step=False, on_epoch=True)   # in training_step")
+    return (f"The calls come from inside {_possessive(package)} {function}, a loop of its own: look for its "
+            "option to keep values on the device or run whole steps at once, or compile the loop you call it from.",
+            f"{model} = torch.compile({model})   # the calls into {package} that your step makes")
+
+
 def sync(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     per_step = s.sync_calls / s.steps
     blocking_us = s.sync_us + s.sync_runtime_us
@@ -228,10 +268,17 @@ def sync(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         share = min(share, THRESHOLDS["severity_medium"] - 1e-9)  # cheap here: never above 'low'
     else:
         title = f"{per_step:.0f} host-device syncs per step block the CPU for {share:.0%} of the step"
+    evidence = {"syncs_per_step": round(per_step, 2), "blocking_ms_per_step": round(blocking_us / s.steps / 1e3, 3),
+                "share_of_step": round(share, 4), "sync_runtime_calls": s.sync_runtime_calls}
+    inside = library_call(s.syncs_in_library, s.sync_calls)
+    if inside is not None:
+        package, function = inside
+        fix, snippet = _library_fix(package, function, ctx.user.model)
+        evidence["inside"] = f"{package}.{function}"
+        return _finding("sync", ctx, share, f"{title}; {s.syncs_in_library.most_common(1)[0][1] / s.steps:.0f} of "
+                        f"them inside {_possessive(package)} {function}", evidence, fix, snippet)
     return _finding(
-        "sync", ctx, share, title,
-        {"syncs_per_step": round(per_step, 2), "blocking_ms_per_step": round(blocking_us / s.steps / 1e3, 3),
-         "share_of_step": round(share, 4), "sync_runtime_calls": s.sync_runtime_calls},
+        "sync", ctx, share, title, evidence,
         "Keep running values on the device and read them once per step (or every N steps); "
         "avoid .item()/.tolist()/print(tensor) and data-dependent shapes (nonzero, masked_select) inside the loop.",
         "running_loss = torch.zeros((), device=device)\n"
@@ -256,11 +303,18 @@ def dispatch_bound(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     if share < THRESHOLDS["dispatch_small_op_share"]:
         return None
     target = "CUDA graphs (mode='reduce-overhead')" if ctx.captures_cuda_graphs else "fused kernels"
+    title = f"Overhead-bound: {per_step:.0f} ops per step from Python, median {median:.1f} µs each"
+    evidence = {"ops_per_step": round(per_step, 1), "median_op_us": round(median, 2),
+                "python_and_small_op_share": round(share, 4)}
+    inside = library_call(s.python_ops_in_library, s.python_ops)
+    if inside is not None:
+        package, function = inside
+        fix, snippet = _library_fix(package, function, ctx.user.model)
+        evidence["inside"] = f"{package}.{function}"
+        return _finding("dispatch_bound", ctx, share, f"{title}, most inside {_possessive(package)} {function}",
+                        evidence, fix, snippet)
     return _finding(
-        "dispatch_bound", ctx, share,
-        f"Overhead-bound: {per_step:.0f} ops per step from Python, median {median:.1f} µs each",
-        {"ops_per_step": round(per_step, 1), "median_op_us": round(median, 2),
-         "python_and_small_op_share": round(share, 4)},
+        "dispatch_bound", ctx, share, title, evidence,
         f"Each op pays Python and dispatcher overhead; the work per op is too small to hide it. "
         f"Compile the step so many small ops become {target}, or make each op do more work "
         "(larger batches, vectorise Python loops over tensors).",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import importlib.util
 import math
 import statistics
 import sys
@@ -125,6 +126,9 @@ class TraceSummary:
     python_op_us: list[float] = field(default_factory=list)
     # syncs: host reads of tensor values outside data loading
     sync_calls: int = 0
+    # with Python stacks: the library call the user's code made around them ("pkg/mod.py(12): fn" -> count)
+    syncs_in_library: Counter = field(default_factory=Counter)
+    python_ops_in_library: Counter = field(default_factory=Counter)
     sync_us: float = 0.0
     sync_runtime_calls: int = 0
     sync_runtime_us: float = 0.0
@@ -304,11 +308,41 @@ def _phase_of(name: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def is_user_frame(name: str) -> bool:
+    """A frame of the user's own code: not torch's, torchmagic's, the standard library's or an installed
+    package's (the tracer writes installed files relative to their sys.path entry: transformers/...)."""
     if any(marker in name for marker in _NOT_USER_CODE):
         return False
-    top = name.split("/", 1)[0].split("(", 1)[0].removesuffix(".py")
-    return top not in sys.stdlib_module_names
+    top = _top_module(name)
+    return top not in sys.stdlib_module_names and not installed_package(top)
+
+
+@functools.lru_cache(maxsize=4096)
+def is_library_frame(name: str) -> bool:
+    """A Python frame of an installed third-party package (not torch's own, not a C builtin)."""
+    if name.startswith("<") or any(marker in name for marker in _NOT_USER_CODE if marker != "site-packages/"
+                                   and marker != "dist-packages/"):
+        return False
+    return "site-packages/" in name or "dist-packages/" in name or installed_package(_top_module(name))
+
+
+def _top_module(name: str) -> str:
+    return name.replace("\\", "/").split("/", 1)[0].split("(", 1)[0].removesuffix(".py")
+
+
+@functools.lru_cache(maxsize=1024)
+def installed_package(top: str) -> bool:
+    """Whether a top-level module is installed into site-packages (or dist-packages), found without importing it."""
+    if not top.isidentifier():
+        return False
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    where = (spec.origin or "") if spec else ""
+    where += " ".join(spec.submodule_search_locations or ()) if spec and spec.submodule_search_locations else ""
+    return "site-packages" in where or "dist-packages" in where
 
 
 def _category(kind, name, phase, in_sync, in_copy) -> str:
@@ -359,7 +393,7 @@ class _Sweep:
     def run(self, evs: list[_Ev], lane: str) -> None:
         out = self.out
         evs.sort(key=lambda ev: (ev.start, -ev.end))
-        # An open event: [ev, child_us, phase, in_sync, in_copy, step, top, frame, under_op]
+        # An open event: [ev, child_us, phase, in_sync, in_copy, step, top, frame, under_op, library]
         stack: list[list] = []
         for ev in evs:
             while stack and stack[-1][0].end <= ev.start:
@@ -370,10 +404,11 @@ class _Sweep:
                 continue
             name, kind = ev.name, ev.kind
             if parent is None:
-                phase, in_sync, in_copy, step, top, frame, under_op = None, False, False, None, None, None, False
+                phase, in_sync, in_copy, step, top, frame, under_op, library = (None, False, False, None, None, None,
+                                                                                 False, None)
             else:
                 parent[1] += ev.end - ev.start
-                _, _, phase, in_sync, in_copy, step, top, frame, under_op = parent
+                _, _, phase, in_sync, in_copy, step, top, frame, under_op, library = parent
             marker = self.marker_index.get(id(ev))
             if marker is not None:
                 step, top = marker, None
@@ -394,13 +429,15 @@ class _Sweep:
                 elif own_phase == DATA and step is not None:
                     self.data_intervals.append((ev.start, ev.end))
             if kind == _PYTHON and is_user_frame(name):
-                frame = name
+                frame, library = name, None
+            elif kind == _PYTHON and frame is not None and library is None and is_library_frame(name):
+                library = name  # the library call the user's code made: a loop of its own may be in there
             if kind == _OP:
                 # a sync or copy the user asked for, not one inside another op's implementation
                 in_sync = in_sync or (name in SYNC_OPS and not under_op)
                 in_copy = in_copy or (name in COPY_OPS and not under_op)
                 if step is not None:
-                    self._op_opened(ev, phase, frame, under_op)
+                    self._op_opened(ev, phase, frame, under_op, library)
             elif kind == _RUNTIME:
                 if name in LAUNCH_CALLS:
                     self.launch_end[ev.raw.correlation_id()] = ev.end
@@ -409,7 +446,7 @@ class _Sweep:
                     out.sync_runtime_us += ev.end - ev.start
                 if step is not None and not under_op:
                     self._launch_outside_ops(ev, stack, _category(kind, name, phase, in_sync, in_copy))
-            stack.append([ev, 0.0, phase, in_sync, in_copy, step, top, frame, under_op or kind == _OP])
+            stack.append([ev, 0.0, phase, in_sync, in_copy, step, top, frame, under_op or kind == _OP, library])
         while stack:
             self._close(stack.pop(), lane)
 
@@ -423,7 +460,7 @@ class _Sweep:
                                if entry[0].kind == _ANNOTATION and id(entry[0]) not in self.marker_index), None)
             self.launches[corr] = (user_range, category)
 
-    def _op_opened(self, ev: _Ev, phase, frame, under_op) -> None:
+    def _op_opened(self, ev: _Ev, phase, frame, under_op, library) -> None:
         out, name, dur = self.out, ev.name, ev.end - ev.start
         if not under_op and phase != DATA and name not in NO_KERNEL_OPS:
             out.launching_ops += 1
@@ -432,9 +469,13 @@ class _Sweep:
             out.python_op_us.append(dur)
             if frame is not None:
                 out.hot_lines[frame] += dur
+            if library is not None:
+                out.python_ops_in_library[library] += 1
             if name in SYNC_OPS:
                 out.sync_calls += 1
                 out.sync_us += dur
+                if library is not None:
+                    out.syncs_in_library[library] += 1
         if phase is None:
             seq = ev.raw.sequence_nr()
             if seq >= 0:
@@ -453,7 +494,7 @@ class _Sweep:
             out.layout_copies += 1
 
     def _close(self, entry, lane: str) -> None:
-        ev, child_us, phase, in_sync, in_copy, step, top, _, _ = entry
+        ev, child_us, phase, in_sync, in_copy, step, top, _, _, _ = entry
         if step is None:
             return  # outside the profiled steps (profiler start and stop)
         out, name, kind = self.out, ev.name, ev.kind
