@@ -47,7 +47,7 @@ def _every_finding(ctx) -> dict[str, rules.Finding]:
     summaries = [
         TraceSummary(step_us=steps, data_us=6_000.0, sync_calls=10, copy_us=4_000.0, layout_copies=3,
                      graph_nodes=set(range(40)), optimizer_us=3_000.0, optimizer_ops=40,
-                     optimizer_names={"SGD"}, matmul_fp32_us=12_000.0, matmul_fp32_calls=20),
+                     optimizer_names={"AdamW"}, matmul_fp32_us=12_000.0, matmul_fp32_calls=20),
         TraceSummary(step_us=steps, python_ops=400, python_op_us=[5.0] * 400,
                      category_us={**TraceSummary().category_us, "other": 8_000.0}),
         TraceSummary(step_us=steps, has_device_events=True, device_busy_us=2_000.0, device_kernels=50,
@@ -69,9 +69,10 @@ def _every_finding(ctx) -> dict[str, rules.Finding]:
     return found
 
 
-@pytest.mark.parametrize("fp16", [False, True])
-def test_every_rules_snippet_names_the_cells_objects_and_runs(fp16):
+@pytest.mark.parametrize("fp16, optimizer", [(False, "SGD"), (True, "AdamW"), (False, "Adam")])
+def test_every_rules_snippet_names_the_cells_objects_and_runs(fp16, optimizer):
     namespace = _namespace()
+    namespace["opt"] = getattr(torch.optim, optimizer)(namespace["net"].parameters(), lr=0.05)
     user = user_objects(namespace, cores=2)
     assert (user.model, user.optimizer, user.loader, user.loader_batch_size) == ("net", "opt", "train_loader", 16)
     ctx = cpu_context(user=user, traces_kernels=True, accelerator=False,
@@ -83,7 +84,11 @@ def test_every_rules_snippet_names_the_cells_objects_and_runs(fp16):
         for default in ("model(", "model.", "optimizer.", "(optimizer)", " loader", "(loader"):
             assert default not in snippet, (rule, default, snippet)
         ran = _namespace()
+        ran["opt"] = getattr(torch.optim, optimizer)(ran["net"].parameters(), lr=0.05)
         exec(compile(snippet, f"<{rule} fix>", "exec"), ran)  # a fix that does not run is no fix
+        if rule == "optimizer":  # it takes effect: the next step runs the foreach implementation
+            ran["train_step"](ran["x"], ran["y"])
+            assert all(group["foreach"] for group in ran["opt"].param_groups)
         if rule == "dataloader":
             assert isinstance(ran["train_loader"], DataLoader) and ran["train_loader"].batch_size == 16
             assert ran["train_loader"].num_workers == 1 and torch.get_num_threads() == 1  # 3 ms of 10 ms
@@ -115,7 +120,7 @@ def test_the_loader_fix_with_workers_already_and_on_a_gpu_machine():
     finding = rules.dataloader(s, cpu_context(user=user))
     # 3 workers leave the step waiting half of it: it needs 3 x 2 = 6; more than the 2 cores, and never fewer than 3
     assert "num_workers=3," in finding.snippet and finding.evidence["workers_needed"] == 6
-    assert "it needs about 6: make each batch cheaper to load" in finding.fix
+    assert "It has 3 workers already, no fewer than this machine's 2 cores, and would need about 6" in finding.fix
     on_gpu = rules.dataloader(TraceSummary(step_us=[10_000.0], data_us=5_000.0, data_exposed_us=5_000.0),
                               cuda_context(user=user_objects(_namespace(), cores=8)))
     assert "num_workers=1," in on_gpu.snippet and "set_num_threads" not in on_gpu.snippet + on_gpu.fix
@@ -189,3 +194,17 @@ def test_transformers_generate_gets_its_static_cache_and_compiled_decoding_step(
     namespace = {"torch": torch, "lm": FakeCausalLM()}
     exec(found.snippet, namespace)
     assert namespace["lm"].generation_config.cache_implementation == "static"
+
+
+def test_the_loader_fix_runs_for_a_loader_batched_by_its_own_batch_sampler():
+    from torch.utils.data import BatchSampler, SequentialSampler, TensorDataset
+
+    data = TensorDataset(torch.randn(40, 3))
+    namespace = {"torch": torch, "DataLoader": DataLoader,
+                 "batches": DataLoader(data, batch_sampler=BatchSampler(SequentialSampler(data), 8, drop_last=True))}
+    finding = rules.dataloader(TraceSummary(step_us=[1000.0], data_us=400.0),
+                               cpu_context(user=user_objects(namespace, cores=2)))
+    assert "batch_sampler=batches.batch_sampler" in finding.snippet and "drop_last" not in finding.snippet
+    exec(finding.snippet, namespace)
+    assert namespace["batches"].num_workers == 1 and len(list(namespace["batches"])) == 5
+    torch.set_num_threads(1)

@@ -131,7 +131,7 @@ def test_optimizer_fires_on_per_parameter_loop():
     f = profile(w.many_params_step(foreach=False)).finding("optimizer")
     assert f is not None
     assert f.evidence["share_of_step"] >= rules.THRESHOLDS["optimizer_share"]
-    assert "foreach=True" in f.snippet and "Adam" in f.snippet
+    assert "group['foreach'] = True" in f.snippet and "Adam" in f.fix
 
 
 def test_optimizer_silent_with_foreach():

@@ -79,8 +79,9 @@ class ProfileDiff(Result):
         return data
 
 
-def diff_profiles(before: ProfileResult, after: ProfileResult) -> ProfileDiff:
-    """Compare ``after`` with ``before`` (ProfileResults of one step, e.g. before and after a fix)."""
+def diff_profiles(before: ProfileResult, after: ProfileResult, labels: tuple[str, str] | None = None) -> ProfileDiff:
+    """Compare ``after`` with ``before`` (ProfileResults of one step, e.g. before and after a fix);
+    ``labels`` name them (default: their own labels)."""
     for name, r in (("before", before), ("after", after)):
         if not r.step_s:
             raise ValueError(f"{name} ({r.label}) has no completed profiled step to compare")
@@ -107,7 +108,8 @@ def diff_profiles(before: ProfileResult, after: ProfileResult) -> ProfileDiff:
         notes.append(f"The profiles ran on different devices ({before.device.get('kind')} and "
                      f"{after.device.get('kind')}).")
     return ProfileDiff(
-        before=before.label, after=after.label, step_before_s=before.median_step_s,
+        before=labels[0] if labels else before.label, after=labels[1] if labels else after.label,
+        step_before_s=before.median_step_s,
         step_after_s=after.median_step_s, ratio=ratio.estimate, ratio_ci=ratio.ci, confidence=ratio.confidence,
         steps=(before.steps, after.steps), time_basis="GPU" if on_gpu else "CPU", ops=ops, categories=categories,
         findings_gone=[f for rule, f in rules_before.items() if rule not in rules_after],

@@ -16,15 +16,18 @@ OPS_SHOWN = 15
 
 
 def headline(d: ProfileDiff) -> str:
-    ci = (f" ({d.confidence:.0%} CI {d.ratio_ci[0]:.2f}–{d.ratio_ci[1]:.2f})" if d.ratio_ci else "")
-    way = (f"{d.speedup:.2f}x faster" if d.ratio < 1 else f"{d.ratio:.2f}x slower" if d.ratio > 1 else "unchanged")
-    verdict = ""
-    if d.ratio_ci:
+    """The ratio (the median of every after/before pair of step times) and its interval first; the
+    verdict only where the interval settles it; the two medians after."""
+    way = f"{d.speedup:.2f}x faster" if d.ratio < 1 else f"{d.ratio:.2f}x slower" if d.ratio > 1 else "unchanged"
+    if d.ratio_ci is None:
+        ci, verdict = "no interval: it needs 4 steps a side", f"{way} on this estimate"
+    else:
         low, high = d.ratio_ci
-        verdict = ("; the interval excludes 1.00: a real change" if high < 1 or low > 1
-                   else "; the interval includes 1.00 (no change): profile more steps, or measure with %%amp_compare")
-    return (f"After / before: {d.ratio:.2f}x the step time{ci}, {way}: {fmt_s(d.step_before_s)} → "
-            f"{fmt_s(d.step_after_s)} per step (median of {d.steps[0]} and {d.steps[1]}){verdict}")
+        ci = f"{d.confidence:.0%} CI {low:.2f}–{high:.2f}"
+        verdict = (way if high < 1 or low > 1 else
+                   "no clear change: the interval includes 1.00 (profile more steps, or measure with %%amp_compare)")
+    return (f"After / before: {d.ratio:.2f}x the step time ({ci}): {verdict}; median step "
+            f"{fmt_s(d.step_before_s)} → {fmt_s(d.step_after_s)} ({d.steps[0]} and {d.steps[1]} steps)")
 
 
 def _findings_lines(d: ProfileDiff) -> list[str]:

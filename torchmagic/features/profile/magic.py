@@ -25,10 +25,12 @@ class ProfileMagics(TorchMagicsBase):
     @argument("--warmup", type=int, default=0, metavar="N",
               help="run the cell N times un-profiled first; with N >= 2 the profiler's overhead is measured")
     @argument("--record-shapes", action="store_true", help="show operators' input shapes")
-    @argument("--memory", action="store_true", help="record allocations: peak memory and bytes per operator")
+    @argument("--memory", action="store_true", help="record allocations: peak memory, bytes per operator, the "
+              "memory timeline and the largest allocations alive at the peak with the code that made them")
     @argument("--stack", action="store_true",
               help="trace Python calls to rank your functions by the op time they call (slower)")
-    @argument("--flops", action="store_true", help="estimate FLOPs of matmuls and convolutions")
+    @argument("--flops", action="store_true", help="estimate FLOPs and place each heavy operator on the roofline "
+              "of this machine's measured peaks")
     @argument("--trace", metavar="PATH", help="write a Chrome trace JSON (open it in ui.perfetto.dev)")
     @argument("--sort", default="auto", metavar="KEY",
               help="order operators by: auto (GPU time when present, else CPU), "
@@ -96,7 +98,8 @@ class ProfileMagics(TorchMagicsBase):
         except KeyboardInterrupt as exc:  # held while the profiler stopped, raised as the run ended
             self.interrupted(args, exc)
         run.result.verify_runner = self._verify_runner(cell, run.result)
-        changed = diff_profiles(before, run.result) if before is not None and run.result.step_s else None
+        changed = (diff_profiles(before, run.result, (args.diff, args.output or f"this cell (In [{self._running_cell_number()}])"))
+                   if before is not None and run.result.step_s else None)
         return self.cell_outcome(args, run.result, run.value, run.error, also=[changed] if changed else [])
 
     def _diff_base(self, name: str | None) -> ProfileResult | None:

@@ -163,27 +163,32 @@ def dataloader(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     workers, needed, threads = loader_workers(s, ctx, exposed)
     u = ctx.user
     fix = ("Load batches in background worker processes so the next batch is ready when the step needs it; "
-           "keep workers alive between epochs; pin memory for fast, asynchronous copies to a GPU. "
-           f"{workers} worker{'s' if workers != 1 else ''} would keep up with this step")
-    if needed > workers:
-        fix += (f" within this machine's {u.cores} cores; it needs about {needed}: make each batch cheaper to load, "
-                "or the step longer with a larger batch (more workers than cores help only while loading waits "
-                "on a disk or the network, not while it computes)")
-    elif u.cores is None:
-        fix += " (from the trace's times: check the cores of the machine it will run on)"
-    fix += "."
+           "keep workers alive between epochs; pin memory for fast, asynchronous copies to a GPU. ")
+    plural = "s" if workers != 1 else ""
+    if needed <= workers:
+        fix += f"{workers} worker{plural} would keep up with this step"
+        fix += " (from the trace's times: check the cores of the machine it will run on)." if u.cores is None else "."
+    elif (u.loader_workers or 0) >= workers:
+        fix += (f"It has {u.loader_workers} worker{'s' if u.loader_workers != 1 else ''} already, no fewer than this "
+                f"machine's {u.cores} cores, and would need about {needed}: make each batch cheaper to load, or the "
+                "step longer with a larger batch (more workers than cores help only while loading waits on a disk "
+                "or the network, not while it computes).")
+    else:
+        fix += (f"It would need about {needed} workers to keep up; {workers}, one per core of this machine's "
+                f"{u.cores}, is the most that helps a loader that computes: also make each batch cheaper to load.")
     if threads is not None:
         fix += (f" On a CPU-only machine the workers compete with torch's own threads for the {u.cores} cores: "
                 f"leave them cores with torch.set_num_threads({threads}), and measure.")
     if u.loader_iterable:  # an IterableDataset batches itself: no sampler to pass on
-        batching = f"batch_size={u.loader}.batch_size"
+        batching = f"batch_size={u.loader}.batch_size, drop_last={u.loader}.drop_last"
     elif u.loader_batch_size is not None or "loader" not in u.found:
-        batching = f"batch_size={u.loader}.batch_size, sampler={u.loader}.sampler"
-    else:
+        batching = f"batch_size={u.loader}.batch_size, sampler={u.loader}.sampler, drop_last={u.loader}.drop_last"
+    else:  # a batch sampler decides the batches (and whether the last is dropped) itself
         batching = f"batch_sampler={u.loader}.batch_sampler"
     indent = " " * (len(u.loader) + 14)
     snippet = (f"{u.loader} = DataLoader({u.loader}.dataset, {batching},\n"
-               f"{indent}collate_fn={u.loader}.collate_fn, num_workers={workers},\n"
+               f"{indent}collate_fn={u.loader}.collate_fn, worker_init_fn={u.loader}.worker_init_fn,\n"
+               f"{indent}multiprocessing_context={u.loader}.multiprocessing_context, num_workers={workers},\n"
                f"{indent}persistent_workers=True, prefetch_factor=2,\n"
                f"{indent}pin_memory=torch.cuda.is_available())")
     if threads is not None:
@@ -443,10 +448,10 @@ def optimizer(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         {"optimizer_ms_per_step": round(s.optimizer_us / s.steps / 1e3, 3), "share_of_step": round(share, 4),
          "ops_per_step": round(ops_per_step, 1)},
         "Use the multi-tensor (foreach) or fused implementation: one kernel over all parameters "
-        "instead of a Python loop of per-parameter ops.",
-        f"{ctx.user.optimizer} = torch.optim.{name}({ctx.user.model}.parameters(), foreach=True,\n"
-        f"{' ' * (len(ctx.user.optimizer) + len(name) + 16)}**{{k: v for k, v in {ctx.user.optimizer}.defaults.items() "
-        "if k not in ('foreach', 'fused')})   # or fused=True where supported",
+        "instead of a Python loop of per-parameter ops. The optimizer reads the switch from its parameter "
+        "groups at each step, so it can be set on the one you have (its state and hyperparameters stay); "
+        f"or build it with foreach=True, or fused=True where {name} supports it.",
+        f"for group in {ctx.user.optimizer}.param_groups:\n    group['foreach'] = True",
     )
 
 

@@ -36,8 +36,8 @@ def headline(r: ProfileResult) -> str:
                          f"max {fmt_s(max(r.step_s))})")
         else:
             parts.append(f"step {fmt_s(r.step_s[0])}")
-    if r.overhead is not None:
-        parts.append(f"profiler overhead {r.overhead:.2f}×")
+    if r.overhead is not None:  # below 1 is the noise between the runs, not a profiler that speeds code up
+        parts.append(f"profiler overhead {r.overhead:.2f}×" if r.overhead >= 1 else "profiler overhead within noise")
     if r.energy_j_per_step is not None:
         parts.append(f"{r.energy_j_per_step:.3g} J per step (NVML)")
     return " · ".join(parts)
