@@ -82,7 +82,7 @@ def main() -> None:
 
     m = torchmagic.profile(step, steps=2, warmup=1, memory=True, device=cpu)
     top = m.largest_allocations[0]
-    print(f"transformer --memory: peak's largest allocation {top.bytes / 2**20:.1f} MiB by {top.op}, made in "
+    print(f"transformer --memory: peak's largest allocation {top.bytes / 2**20:.1f} MiB by {top.op} in {top.module}, made in "
           f"{' <- '.join(top.stack[:3])}")
 
     f = torchmagic.profile(step, steps=2, warmup=1, flops=True, device=cpu)

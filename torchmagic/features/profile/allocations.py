@@ -15,6 +15,7 @@ from .trace import is_user_frame
 MAX_TIMELINE_POINTS = 2000   # per device: the drawing is ~1000 pixels wide
 LARGEST_KEPT = 10
 MAX_FRAMES = 8               # of the user's frames above an allocation, innermost first
+MODULE_MARK = "nn.Module: "  # how the Python tracer names a module's forward call
 MAX_ALLOCATIONS = 1_000_000  # events read at most (about 0.5 s of walking per 100k events of the tree)
 
 
@@ -55,7 +56,9 @@ def allocation_report(tree, start_ns: int, cells: dict[str, int]):
             else:
                 live.pop(ev.ptr, None)
         biggest = sorted(live.values(), key=lambda e: -e.size)[:LARGEST_KEPT]
-        largest += [Allocation(e.size, *_made_by(e.node, cells), device, (e.t_ns - start_ns) / 1e9) for e in biggest]
+        for e in biggest:
+            op, stack, module = _made_by(e.node, cells)
+            largest.append(Allocation(e.size, op, stack, device, (e.t_ns - start_ns) / 1e9, module))
     largest.sort(key=lambda a: -a.bytes)
     drawn = {device: _thin([(min(points[0][0], 0.0), 0, None), *points]) for device, points in timeline.items()}
     return drawn, largest[:LARGEST_KEPT]
@@ -73,20 +76,23 @@ def _allocation_events(tree) -> list[_Event]:
     return found
 
 
-def _made_by(node, cells: dict[str, int]) -> tuple[str | None, tuple[str, ...]]:
-    """The innermost op above an allocation and the user's frames above it, innermost first."""
-    op, frames = None, []
+def _made_by(node, cells: dict[str, int]) -> tuple[str | None, tuple[str, ...], str | None]:
+    """The innermost op above an allocation, the user's frames above it (innermost first), and the
+    innermost module whose forward it ran in (the tracer's "nn.Module: Name_0" marks)."""
+    op, frames, module = None, [], None
     parent = node.parent
     while parent is not None:
         kind = parent.tag.name
         if kind == "TorchOp" and op is None:
             op = parent.name
+        elif kind == "PyCall" and parent.name.startswith(MODULE_MARK):
+            module = module or parent.name[len(MODULE_MARK):]
         elif kind == "PyCall" and is_user_frame(parent.name):
             label = frame_label(parent.name, cells)
             if not frames or frames[-1] != label:  # a cell run from a cell magic shows once
                 frames.append(label)
         parent = parent.parent
-    return op, tuple(frames[:MAX_FRAMES])
+    return op, tuple(frames[:MAX_FRAMES]), module
 
 
 def _thin(points: list[tuple[float, int, int | None]]) -> list[tuple[float, int, int | None]]:

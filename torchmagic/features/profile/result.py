@@ -85,6 +85,7 @@ class Allocation:
     stack: tuple[str, ...]       # the user's frames, innermost first (library frames left out)
     device: str
     at_s: float                  # when, in seconds from the first profiled step's start
+    module: str | None = None    # the innermost module whose forward made it ("MultiheadAttention_0")
 
 
 @dataclass

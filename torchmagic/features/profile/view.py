@@ -129,7 +129,7 @@ def _allocations_table(r: ProfileResult) -> Table:
     return Table([
         Column("size", lambda a: fmt_bytes(a.bytes)),
         Column("device", lambda a: a.device, "left"),
-        Column("op", lambda a: a.op or "(from Python)", "left"),
+        Column("op", lambda a: (a.op or "(from Python)") + (f" in {a.module}" if a.module else ""), "left"),
         Column("made by (innermost first)", lambda a: " ← ".join(a.stack[:3]) or "(no frame of yours)", "left"),
     ], r.largest_allocations, noun="allocations")
 
@@ -152,6 +152,8 @@ def _roofline_lines(r: ProfileResult) -> list[str]:
         return []
     ridge = ", ".join(f"{d} at {f / r.peak_bytes_per_s:.3g} FLOP/B" for d, f in r.peak_flops_per_s.items())
     lines = [f"Roofline on the measured peaks (the ridge: {ridge}); * FLOPs estimated, 1 per element:"]
+    if any(x.fraction_of_roof > 1 for x in r.roofline):
+        lines.append("Above 100% of its roof: its operands stay in cache, faster than the memory the copy roof measures.")
     if r.mfu is not None:
         lines.append(f"Model FLOPs utilisation: {r.mfu:.1%} of the measured matmul peak over the profiled steps")
     return lines
