@@ -6,7 +6,7 @@ import torch
 import torchmagic
 from torchmagic.core.devices import CpuDevice
 from torchmagic.core.measure import peaks
-from torchmagic.features.profile.trace import tensor_traffic
+from torchmagic.features.profile.traffic import tensor_traffic
 
 
 def test_the_bytes_an_op_moves_are_read_from_its_shapes_and_dtypes():

@@ -9,13 +9,14 @@ and on summaries built from numbers.
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .result import Finding
-from .trace import TENSOR_CORE_MULTIPLE, TraceSummary
+from .libraries import library_call, library_fix, possessive
+from .trace import TraceSummary
+from .traffic import TENSOR_CORE_MULTIPLE
 from .user import UserObjects
 
 THRESHOLDS = {
@@ -222,45 +223,6 @@ def loader_workers(s: TraceSummary, ctx: RuleContext, exposed_us: float) -> tupl
     return workers, needed, threads
 
 
-LIBRARY_SHARE = 0.5  # a library call holding this share of the syncs (or small ops) is named as their source
-_FRAME = re.compile(r"^(?P<path>.*)\((?P<line>\d+)\): (?P<function>.*)$")
-
-
-def library_call(counts, total: int) -> tuple[str, str] | None:
-    """(package, function) of the library call the user's code made that holds most of ``total``
-    (read from Python stacks: --stack, --memory), where it holds at least LIBRARY_SHARE of it."""
-    if not counts or not total:
-        return None
-    frame, n = counts.most_common(1)[0]
-    match = _FRAME.match(frame)
-    if n < LIBRARY_SHARE * total or match is None:
-        return None
-    path = match["path"].replace("\\", "/")
-    package = path.split("site-packages/", 1)[-1].split("dist-packages/", 1)[-1].split("/", 1)[0].removesuffix(".py")
-    return package, match["function"]
-
-
-def _possessive(name: str) -> str:
-    return f"{name}'" if name.endswith("s") else f"{name}'s"
-
-
-def _library_fix(package: str, function: str, model: str) -> tuple[str, str]:
-    """What the library itself offers for a loop of small steps with host reads (its own switch)."""
-    if package == "transformers" and function in ("generate", "_sample", "_greedy_search", "_beam_search"):
-        return ("transformers' generate reads the decoding loop's values on the host each token; give it a static "
-                "KV cache and compile the decoding step, so each token is one CUDA graph replay (its torch.compile "
-                "guide).",
-                f"{model}.generation_config.cache_implementation = 'static'\n"
-                f"{model}.forward = torch.compile({model}.forward, mode='reduce-overhead', fullgraph=True)")
-    if package in ("lightning", "pytorch_lightning"):
-        return ("Lightning's loop reads what the step logs: log with on_step=False, on_epoch=True (and sync_dist "
-                "only where needed), and return the loss without .item() from training_step.",
-                "self.log('train_loss', loss, on_step=False, on_epoch=True)   # in training_step")
-    return (f"The calls come from inside {_possessive(package)} {function}, a loop of its own: look for its "
-            "option to keep values on the device or run whole steps at once, or compile the loop you call it from.",
-            f"{model} = torch.compile({model})   # the calls into {package} that your step makes")
-
-
 def sync(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     per_step = s.sync_calls / s.steps
     blocking_us = s.sync_us + s.sync_runtime_us
@@ -278,10 +240,10 @@ def sync(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     inside = library_call(s.syncs_in_library, s.sync_calls)
     if inside is not None:
         package, function = inside
-        fix, snippet = _library_fix(package, function, ctx.user.model)
+        fix, snippet = library_fix(package, function, ctx.user.model)
         evidence["inside"] = f"{package}.{function}"
         return _finding("sync", ctx, share, f"{title}; {s.syncs_in_library.most_common(1)[0][1] / s.steps:.0f} of "
-                        f"them inside {_possessive(package)} {function}", evidence, fix, snippet)
+                        f"them inside {possessive(package)} {function}", evidence, fix, snippet)
     return _finding(
         "sync", ctx, share, title, evidence,
         "Keep running values on the device and read them once per step (or every N steps); "
@@ -314,9 +276,9 @@ def dispatch_bound(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     inside = library_call(s.python_ops_in_library, s.python_ops)
     if inside is not None:
         package, function = inside
-        fix, snippet = _library_fix(package, function, ctx.user.model)
+        fix, snippet = library_fix(package, function, ctx.user.model)
         evidence["inside"] = f"{package}.{function}"
-        return _finding("dispatch_bound", ctx, share, f"{title}, most inside {_possessive(package)} {function}",
+        return _finding("dispatch_bound", ctx, share, f"{title}, most inside {possessive(package)} {function}",
                         evidence, fix, snippet)
     return _finding(
         "dispatch_bound", ctx, share, title, evidence,

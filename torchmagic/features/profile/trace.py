@@ -31,6 +31,7 @@ from torch.autograd import DeviceType
 from ...core.gc_pause import gc_paused
 from ...core.measure.timing import DEVICE_WAIT_MARKER
 from .activity import activity_reader, is_hidden
+from .traffic import MATMUL_OPS, TENSOR_CORE_MULTIPLE, matmul_dims, tensor_traffic
 from .result import TimelineSpan as Span  # a bar: a step's top-level event, or a kernel
 
 DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, OTHER = (
@@ -63,14 +64,6 @@ SYNC_RUNTIME = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cud
 COPY_OPS = frozenset({"aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone",
                       "aten::_copy_from", "aten::_copy_from_and_resize", "aten::pin_memory",
                       "aten::_pin_memory"})
-MATMUL_OPS = frozenset({
-    "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::_addmm_activation",
-    "aten::mkldnn_convolution", "aten::cudnn_convolution", "aten::_slow_conv2d_forward",
-    "aten::convolution_backward", "aten::cudnn_convolution_transpose", "aten::miopen_convolution",
-    "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
-    "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_cudnn_attention",
-    "aten::mkldnn_rnn_layer", "aten::_thnn_fused_lstm_cell", "aten::linear_backward", "aten::_mm",
-})
 LOW_PRECISION_DTYPES = frozenset({"c10::BFloat16", "c10::Half", "c10::Float8_e4m3fn", "c10::Float8_e5m2"})
 # Ops that never launch device work (views, metadata, allocation): a step of only these on a GPU has no kernels
 NO_KERNEL_OPS = frozenset({
@@ -710,51 +703,5 @@ def _bound_timeline(out: TraceSummary) -> None:
     out.timeline = bounded
 
 
-ELEMENT_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
-                 "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1, "c10::Float8_e4m3fn": 1,
-                 "c10::Float8_e5m2": 1, "c10::complex<float>": 8, "c10::complex<double>": 16}
-POINTWISE_OPS = frozenset({
-    "aten::add", "aten::add_", "aten::sub", "aten::sub_", "aten::mul", "aten::mul_", "aten::div", "aten::div_",
-    "aten::relu", "aten::relu_", "aten::clamp_min", "aten::clamp_min_", "aten::threshold_backward", "aten::gelu",
-    "aten::gelu_backward", "aten::silu", "aten::sigmoid", "aten::tanh", "aten::exp", "aten::neg", "aten::pow",
-    "aten::sqrt", "aten::rsqrt", "aten::where", "aten::addcmul_", "aten::addcdiv_", "aten::lerp_", "aten::abs",
-})
-
-
-def tensor_traffic(name: str, shapes, dtypes) -> tuple[int, str | None, int]:
-    """(bytes an op's tensors hold: inputs plus its output, its first input's dtype, estimated FLOPs for a
-    pointwise op).  The output is the matmul's [..., M, N] for a matmul, the largest input for a
-    pointwise op, and not counted otherwise (its size is not in the trace)."""
-    sizes, dims = [], []
-    for shape, dtype in zip(shapes, dtypes):
-        if isinstance(shape, list) and shape and all(isinstance(d, int) for d in shape) and dtype in ELEMENT_BYTES:
-            numel = math.prod(shape)
-            sizes.append((numel, ELEMENT_BYTES[dtype]))
-            dims.append(shape)
-    if not sizes:
-        return 0, None, 0
-    moved = sum(n * b for n, b in sizes)
-    first = next((d for d in dtypes if d in ELEMENT_BYTES), None)
-    element = ELEMENT_BYTES.get(first, 4)
-    if name in MATMUL_OPS and len(dims) >= 2 and len(dims[-1]) >= 2 and len(dims[-2]) >= 2:
-        a, b = dims[-2], dims[-1]
-        moved += math.prod(a[:-1]) * b[-1] * element
-        return moved, first, 0
-    if name in POINTWISE_OPS:
-        largest = max(n for n, _ in sizes)
-        return moved + largest * element, first, largest
-    return moved, first, 0
-
-
-TENSOR_CORE_MULTIPLE = 8  # fp16/bf16 GEMM dimensions cuBLAS runs on tensor cores at full rate
 LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
                           "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel"})
-
-
-def matmul_dims(shapes) -> tuple[int, int, int] | None:
-    """(M, K, N) of a matmul from its inputs' shapes: the last two inputs of two dimensions or more."""
-    mats = [s for s in shapes if isinstance(s, list) and len(s) >= 2 and all(isinstance(d, int) for d in s)]
-    if len(mats) < 2:
-        return None
-    a, b = mats[-2], mats[-1]
-    return a[-2], a[-1], b[-1]
