@@ -151,9 +151,14 @@ def _roofline_lines(r: ProfileResult) -> list[str]:
     if not r.roofline:
         return []
     ridge = ", ".join(f"{d} at {f / r.peak_bytes_per_s:.3g} FLOP/B" for d, f in r.peak_flops_per_s.items())
-    lines = [f"Roofline on the measured peaks (the ridge: {ridge}); * FLOPs estimated, 1 per element:"]
-    if any(x.fraction_of_roof > 1 for x in r.roofline):
-        lines.append("Above 100% of its roof: its operands stay in cache, faster than the memory the copy roof measures.")
+    lines = [f"Roofline on the measured peaks (the ridge: {ridge}); FLOPs and bytes are totals over the "
+             f"{r.steps} profiled step{'s' if r.steps != 1 else ''}; * FLOPs estimated, 1 per element:"]
+    cached = [x.name for x in r.roofline if x.fraction_of_roof > 1 and x.bound == "memory"]
+    if cached:
+        lines.append(f"Above 100% of the memory roof ({', '.join(cached)}): operands that stayed in cache, faster "
+                     "than the memory the copy roof measures.")
+    if any(x.fraction_of_roof > 1 and x.bound == "compute" for x in r.roofline):
+        lines.append("Above 100% of the compute roof: within the noise of the peak's measurement (a best of 3).")
     if r.mfu is not None:
         lines.append(f"Model FLOPs utilisation: {r.mfu:.1%} of the measured matmul peak over the profiled steps")
     return lines
