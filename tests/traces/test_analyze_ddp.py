@@ -18,21 +18,6 @@ from torchmagic.features.traces.reader import TraceFileError
 from ..conftest import run
 from ..processes import child_pids
 
-JOB = os.path.join(os.path.dirname(__file__), "ddp_job.py")
-
-
-@pytest.fixture(scope="module")
-def job_traces(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ddp")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           JOB, str(out)], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    files = sorted(os.listdir(out))
-    assert len(files) == 2 and all(f.endswith(".pt.trace.json") for f in files), files
-    return out
-
-
 def test_the_slow_input_rank_is_the_straggler_and_the_other_waits(job_traces):
     r = torchmagic.analyze(job_traces)
     assert [x.rank for x in r.ranks] == [0, 1] and r.world_size == 2 and r.backend == "gloo"

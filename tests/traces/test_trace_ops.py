@@ -3,8 +3,6 @@ categories, operators and findings, kernels given to the ops that launched them,
 steps only when the trace is too big to hold at once."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -13,17 +11,9 @@ from torchmagic.features.traces import ops
 
 from .synthetic import event, write_trace
 
-JOB = os.path.join(os.path.dirname(__file__), "ddp_job.py")
-
-
-@pytest.fixture(scope="module")
-def one_rank_files(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ddp-ops")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           JOB, str(out)], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return sorted(os.path.join(out, f) for f in os.listdir(out))
+@pytest.fixture
+def one_rank_files(job_traces):
+    return sorted(os.path.join(job_traces, f) for f in os.listdir(job_traces))
 
 
 def test_one_ranks_trace_gets_the_operators_and_findings_of_torchprofile(one_rank_files):
