@@ -14,9 +14,7 @@ import subprocess
 from collections.abc import Callable, Iterator
 
 from .output import RankOutput
-from .processes import CONTROL_ENV, STOP_GRACE_S, RankFailed, RankProcesses, failure_error
-
-POLL_S = 0.05  # how often the ranks' output and exits are looked at while waiting
+from .processes import CONTROL_ENV, POLL_S, STOP_GRACE_S, RankFailed, RankProcesses, failure_error
 
 
 class RankControl:

@@ -18,6 +18,7 @@ from ..limits import SettingError, usable_cores
 from .output import RankOutput
 
 STOP_GRACE_S = 5          # a rank told to stop (SIGTERM) has this long before SIGKILL
+POLL_S = 0.05             # how often the ranks' output and exits are looked at while the notebook waits
 RANKS_PER_CORE = 4        # CPU ranks beyond this many per usable core only contend
 EXIT_SETUP_FAILED = 2     # a rank could not load what was shared with it
 CONTROL_ENV = "TORCHMAGIC_CONTROL_FDS"  # "COMMANDS,REPLIES": the rank's ends of its control pipes

@@ -19,13 +19,12 @@ from ...core.interrupts import guards
 from ...core.limits import SettingError, check_count
 from ...core.ranks import Node, RankOutput, RankProcesses, choose_backend, failure_error, pickle_shared
 from ...core.ranks.output import show_rank_line
-from ...core.ranks.processes import threads_per_rank
+from ...core.ranks.processes import POLL_S, threads_per_rank
 from ...core.ranks.share import shared_note
 from .result import TraceAnalysis
 from .run import analyze_traces
 from .worker import EXIT_NO_TRACE
 
-POLL_S = 0.05             # how often the ranks' output and exits are looked at
 WORKER = "torchmagic.features.traces.worker"
 
 
