@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 import torchmagic
 from torchmagic.core.devices import CpuDevice
@@ -208,3 +208,19 @@ def test_the_loader_fix_runs_for_a_loader_batched_by_its_own_batch_sampler():
     exec(finding.snippet, namespace)
     assert namespace["batches"].num_workers == 1 and len(list(namespace["batches"])) == 5
     torch.set_num_threads(1)
+
+
+def test_the_evaluation_sync_fix_names_the_cells_objects_and_runs():
+    # two ops a step: a training forward (node 0, which the backward used), then 10 .item() calls of an
+    # evaluation pass (node 1, which no backward used)
+    s = TraceSummary(step_us=[10_000.0], sync_calls=10, sync_us=500.0, backward_events=2, backward_nodes={0},
+                     python_ops=12, python_op_us=[50.0] * 12, python_op_nodes=[0, 1] + [2] * 10,
+                     python_op_sync=[False, False] + [True] * 10, python_gap_us=[1.0] * 12)
+    namespace = _namespace()
+    labels = torch.randint(0, 4, (64,))  # a classifier's loader, as an evaluation's is
+    namespace["train_loader"] = DataLoader(TensorDataset(torch.randn(64, 8), labels), batch_size=16)
+    finding = rules.sync(s, cpu_context(user=user_objects(namespace, cores=2)))
+    assert finding.evidence["syncs_per_step_by_part"] == {"training": 0.0, "evaluation": 10.0}
+    assert "net.eval()" in finding.snippet and "for x, y in train_loader:" in finding.snippet
+    exec(compile(finding.snippet, "<sync fix>", "exec"), namespace)
+    assert namespace["net"].training and 0 <= namespace["accuracy"]

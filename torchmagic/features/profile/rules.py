@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from .result import Finding
 from .libraries import library_call, library_fix, possessive
+from .regions import EVALUATION, parts
 from .trace import TraceSummary
 from .traffic import TENSOR_CORE_MULTIPLE
 from .user import UserObjects
@@ -244,6 +245,25 @@ def sync(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         evidence["inside"] = f"{package}.{function}"
         return _finding("sync", ctx, share, f"{title}; {s.syncs_in_library.most_common(1)[0][1] / s.steps:.0f} of "
                         f"them inside {possessive(package)} {function}", evidence, fix, snippet)
+    split = parts(s)
+    if split is not None and split[EVALUATION].sync_calls:
+        by_part = {name: round(part.sync_calls / s.steps, 2) for name, part in split.items()}
+        evidence["syncs_per_step_by_part"] = by_part
+        title += " ({:.0f} in the training part, {:.0f} in the evaluation part)".format(*by_part.values())
+        if split[EVALUATION].sync_calls * 2 >= s.sync_calls:
+            model, loader = ctx.user.model, ctx.user.loader
+            return _finding(
+                "sync", ctx, share, title, evidence,
+                "Most of them are in the evaluation part: accumulate its metrics on the device and read the "
+                "totals once, after the evaluation loop.",
+                "correct = torch.zeros((), dtype=torch.long, device=device)\n"
+                f"{model}.eval()\n"
+                "with torch.inference_mode():\n"
+                f"    for x, y in {loader}:   # the evaluation's loader\n"
+                f"        correct += ({model}(x).argmax(1) == y).sum()   # no sync\n"
+                f"accuracy = correct.item() / len({loader}.dataset)   # one sync\n"
+                f"{model}.train()",
+            )
     return _finding(
         "sync", ctx, share, title, evidence,
         "Keep running values on the device and read them once per step (or every N steps); "
@@ -259,20 +279,26 @@ def sync(s: TraceSummary, ctx: RuleContext) -> Finding | None:
 
 
 def dispatch_bound(s: TraceSummary, ctx: RuleContext) -> Finding | None:
-    per_step = s.python_ops / s.steps
-    median = s.python_op_median_us
-    if median is None or per_step < THRESHOLDS["dispatch_ops_per_step"]:
+    """Many short ops from Python, judged per part of the step where it trains and evaluates (regions.py):
+    an evaluation pass of tiny ops is not hidden by the big matmuls of the training beside it, and the
+    other way round: a part is judged on its own time, its severity on the step's.  Where both parts are
+    overhead-bound, or neither, or the step is one part, the step is judged."""
+    split = parts(s)
+    bound = [p for p in split.values() if _overhead(p.op_us, p.gap_us, s, p.time_us)] if split is not None else []
+    part = bound[0] if len(bound) == 1 else None
+    judged = (_overhead(part.op_us, part.gap_us, s, part.time_us) if part is not None
+              else _overhead(s.python_op_us, s.category_us["other"], s))
+    if judged is None:
         return None
-    if median > THRESHOLDS["dispatch_median_op_us"]:
-        return None
-    small = sum(d for d in s.python_op_us if d <= THRESHOLDS["dispatch_median_op_us"])
-    share = _share(small + s.category_us["other"], s)
-    if share < THRESHOLDS["dispatch_small_op_share"]:
-        return None
+    per_step, median, share = judged
     target = "CUDA graphs (mode='reduce-overhead')" if ctx.captures_cuda_graphs else "fused kernels"
-    title = f"Overhead-bound: {per_step:.0f} ops per step from Python, median {median:.1f} µs each"
+    where = f" {part.name} part" if part is not None else ""
+    title = f"Overhead-bound{where}: {per_step:.0f} ops per step from Python, median {median:.1f} µs each"
     evidence = {"ops_per_step": round(per_step, 1), "median_op_us": round(median, 2),
                 "python_and_small_op_share": round(share, 4)}
+    if part is not None:
+        evidence["part"] = part.name
+        evidence["part_share_of_step"] = round(_share(part.time_us, s), 4)
     inside = library_call(s.python_ops_in_library, s.python_ops)
     if inside is not None:
         package, function = inside
@@ -287,6 +313,24 @@ def dispatch_bound(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         "(larger batches, vectorise Python loops over tensors).",
         f"{ctx.user.model} = torch.compile({ctx.user.model})  # pays off after the compile cost is amortised; measure it",
     )
+
+
+def _overhead(op_us: list[float], python_us: float, s: TraceSummary,
+              part_us: float | None = None) -> tuple[float, float, float] | None:
+    """(ops per step, median op µs, share of the step in short ops and the Python between them) for ops
+    called from Python, when they are many, short, and take enough of their part of the step (all of it
+    unless ``part_us``) to be worth compiling."""
+    per_step = len(op_us) / s.steps
+    if not op_us or per_step < THRESHOLDS["dispatch_ops_per_step"]:
+        return None
+    median = statistics.median(op_us)
+    if median > THRESHOLDS["dispatch_median_op_us"]:
+        return None
+    overhead = sum(d for d in op_us if d <= THRESHOLDS["dispatch_median_op_us"]) + python_us
+    part_us = s.total_step_us if part_us is None else part_us
+    if part_us <= 0 or overhead / part_us < THRESHOLDS["dispatch_small_op_share"]:
+        return None
+    return per_step, median, _share(overhead, s)
 
 
 def amp(s: TraceSummary, ctx: RuleContext) -> Finding | None:

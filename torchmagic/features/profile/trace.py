@@ -117,6 +117,12 @@ class TraceSummary:
     # dispatch: ops called straight from Python (no op above them), outside data/backward/optimizer
     python_ops: int = 0
     python_op_us: list[float] = field(default_factory=list)
+    # ... in call order per thread, beside each: its autograd sequence number (-1 outside grad mode: the
+    # number of the graph node it made, or of the next one made), whether it read a value to the host,
+    # and the Python time after it until the next such op (what the regions of regions.py are made of)
+    python_op_nodes: list[int] = field(default_factory=list)
+    python_op_sync: list[bool] = field(default_factory=list)
+    python_gap_us: list[float] = field(default_factory=list)
     # syncs: host reads of tensor values outside data loading
     sync_calls: int = 0
     # with Python stacks: the library call the user's code made around them ("pkg/mod.py(12): fn" -> count)
@@ -382,9 +388,12 @@ class _Sweep:
         self.bars: dict[str, list[tuple[float, float]]] = defaultdict(list)  # lane -> top-level intervals
         self.data_intervals: list[tuple[float, float]] = []
         self.main_lane = "CPU main thread"
+        self.last_python: tuple[int, float, int] | None = None  # (index, end, step) of the thread's last Python op
+        self.gaps: list[tuple[int, float, float]] = []  # (index of a Python op, start, end) of the Python after it
 
     def run(self, evs: list[_Ev], lane: str) -> None:
         out = self.out
+        self.last_python = None
         evs.sort(key=lambda ev: (ev.start, -ev.end))
         # An open event: [ev, child_us, phase, in_sync, in_copy, step, top, frame, under_op, library]
         stack: list[list] = []
@@ -413,6 +422,8 @@ class _Sweep:
             if top is ev:
                 ev.cats = {}
             own_phase = _phase_of(name)
+            if own_phase is not None:
+                self.last_python = None  # the time until the next Python op is this phase's, not Python's
             if own_phase is not None and phase is None:
                 phase = own_phase
                 if own_phase == BACKWARD:
@@ -430,7 +441,7 @@ class _Sweep:
                 in_sync = in_sync or (name in SYNC_OPS and not under_op)
                 in_copy = in_copy or (name in COPY_OPS and not under_op)
                 if step is not None:
-                    self._op_opened(ev, phase, frame, under_op, library)
+                    self._op_opened(ev, step, phase, frame, under_op, library)
             elif kind == _RUNTIME:
                 if name in LAUNCH_CALLS:
                     self.launch_end[ev.raw.correlation_id()] = ev.end
@@ -453,13 +464,21 @@ class _Sweep:
                                if entry[0].kind == _ANNOTATION and id(entry[0]) not in self.marker_index), None)
             self.launches[corr] = (user_range, category)
 
-    def _op_opened(self, ev: _Ev, phase, frame, under_op, library) -> None:
+    def _op_opened(self, ev: _Ev, step: int, phase, frame, under_op, library) -> None:
         out, name, dur = self.out, ev.name, ev.end - ev.start
         if not under_op and phase != DATA and name not in NO_KERNEL_OPS:
             out.launching_ops += 1
+        backward_node = phase == BACKWARD and name.startswith(BACKWARD_NODE_PREFIX)
+        seq = ev.raw.sequence_nr() if phase is None or backward_node else -1
         if phase is None and not under_op:  # called straight from Python
+            if self.last_python is not None and self.last_python[2] == step and ev.start > self.last_python[1]:
+                self.gaps.append((self.last_python[0], self.last_python[1], ev.start))
+            self.last_python = (len(out.python_op_us), ev.end, step)
             out.python_ops += 1
             out.python_op_us.append(dur)
+            out.python_op_nodes.append(seq)
+            out.python_op_sync.append(name in SYNC_OPS)
+            out.python_gap_us.append(0.0)
             if frame is not None:
                 out.hot_lines[frame] += dur
             if library is not None:
@@ -470,13 +489,12 @@ class _Sweep:
                 if library is not None:
                     out.syncs_in_library[library] += 1
         if phase is None:
-            seq = ev.raw.sequence_nr()
             if seq >= 0:
                 out.graph_nodes.add(seq)
                 if not under_op:
                     out.graph_node_us[seq] = out.graph_node_us.get(seq, 0.0) + dur
-        elif phase == BACKWARD and name.startswith(BACKWARD_NODE_PREFIX):
-            seq = ev.raw.sequence_nr()  # the forward node this backward function computes the gradient of
+        elif backward_node:
+            # seq: the forward node this backward function computes the gradient of
             if seq >= 0:
                 out.backward_nodes.add(seq)
         if phase == OPTIMIZER:
@@ -568,12 +586,22 @@ def _memory_levels(out: TraceSummary, records: list[tuple[float, str, int]]) -> 
 
 def _discount_waiting(out: TraceSummary, sweep: _Sweep, windows) -> None:
     """The main thread's gaps count as Python ("other") unless another thread worked meanwhile:
-    on CUDA, backward runs on an autograd thread while the main thread waits for it."""
-    others = [iv for lane, ivs in sweep.bars.items() if lane != sweep.main_lane for iv in ivs]
+    on CUDA, backward runs on an autograd thread while the main thread waits for it.  The same holds
+    for the Python time after each op called from Python."""
+    others = _union(iv for lane, ivs in sweep.bars.items() if lane != sweep.main_lane for iv in ivs)
+    for index, start, end in sweep.gaps:
+        out.python_gap_us[index] += end - start - (_overlap([(start, end)], _clip(others, start, end)) if others else 0.0)
     if not others:
         return
     gaps = _subtract(_union(windows), _union(sweep.bars.get(sweep.main_lane, [])))
-    out.category_us[OTHER] = max(out.category_us[OTHER] - _overlap(gaps, _union(others)), 0.0)
+    out.category_us[OTHER] = max(out.category_us[OTHER] - _overlap(gaps, others), 0.0)
+
+
+def _clip(intervals: list[tuple[float, float]], start: float, end: float) -> list[tuple[float, float]]:
+    """The sorted disjoint intervals that can overlap [start, end)."""
+    first = max(bisect.bisect_right(intervals, (start, math.inf)) - 1, 0)
+    last = bisect.bisect_left(intervals, (end, -math.inf))
+    return intervals[first:last]
 
 
 def _shape_text(shapes) -> str:
