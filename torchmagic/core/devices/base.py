@@ -140,6 +140,12 @@ class Device:
         (CUDA reads the allocator's reserved growth in ``peak_scope``)."""
         return None
 
+    def allocation_history(self) -> contextlib.AbstractContextManager:
+        """The allocator's own record of the allocations made within a ``with`` block, each with the
+        Python stack that made it: an AllocationHistory, filled at the block's end, where the device
+        keeps one (CUDA); else None."""
+        return contextlib.nullcontext(None)
+
     def empty_cache(self) -> None:
         """Return cached, unused blocks to the device (no cache on CPU)."""
 

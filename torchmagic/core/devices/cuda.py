@@ -13,6 +13,7 @@ import os
 import torch
 
 from .base import AllocatorStats, Device, LowPrecision
+from .history import cuda_allocation_history
 from .nvml import NvmlReading, NvmlSampler, energy_mj, nvml_reading
 from .profiler import allocation_peak
 
@@ -96,6 +97,9 @@ class CudaDevice(Device):
 
     def peak_scope(self):
         return _allocation_and_reserved_peak(self.index)
+
+    def allocation_history(self):
+        return cuda_allocation_history()
 
     def empty_cache(self) -> None:
         torch.cuda.empty_cache()

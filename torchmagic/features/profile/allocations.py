@@ -29,11 +29,14 @@ class _Event:
     node: object                 # the tree node, for its op and stack (read only for the largest)
 
 
-def allocation_report(tree, start_ns: int, cells: dict[str, int]):
+def allocation_report(tree, start_ns: int, cells: dict[str, int], history: dict[str, list] | None = None):
     """(timeline per device as (seconds, bytes allocated above the start, bytes the caching allocator
     reserved above its reserve at the first allocation, or None off CUDA),
-    the largest allocations alive at each device's peak, largest first), from ``start_ns`` on."""
+    the largest allocations alive at each device's peak, largest first), from ``start_ns`` on.
+    ``history``: the allocator's own record per device (CUDA's, core/devices/history.py), whose stacks
+    name the line that allocated, where the profiler's name the line each function starts at."""
     events = _allocation_events(tree)
+    stacks = _history_stacks(events, history or {})
     timeline: dict[str, list[tuple[float, int, int | None]]] = defaultdict(list)
     level: dict[str, int] = defaultdict(int)
     peak: dict[str, tuple[int, int]] = {}  # device -> (level, index of the event that reached it)
@@ -58,6 +61,8 @@ def allocation_report(tree, start_ns: int, cells: dict[str, int]):
         biggest = sorted(live.values(), key=lambda e: -e.size)[:LARGEST_KEPT]
         for e in biggest:
             op, stack, module = _made_by(e.node, cells)
+            recorded = _user_frames(stacks.get(id(e), ()), cells)
+            stack = recorded or stack
             largest.append(Allocation(e.size, op, stack, device, (e.t_ns - start_ns) / 1e9, module))
     largest.sort(key=lambda a: -a.bytes)
     drawn = {device: _thin([(min(points[0][0], 0.0), 0, None), *points]) for device, points in timeline.items()}
@@ -74,6 +79,37 @@ def _allocation_events(tree) -> list[_Event]:
             found.append(_Event(node.start_time_ns, f.ptr, f.alloc_size, str(f.device), f.total_reserved, node))
     found.sort(key=lambda e: e.t_ns)
     return found
+
+
+def _history_stacks(events: list[_Event], history: dict[str, list]) -> dict[int, tuple[str, ...]]:
+    """The allocator's frames for each profiler allocation on a device it recorded, by address: the k-th
+    last allocation at an address in the profile is the k-th last there in the history (which began
+    before the profile and ended after it, and as a ring buffer may have lost its oldest entries).
+    Sizes are not compared: the profiler reports the rounded block, the allocator's history the request."""
+    stacks: dict[int, tuple[str, ...]] = {}
+    for device, recorded in history.items():
+        by_addr: dict[int, list] = defaultdict(list)
+        for entry in recorded:
+            by_addr[entry.addr].append(entry.frames)
+        seen: dict[int, int] = defaultdict(int)  # allocations at an address, counted from the last
+        for ev in reversed(events):
+            if ev.device != device or ev.size <= 0:
+                continue
+            seen[ev.ptr] += 1
+            frames = by_addr.get(ev.ptr, ())
+            if seen[ev.ptr] <= len(frames):
+                stacks[id(ev)] = frames[-seen[ev.ptr]]
+    return stacks
+
+
+def _user_frames(frames: tuple[str, ...], cells: dict[str, int]) -> tuple[str, ...]:
+    labels: list[str] = []
+    for frame in frames:
+        if is_user_frame(frame):
+            label = frame_label(frame, cells)
+            if not labels or labels[-1] != label:
+                labels.append(label)
+    return tuple(labels[:MAX_FRAMES])
 
 
 def _made_by(node, cells: dict[str, int]) -> tuple[str | None, tuple[str, ...], str | None]:

@@ -7,6 +7,7 @@ ran is summarised, and the exception is handed back for the caller to re-raise.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
@@ -79,7 +80,7 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
     memory_before = device.allocator_stats()
     warmup_s: list[float] = []
     step_s: list[float] = []
-    value, error, prof = None, None, None
+    value, error, prof, history = None, None, None, None
     energy: list[int | None] = [None, None]  # the device's energy counter (mJ) around the profiled steps
     try:
         for _ in range(options.warmup):
@@ -92,7 +93,8 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
             with_stack=options.stack or options.memory,  # an allocation's Python stack: who made it
             with_flops=options.flops,
         )
-        with without_profiler_banner():
+        recorder = device.allocation_history() if options.memory else contextlib.nullcontext()
+        with without_profiler_banner(), recorder as history:
             try:
                 prof.start()
                 energy[0] = device.energy_mj()
@@ -105,7 +107,7 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
     except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt too: summarise, then re-raise)
         error = exc
     ctx = rule_context(device, user or user_objects(names_reached(step), usable_cores()), memory_before)
-    result = _build_result(prof, options, label, device, warmup_s, step_s, error, ctx)
+    result = _build_result(prof, options, label, device, warmup_s, step_s, error, ctx, history)
     _energy(result, *energy)
     return Outcome(result, value, error)  # the value: the last completed step's
 
@@ -145,7 +147,8 @@ def rule_context(device: Device, user: UserObjects = UserObjects(), before=None)
                        user=user, alloc_retries=retries, allocator=counters)
 
 
-def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: RuleContext) -> ProfileResult:
+def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: RuleContext,
+                  history=None) -> ProfileResult:
     notes = [note for note in (device.choice_note(), device.profile_note()) if note]
     if options.warmup == 0:
         notes.append("The first run includes one-time costs (lazy initialisation, allocator warm-up); "
@@ -174,7 +177,10 @@ def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: Ru
     if options.memory and summary.step_start_us:
         first_step_ns = results.trace_start_ns() + round(summary.step_start_us[0] * 1000)
         result.memory_timeline, result.largest_allocations = allocation_report(
-            results.experimental_event_tree(), first_step_ns, ipython_cell_files())
+            results.experimental_event_tree(), first_step_ns, ipython_cell_files(),
+            history.allocations if history is not None else None)
+        if history is not None and history.note:
+            result.notes.append(history.note)
     if options.flops:
         place_on_roofline(result, device)
     result.analysis_s = time.perf_counter() - started
