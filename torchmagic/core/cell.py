@@ -8,8 +8,10 @@ show the cell's source lines).  Nothing here imports IPython.
 from __future__ import annotations
 
 import ast
+import io
 import itertools
 import linecache
+import tokenize
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +32,7 @@ class Cell:
         self.filename = filename
         tree = ast.parse(code, filename)  # a SyntaxError names the cell and line, as IPython's do
         last = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-        if last is not None and _ends_with_semicolon(code, last):
+        if last is not None and _ends_with_semicolon(code):
             last = None  # "x;" displays nothing in IPython: run it as a plain statement
         body = tree.body[:-1] if last is not None else tree.body
         self._body = compile(ast.Module(body=body, type_ignores=[]), filename, "exec")
@@ -66,6 +68,17 @@ def _register_in_linecache(code: str) -> str:
     return filename
 
 
-def _ends_with_semicolon(code: str, node: ast.Expr) -> bool:
-    line = code.splitlines()[node.end_lineno - 1]
-    return line[node.end_col_offset :].lstrip().startswith(";")
+def _ends_with_semicolon(code: str) -> bool:
+    """Whether the code's last token (comments and blank lines aside) is ``;``: IPython's own test
+    (DisplayHook.semicolon_at_end_of_expression, which %%time uses on its cell too).  Tokens, not
+    the AST's positions: an end_col_offset counts UTF-8 bytes, not characters (``len("µs");``), and
+    str.splitlines splits on more than Python's line ends (a form feed, U+2028)."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    for token in reversed(tokens):
+        if token.type in (tokenize.ENDMARKER, tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT):
+            continue
+        return token.type == tokenize.OP and token.string == ";"
+    return False
