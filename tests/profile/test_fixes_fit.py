@@ -95,20 +95,29 @@ def test_every_rules_snippet_names_the_cells_objects_and_runs(fp16, optimizer):
     torch.set_num_threads(1)  # as conftest set it
 
 
-@pytest.mark.parametrize("cores, share, workers, threads", [
-    (2, 0.6, 2, 1),     # 6 ms of loading against 4 ms of work: 2 workers, all the machine has
-    (2, 0.2, 1, 1),     # 2 ms against 8 ms: one worker keeps up
-    (1, 0.6, 1, 1),     # one core: one worker, and torch keeps a thread
-    (16, 0.6, 2, 14),
-    (16, 0.9, 9, 7),    # 9 ms against 1 ms
+@pytest.mark.parametrize("cores, torch_threads, share, workers, threads", [
+    (2, 1, 0.6, 1, 1),     # 6 ms of loading against 4 ms of work on one thread: a worker on the idle core
+    (2, 1, 0.2, 1, 1),     # 2 ms against 8 ms: the same
+    (2, 2, 0.6, 1, 1),     # on both cores: the 4 ms take 8 on one, still less than 6 + 4
+    (2, 2, 0.34, 0, None),  # 3.4 ms against 6.6 ms on both cores: a worker would cost more than it saves
+    (1, 1, 0.6, 0, None),  # one core: nothing to put a worker on
+    (16, 1, 0.6, 2, 14),
+    (16, 1, 0.9, 9, 7),    # 9 ms against 1 ms
 ])
-def test_the_loader_fix_fits_the_cores_and_the_measured_loading(cores, share, workers, threads):
+def test_the_loader_fix_fits_the_cores_and_the_measured_loading(cores, torch_threads, share, workers, threads):
     s = TraceSummary(step_us=[10_000.0, 10_000.0], data_us=share * 20_000.0)
-    ctx = cpu_context(user=dataclasses.replace(user_objects(_namespace(), cores=cores)))
+    ctx = cpu_context(user=dataclasses.replace(user_objects(_namespace(), cores=cores), threads=torch_threads))
     finding = rules.dataloader(s, ctx)
+    assert finding.evidence["cores"] == cores and finding.evidence["workers_now"] == 0
+    if workers == 0:  # the fix is cheaper loading, and it runs
+        assert "num_workers" not in finding.snippet and "make each batch cheaper to load" in finding.fix
+        assert finding.evidence["predicted_ms_per_step"] == 10.0
+        exec(compile(finding.snippet, "<dataloader fix>", "exec"), namespace := _namespace())
+        assert next(iter(namespace["train_loader"]))[0].shape == (16, 8)
+        return
     assert f"num_workers={workers}," in finding.snippet
     assert f"torch.set_num_threads({threads})" in finding.snippet and f"set_num_threads({threads})" in finding.fix
-    assert finding.evidence["cores"] == cores and finding.evidence["workers_now"] == 0
+    assert finding.evidence["predicted_ms_per_step"] < 10.0
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")

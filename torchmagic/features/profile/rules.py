@@ -164,10 +164,25 @@ def dataloader(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         return None
     workers, needed, threads = loader_workers(s, ctx, exposed)
     u = ctx.user
+    split = cpu_core_split(s, ctx, exposed)
+    evidence = {"exposed_ms_per_step": round(exposed / s.steps / 1e3, 3),
+                "loading_ms_per_step": round(s.data_us / s.steps / 1e3, 3), "share_of_step": round(share, 4),
+                "workers_now": u.loader_workers, "workers_needed": needed, "cores": u.cores}
+    if split is not None:
+        workers, threads, predicted_us, now_us = split
+        evidence["predicted_ms_per_step"] = round(predicted_us / 1e3, 3)
+        if workers == 0:
+            return _cheaper_loading(s, ctx, share, evidence, exposed / s.steps, now_us)
     fix = ("Load batches in background worker processes so the next batch is ready when the step needs it; "
            "keep workers alive between epochs; pin memory for fast, asynchronous copies to a GPU. ")
     plural = "s" if workers != 1 else ""
-    if needed <= workers:
+    if split is not None:
+        fix += (f"On this CPU-only machine the workers take cores from the step: {workers} worker{plural} beside "
+                f"{threads} torch thread{'s' if threads != 1 else ''} (torch.set_num_threads({threads})) should bring "
+                "the step from "
+                f"{now_us / 1e3:.1f} to about {predicted_us / 1e3:.1f} ms, if the loading computes and the step's "
+                "ops scale with threads (less, if they do not).")
+    elif needed <= workers:
         fix += f"{workers} worker{plural} would keep up with this step"
         fix += " (from the trace's times: check the cores of the machine it will run on)." if u.cores is None else "."
     elif (u.loader_workers or 0) >= workers:
@@ -178,7 +193,7 @@ def dataloader(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     else:
         fix += (f"It would need about {needed} workers to keep up; {workers}, one per core of this machine's "
                 f"{u.cores}, is the most that helps a loader that computes: also make each batch cheaper to load.")
-    if threads is not None:
+    if threads is not None and split is None:
         fix += (f" On a CPU-only machine the workers compete with torch's own threads for the {u.cores} cores: "
                 f"leave them cores with torch.set_num_threads({threads}), and measure.")
     if u.loader_iterable:  # an IterableDataset batches itself: no sampler to pass on
@@ -198,11 +213,55 @@ def dataloader(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     return _finding(
         "dataloader", ctx, share,
         f"Input pipeline: {share:.0%} of the step waits on the DataLoader",
-        {"exposed_ms_per_step": round(exposed / s.steps / 1e3, 3),
-         "loading_ms_per_step": round(s.data_us / s.steps / 1e3, 3), "share_of_step": round(share, 4),
-         "workers_now": u.loader_workers, "workers_needed": needed, "cores": u.cores},
-        fix, snippet,
+        evidence, fix, snippet,
     )
+
+
+def cpu_core_split(s: TraceSummary, ctx: RuleContext, exposed_us: float) -> tuple[int, int, float, float] | None:
+    """On a CPU-only machine, how to share its cores between loader workers and torch's threads:
+    (workers, threads, predicted µs per step, µs per step now), workers 0 where no split beats loading
+    in the step.  None off CPU-only machines, for a trace from elsewhere, or a loader with workers.
+
+    Loading that computes takes L a batch on one core; the rest of the step takes C on the T threads
+    torch has.  With w workers, each on a core of its own, and t = cores - w threads, a batch is ready
+    every L/w while the rest takes C·T/min(t, T) if its ops scale with threads (the worst case for
+    workers), so the step takes max(L/w, C·T/min(t, T)) against L + C now.  On 2 cores with T = 2 that
+    helps only when L > C: a worker costs the step half its threads."""
+    u = ctx.user
+    if ctx.accelerator or not u.cores or not u.threads or u.loader_workers:
+        return None
+    loading = exposed_us / s.steps
+    rest = max(s.total_step_us / s.steps - loading, 0.0)
+    now = loading + rest
+    best = (0, u.threads, now)
+    for w in range(1, u.cores):  # each worker and each thread a core of its own
+        t = u.cores - w
+        predicted = max(loading / w, rest * u.threads / min(t, u.threads))
+        if predicted < best[2] * 0.95:  # a predicted gain under 5% is within what the model can tell
+            best = (w, t, predicted)
+    return best[0], best[1], best[2], now
+
+
+def _cheaper_loading(s: TraceSummary, ctx: RuleContext, share: float, evidence: dict, loading_us: float,
+                     now_us: float) -> Finding:
+    u = ctx.user
+    rest_ms = (now_us - loading_us) / 1e3
+    fix = (f"Loading takes {loading_us / 1e3:.1f} ms a step, and the rest of the step {rest_ms:.1f} ms on "
+           f"{u.threads} thread{'s' if u.threads != 1 else ''}. On this CPU-only machine of {u.cores} "
+           f"core{'s' if u.cores != 1 else ''}, a worker would take a core from that rest, and if the loading "
+           "computes (a transform, decoding) the step would not get faster: make each batch cheaper to load. "
+           "Apply per-item transforms to the whole batch at once, as tensor ops in a collate_fn, or precompute "
+           "them once before training. Workers help here only if the loading waits on a disk or the network: "
+           "measure.")
+    snippet = ("from torch.utils.data import default_collate\n\n"
+               "def collate_and_transform(items):   # one transform per batch, as tensor ops, not one per item\n"
+               "    batch = default_collate(items)\n"
+               "    return batch                     # apply the dataset's per-item transform here, batched\n\n"
+               f"{u.loader} = DataLoader({u.loader}.dataset, batch_size={u.loader}.batch_size, "
+               "collate_fn=collate_and_transform)")
+    return _finding("dataloader", ctx, share,
+                    f"Input pipeline: {share:.0%} of the step waits on the DataLoader, loading on the step's own cores",
+                    evidence, fix, snippet)
 
 
 def loader_workers(s: TraceSummary, ctx: RuleContext, exposed_us: float) -> tuple[int, int, int | None]:

@@ -21,6 +21,7 @@ class UserObjects:
     loader_workers: int | None = None
     loader_iterable: bool = False         # over an IterableDataset (no sampler)
     cores: int | None = None              # usable cores where the profile ran; None: a trace from elsewhere
+    threads: int | None = None            # torch's intra-op threads when it ran
 
 
 def user_objects(named: dict[str, Any], cores: int | None) -> UserObjects:
@@ -40,7 +41,8 @@ def user_objects(named: dict[str, Any], cores: int | None) -> UserObjects:
         **{role: found[0] if found else DEFAULT_NAMES[role] for role, found in names.items()},
         found=frozenset(role for role, found in names.items() if found),
         loader_batch_size=getattr(loader, "batch_size", None), loader_workers=getattr(loader, "num_workers", None),
-        loader_iterable=isinstance(getattr(loader, "dataset", None), IterableDataset), cores=cores)
+        loader_iterable=isinstance(getattr(loader, "dataset", None), IterableDataset), cores=cores,
+        threads=torch.get_num_threads() if cores is not None else None)
 
 
 def _of_type(named: dict[str, Any], kind: type, conventional: str) -> list[str]:
