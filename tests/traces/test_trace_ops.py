@@ -123,3 +123,39 @@ def test_a_gpu_trace_with_misaligned_half_matmuls_and_short_kernels(tmp_path):
     assert k["kernels_per_step"] == 22 and k["median_kernel_us"] == pytest.approx(3.0)
     assert k["short_kernel_share"] == pytest.approx(20 / 22) and k["median_launch_delay_us"] == pytest.approx(13.0)
     assert "Kernels: 22 per step, median 3" in p.to_text()
+
+
+def test_a_gpu_trace_with_a_half_convolution_on_three_input_channels(tmp_path):
+    """A 16-bit first convolution over RGB (3 channels in: off the grain) beside an aligned 64→64 one;
+    a 3x3 kernel is not a dimension of the implicit GEMM and does not count."""
+    events = []
+    for step in range(2):
+        t = step * 10_000
+        events.append(event(f"ProfilerStep#{step}", t, 9_000, cat="user_annotation"))
+        for i, (c_in, c_out, kernel_us) in enumerate([(3, 64, 3_000), (64, 64, 2_000)]):
+            ext, corr, start = 100 * step + 10 * i + 1, 1000 * step + i + 1, t + 100 + 3_500 * i
+            events += [
+                event("aten::cudnn_convolution", start, 60, **{
+                    "External id": ext, "Input type": ["c10::Half", "c10::Half", "", "", "", "", "", "", ""],
+                    "Input Dims": [[32, c_in, 224, 224], [c_out, c_in, 3, 3], [], [], [], [], [], [], []]}),
+                event("cudaLaunchKernel", start + 10, 20, cat="cuda_runtime", **{"External id": ext, "correlation": corr}),
+                event("sm80_xmma_fprop_implicit_gemm", start + 45, kernel_us, cat="kernel", tid=7,
+                      **{"External id": ext, "correlation": corr}),
+            ]
+    p = torchmagic.analyze(write_trace(tmp_path / "conv.json", events)).profile
+    found = p.finding("tensor_core_alignment")
+    assert found is not None and found.evidence["shapes"] == ["conv 3→64"]
+    assert found.evidence["misaligned_share_of_kernels"] == pytest.approx(3_000 / 5_000)
+    assert "channels" in found.fix and "conv 3→64" in found.title
+
+
+def test_only_gemms_and_convolutions_are_judged_for_the_grain():
+    from torchmagic.features.profile.traffic import off_tensor_core_grain
+
+    assert off_tensor_core_grain("aten::mm", [[4096, 768], [768, 50257]]) == "4096x768x50257"
+    assert off_tensor_core_grain("aten::addmm", [[1024], [64, 768], [768, 1024]]) is None
+    assert off_tensor_core_grain("aten::cudnn_convolution", [[8, 64, 56, 56], [128, 64, 3, 3], []]) is None
+    assert off_tensor_core_grain("aten::convolution_backward", [[8, 64, 56, 56], [8, 3, 56, 56], [64, 3, 7, 7]]) \
+        == "conv 3→64"
+    # attention's operands are not a GEMM's [M, K] x [K, N]: not judged here
+    assert off_tensor_core_grain("aten::_scaled_dot_product_flash_attention", [[2, 8, 77, 64]] * 3) is None

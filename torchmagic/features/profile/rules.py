@@ -542,8 +542,9 @@ def gpu_idle(s: TraceSummary, ctx: RuleContext, others: list[Finding] = ()) -> F
 
 
 def tensor_core_alignment(s: TraceSummary, ctx: RuleContext) -> Finding | None:
-    """fp16/bf16 matmuls whose M, K or N is not a multiple of 8: cuBLAS cannot run them on tensor cores
-    at full rate (a 50257-token vocabulary is the classic case)."""
+    """fp16/bf16 matmuls whose M, K or N is not a multiple of 8, and convolutions whose input or output
+    channels are not: cuBLAS and cuDNN cannot run them on tensor cores at full rate (a 50257-token
+    vocabulary, or an RGB image's 3 channels, are the classic cases)."""
     kernels = sum(s.kernel_us)
     if not ctx.traces_kernels or kernels <= 0:
         return None
@@ -553,13 +554,14 @@ def tensor_core_alignment(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     shapes = [shape for shape, _ in s.misaligned_shapes.most_common(3)]
     return _finding(
         "tensor_core_alignment", ctx, _share(s.misaligned_matmul_device_us, s),
-        f"{share:.0%} of the kernel time is 16-bit matmuls with a dimension off the tensor cores' grain "
-        f"({', '.join(shapes)}: M x K x N)",
+        f"{share:.0%} of the kernel time is 16-bit matmuls or convolutions with a dimension off the tensor "
+        f"cores' grain ({'; '.join(shapes)}; M x K x N, or a convolution's channels in → out)",
         {"misaligned_share_of_kernels": round(share, 4), "misaligned_ms_per_step":
          round(s.misaligned_matmul_device_us / s.steps / 1e3, 3), "shapes": shapes},
         f"Pad the dimensions to multiples of {TENSOR_CORE_MULTIPLE} (64 for a vocabulary): hidden sizes, the "
-        "output layer's rows, batch x sequence. cuBLAS then runs them on tensor cores at full rate; the padded "
-        "rows cost little and can be masked or sliced off.",
+        "output layer's rows, batch x sequence, a convolution's channels (an RGB input padded to 4 or 8 channels "
+        "of zeros, in channels_last). cuBLAS and cuDNN then run them on tensor cores at full rate; the padding "
+        "costs little and can be masked or sliced off.",
         "def padded(n, multiple=8):\n    return -(-n // multiple) * multiple\n"
         "head = torch.nn.Linear(padded(1000), padded(50257, 64))   # e.g. a language model's output layer",
     )

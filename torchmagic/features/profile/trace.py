@@ -31,7 +31,7 @@ from torch.autograd import DeviceType
 from ...core.gc_pause import gc_paused
 from ...core.measure.timing import DEVICE_WAIT_MARKER
 from .activity import activity_reader, is_hidden
-from .traffic import MATMUL_OPS, TENSOR_CORE_MULTIPLE, matmul_dims, tensor_traffic
+from .traffic import MATMUL_OPS, off_tensor_core_grain, tensor_traffic
 from .result import TimelineSpan as Span  # a bar: a step's top-level event, or a kernel
 
 DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, OTHER = (
@@ -144,7 +144,7 @@ class TraceSummary:
     matmul_low_device_us: float = 0.0
     # 16-bit matmuls with a dimension off the tensor cores' grain (not a multiple of 8): their kernel time
     misaligned_matmul_device_us: float = 0.0
-    misaligned_shapes: Counter = field(default_factory=Counter)  # "MxKxN" -> kernel µs
+    misaligned_shapes: Counter = field(default_factory=Counter)  # "MxKxN" or "conv 3→64" -> kernel µs
     # every kernel's (and copy's) duration, and the time from its launch call's return to its start
     kernel_us: list[float] = field(default_factory=list)
     launch_delay_us: list[float] = field(default_factory=list)
@@ -539,9 +539,9 @@ class _Sweep:
         precision = _matmul_precision(ev.raw) if name in MATMUL_OPS else None
         if precision == "low":
             out.matmul_low_us += self_us
-            dims = matmul_dims(ev.raw.shapes())
-            if dims and any(d % TENSOR_CORE_MULTIPLE for d in dims) and ev.corr:
-                self.misaligned[ev.corr] = "x".join(map(str, dims))
+            shape = off_tensor_core_grain(name, ev.raw.shapes()) if ev.corr else None
+            if shape is not None:
+                self.misaligned[ev.corr] = shape
         elif precision == "fp32":
             out.matmul_fp32_us += self_us
             out.matmul_fp32_calls += 1
