@@ -96,8 +96,8 @@ def test_every_rules_snippet_names_the_cells_objects_and_runs(fp16, optimizer):
 
 
 @pytest.mark.parametrize("cores, torch_threads, share, workers, threads", [
-    (2, 1, 0.6, 1, 1),     # 6 ms of loading against 4 ms of work on one thread: a worker on the idle core
-    (2, 1, 0.2, 1, 1),     # 2 ms against 8 ms: the same
+    (2, 1, 0.6, 2, 1),     # 6 ms of loading against 4 ms of work on one thread: 2 workers, 5 ms of core time each
+    (2, 1, 0.2, 1, 1),     # 2 ms against 8 ms: one worker on the idle core keeps up
     (2, 2, 0.6, 1, 1),     # on both cores: the 4 ms take 8 on one, still less than 6 + 4
     (2, 2, 0.34, 0, None),  # 3.4 ms against 6.6 ms on both cores: a worker would cost more than it saves
     (1, 1, 0.6, 0, None),  # one core: nothing to put a worker on

@@ -223,10 +223,11 @@ def cpu_core_split(s: TraceSummary, ctx: RuleContext, exposed_us: float) -> tupl
     in the step.  None off CPU-only machines, for a trace from elsewhere, or a loader with workers.
 
     Loading that computes takes L a batch on one core; the rest of the step takes C on the T threads
-    torch has.  With w workers, each on a core of its own, and t = cores - w threads, a batch is ready
-    every L/w while the rest takes C·T/min(t, T) if its ops scale with threads (the worst case for
-    workers), so the step takes max(L/w, C·T/min(t, T)) against L + C now.  On 2 cores with T = 2 that
-    helps only when L > C: a worker costs the step half its threads."""
+    torch has, C·T of core time if its ops scale with threads (the worst case for workers).  With w
+    workers and t = cores - w threads (at least 1), a batch is ready every L/w, the rest takes
+    C·T/min(t, T), and all of it needs L + C·T of core time from the machine's cores: the step takes
+    the longest of the three, against L + C now.  On 2 cores with T = 2 that helps only when loading
+    dominates: a worker costs the step its threads."""
     u = ctx.user
     if ctx.accelerator or not u.cores or not u.threads or u.loader_workers:
         return None
@@ -234,10 +235,10 @@ def cpu_core_split(s: TraceSummary, ctx: RuleContext, exposed_us: float) -> tupl
     rest = max(s.total_step_us / s.steps - loading, 0.0)
     now = loading + rest
     best = (0, u.threads, now)
-    for w in range(1, u.cores):  # each worker and each thread a core of its own
-        t = u.cores - w
-        predicted = max(loading / w, rest * u.threads / min(t, u.threads))
-        if predicted < best[2] * 0.95:  # a predicted gain under 5% is within what the model can tell
+    for w in range(1, u.cores + 1):
+        t = max(u.cores - w, 1)
+        predicted = max(loading / w, rest * u.threads / min(t, u.threads), (loading + rest * u.threads) / u.cores)
+        if predicted < min(best[2], now * 0.95):  # a predicted gain under 5% is within what the model can tell
             best = (w, t, predicted)
     return best[0], best[1], best[2], now
 
