@@ -24,6 +24,8 @@ class FakeMemory:
         self.fail = fail
 
     def _record_memory_history(self, enabled, **kwargs):
+        if self.fail == "old torch" and "skip_actions" in kwargs:
+            raise TypeError("_record_memory_history_impl() got an unexpected keyword argument 'skip_actions'")
         self.calls.append((enabled, kwargs))
         if self.fail == "record":
             raise RuntimeError("Recording memory history on CUDA is not supported here")
@@ -53,6 +55,7 @@ def test_when_off_it_is_turned_on_for_the_block_and_off_after():
     assert not memory.recording and memory.calls[-1][0] is None
     enabled, settings = memory.calls[0]
     assert enabled == "all" and settings["stacks"] == "python" and settings["context"] == "alloc"
+    assert "alloc" not in settings["skip_actions"] and "free_requested" in settings["skip_actions"]
     assert history.allocations == {"cuda:1": [HistoryAlloc(0x10, MiB, ("/tmp/ipykernel_7/42.py(3): make",
                                    "/usr/lib/python3/site-packages/torch/nn/modules/module.py(9): _call"))]}
     assert not history.theirs and history.note is None
@@ -159,3 +162,11 @@ def test_profile_memory_records_the_history_around_the_steps_and_uses_it():
     assert "(a fake history)" in r.notes
     torchmagic.profile(step, steps=1, device=device)  # without --memory nothing is recorded
     assert device.entered == 1
+
+
+def test_a_torch_without_skip_actions_records_everything():
+    memory = FakeMemory(fail="old torch")
+    with cuda_allocation_history(memory, is_recording=lambda: memory.recording) as history:
+        memory.traces[0].append(_entry("alloc", 0x40, MiB, 2))
+    assert "skip_actions" not in memory.calls[0][1] and history.note is None
+    assert [a.addr for a in history.allocations["cuda:0"]] == [0x40] and not memory.recording

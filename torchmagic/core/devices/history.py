@@ -20,6 +20,7 @@ import torch
 # Entries kept at most while we record (a ring buffer: the oldest go first, and allocations are matched
 # from the last); each holds a Python stack (torch says several KB) and costs about 2 µs to record.
 MAX_ENTRIES = 50_000
+SKIPPED = ["free_requested", "free_completed", "segment_alloc", "segment_free", "snapshot"]  # torch's documented names
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,7 @@ def cuda_allocation_history(memory=None, is_recording=None):
     try:
         history.theirs = bool((is_recording or torch._C._cuda_isHistoryEnabled)())
         if not history.theirs:
-            memory._record_memory_history("all", context="alloc", stacks="python", max_entries=MAX_ENTRIES,
-                                          clear_history=True)
+            _start(memory)
         recording = True
     except Exception as exc:  # noqa: BLE001  (a torch without it, no CUDA: the profiler's events remain)
         history.note = f"CUDA's allocator history could not be recorded ({exc}); stacks come from the profiler."
@@ -71,6 +71,14 @@ def cuda_allocation_history(memory=None, is_recording=None):
             finally:
                 if not history.theirs:
                     memory._record_memory_history(None)
+
+
+def _start(memory) -> None:
+    settings = dict(context="alloc", stacks="python", max_entries=MAX_ENTRIES, clear_history=True)
+    try:  # allocations only: frees and segments would take most of the entries (a torch without the option: all)
+        memory._record_memory_history("all", **settings, skip_actions=SKIPPED)
+    except TypeError:
+        memory._record_memory_history("all", **settings)
 
 
 def _allocations(entries: list[dict], since_us: int | None) -> list[HistoryAlloc]:
