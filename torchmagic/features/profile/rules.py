@@ -196,14 +196,8 @@ def dataloader(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     if threads is not None and split is None:
         fix += (f" On a CPU-only machine the workers compete with torch's own threads for the {u.cores} cores: "
                 f"leave them cores with torch.set_num_threads({threads}), and measure.")
-    if u.loader_iterable:  # an IterableDataset batches itself: no sampler to pass on
-        batching = f"batch_size={u.loader}.batch_size, drop_last={u.loader}.drop_last"
-    elif u.loader_batch_size is not None or "loader" not in u.found:
-        batching = f"batch_size={u.loader}.batch_size, sampler={u.loader}.sampler, drop_last={u.loader}.drop_last"
-    else:  # a batch sampler decides the batches (and whether the last is dropped) itself
-        batching = f"batch_sampler={u.loader}.batch_sampler"
     indent = " " * (len(u.loader) + 14)
-    snippet = (f"{u.loader} = DataLoader({u.loader}.dataset, {batching},\n"
+    snippet = (f"{u.loader} = DataLoader({u.loader}.dataset, {_batching(u)},\n"
                f"{indent}collate_fn={u.loader}.collate_fn, worker_init_fn={u.loader}.worker_init_fn,\n"
                f"{indent}multiprocessing_context={u.loader}.multiprocessing_context, num_workers={workers},\n"
                f"{indent}persistent_workers=True, prefetch_factor=2,\n"
@@ -215,6 +209,15 @@ def dataloader(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         f"Input pipeline: {share:.0%} of the step waits on the DataLoader",
         evidence, fix, snippet,
     )
+
+
+def _batching(u: UserObjects) -> str:
+    """The arguments that keep a rebuilt DataLoader's batches as the user's loader makes them."""
+    if u.loader_iterable:  # an IterableDataset batches itself: no sampler to pass on
+        return f"batch_size={u.loader}.batch_size, drop_last={u.loader}.drop_last"
+    if u.loader_batch_size is not None or "loader" not in u.found:
+        return f"batch_size={u.loader}.batch_size, sampler={u.loader}.sampler, drop_last={u.loader}.drop_last"
+    return f"batch_sampler={u.loader}.batch_sampler"  # it decides the batches (and whether the last is dropped)
 
 
 def cpu_core_split(s: TraceSummary, ctx: RuleContext, exposed_us: float) -> tuple[int, int, float, float] | None:
@@ -245,6 +248,7 @@ def cpu_core_split(s: TraceSummary, ctx: RuleContext, exposed_us: float) -> tupl
 
 def _cheaper_loading(s: TraceSummary, ctx: RuleContext, share: float, evidence: dict, loading_us: float,
                      now_us: float) -> Finding:
+    """The dataloader finding where no workers would help: loading that computes, on cores the step uses."""
     u = ctx.user
     rest_ms = (now_us - loading_us) / 1e3
     fix = (f"Loading takes {loading_us / 1e3:.1f} ms a step, and the rest of the step {rest_ms:.1f} ms on "
@@ -258,8 +262,8 @@ def _cheaper_loading(s: TraceSummary, ctx: RuleContext, share: float, evidence: 
                "def collate_and_transform(items):   # one transform per batch, as tensor ops, not one per item\n"
                "    batch = default_collate(items)\n"
                "    return batch                     # apply the dataset's per-item transform here, batched\n\n"
-               f"{u.loader} = DataLoader({u.loader}.dataset, batch_size={u.loader}.batch_size, "
-               "collate_fn=collate_and_transform)")
+               f"{u.loader} = DataLoader({u.loader}.dataset, {_batching(u)},\n"
+               f"{' ' * (len(u.loader) + 14)}collate_fn=collate_and_transform)")
     return _finding("dataloader", ctx, share,
                     f"Input pipeline: {share:.0%} of the step waits on the DataLoader, loading on the step's own cores",
                     evidence, fix, snippet)

@@ -117,9 +117,9 @@ class TraceSummary:
     # dispatch: ops called straight from Python (no op above them), outside data/backward/optimizer
     python_ops: int = 0
     python_op_us: list[float] = field(default_factory=list)
-    # ... in call order per thread, beside each: its autograd sequence number (-1 outside grad mode: the
-    # number of the graph node it made, or of the next one made), whether it read a value to the host,
-    # and the Python time after it until the next such op (what the regions of regions.py are made of)
+    # ... in call order per thread, and beside each: its autograd sequence number (the graph node it made,
+    # or where it made none the next node's; -1 outside grad mode), whether it read a value to the host,
+    # and the Python time after it until the next such op (what regions.py splits a step by)
     python_op_nodes: list[int] = field(default_factory=list)
     python_op_sync: list[bool] = field(default_factory=list)
     python_gap_us: list[float] = field(default_factory=list)
