@@ -2,6 +2,8 @@
 (CPU builds have no allocator to record), and its stacks matched to a real CPU profile's allocations."""
 
 import contextlib
+import os
+import sysconfig
 import time
 
 import pytest
@@ -111,12 +113,14 @@ def test_the_allocators_stacks_name_the_line_that_allocated_matched_by_address_f
     ptr = kept[-1]
     without = allocation_report(tree, start, {})[1][0]
     assert without.bytes == 32 * MiB and without.stack[0].startswith("step  (")  # the tracer's: where step starts
+    stdlib = os.path.join(sysconfig.get_paths()["stdlib"], "runpy.py")
     history = {"cpu": [HistoryAlloc(ptr, 32 * MiB, ("/home/user/train.py(207): make_buffer",
-                                                    "/x/site-packages/torch/functional.py(3): f")),
+                                                    "/x/site-packages/torch/functional.py(3): f",
+                                                    f"{stdlib}(88): _run_code")),
                        HistoryAlloc(0x1, 8, ("/home/user/train.py(9): other",))]}
     top = allocation_report(tree, start, {}, history)[1][0]
     assert top.bytes == 32 * MiB and top.op == without.op
-    assert top.stack == ("make_buffer  (user/train.py, line 207)",)  # torch's frame left out
+    assert top.stack == ("make_buffer  (user/train.py, line 207)",)  # torch's and the stdlib's left out
     # the ring buffer lost this address's older allocations: the last one still matches the last
     older = [HistoryAlloc(ptr, 32 * MiB, ("/home/user/train.py(1): stale",))]
     assert allocation_report(tree, start, {}, {"cpu": older + history["cpu"]})[1][0].stack == top.stack

@@ -5,6 +5,8 @@ Python calls that made it (``--memory`` records Python stacks too)."""
 
 from __future__ import annotations
 
+import os
+import sysconfig
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -15,7 +17,9 @@ from .trace import is_user_frame
 MAX_TIMELINE_POINTS = 2000   # per device: the drawing is ~1000 pixels wide
 LARGEST_KEPT = 10
 MAX_FRAMES = 8               # of the user's frames above an allocation, innermost first
-MODULE_MARK = "nn.Module: "  # how the Python tracer names a module's forward call
+MODULE_MARK = "nn.Module: "
+_LIBRARY_DIRS = tuple(sorted({os.path.join(path, "") for key in ("stdlib", "platstdlib", "purelib", "platlib")
+                              if (path := sysconfig.get_paths().get(key))}))  # how the Python tracer names a module's forward call
 MAX_ALLOCATIONS = 1_000_000  # events read at most (about 0.5 s of walking per 100k events of the tree)
 
 
@@ -103,9 +107,12 @@ def _history_stacks(events: list[_Event], history: dict[str, list]) -> dict[int,
 
 
 def _user_frames(frames: tuple[str, ...], cells: dict[str, int]) -> tuple[str, ...]:
+    """The user's frames of an allocator stack, labelled as the tracer's are.  Its files are absolute
+    paths, where the tracer's are relative to their sys.path entry, so the standard library and
+    installed packages are told by where they live."""
     labels: list[str] = []
     for frame in frames:
-        if is_user_frame(frame):
+        if not frame.startswith(_LIBRARY_DIRS) and is_user_frame(frame):
             label = frame_label(frame, cells)
             if not labels or labels[-1] != label:
                 labels.append(label)
