@@ -34,7 +34,7 @@ def _browser_or_skip() -> str:
     if importlib.util.find_spec("playwright") is None:
         missing.append("no playwright module (pip install playwright)")
     if missing:
-        reason = "browser test needs " + "; ".join(missing)
+        reason = "no browser test: " + "; ".join(missing)
         if os.environ.get("CI"):
             pytest.fail(f"{reason}, and CI must run it")
         pytest.skip(reason)
