@@ -26,6 +26,8 @@ class FakeMemory:
         self.fail = fail
 
     def _record_memory_history(self, enabled, **kwargs):
+        if self.fail == "stop" and enabled is None:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
         if self.fail == "old torch" and "skip_actions" in kwargs:
             raise TypeError("_record_memory_history_impl() got an unexpected keyword argument 'skip_actions'")
         self.calls.append((enabled, kwargs))
@@ -79,6 +81,14 @@ def test_a_failure_leaves_a_note_and_the_recording_off(fail):
         pass
     assert history.allocations == {} and "could not be" in history.note
     assert not memory.recording
+
+
+def test_a_failure_to_turn_it_off_is_a_note_not_an_error_that_hides_the_cells():
+    memory = FakeMemory(fail="stop")
+    with pytest.raises(ZeroDivisionError):  # the cell's own error comes through
+        with cuda_allocation_history(memory, is_recording=lambda: memory.recording) as history:
+            1 / 0
+    assert "could not be turned off again" in history.note
 
 
 def test_an_exception_in_the_block_still_turns_it_off():

@@ -70,7 +70,7 @@ def cuda_allocation_history(memory=None, is_recording=None):
                 history.note = f"CUDA's allocator history could not be read ({exc}); stacks come from the profiler."
             finally:
                 if not history.theirs:
-                    memory._record_memory_history(None)
+                    _stop(memory, history)
 
 
 def _start(memory) -> None:
@@ -79,6 +79,13 @@ def _start(memory) -> None:
         memory._record_memory_history("all", **settings, skip_actions=SKIPPED)
     except TypeError:
         memory._record_memory_history("all", **settings)
+
+
+def _stop(memory, history: AllocationHistory) -> None:
+    try:
+        memory._record_memory_history(None)
+    except Exception as exc:  # noqa: BLE001  (never mask the cell's own error with ours)
+        history.note = f"CUDA's allocator history could not be turned off again ({exc})."
 
 
 def _allocations(entries: list[dict], since_us: int | None) -> list[HistoryAlloc]:
