@@ -179,9 +179,8 @@ def dataloader(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     if split is not None:
         fix += (f"On this CPU-only machine the workers take cores from the step: {workers} worker{plural} beside "
                 f"{threads} torch thread{'s' if threads != 1 else ''} (torch.set_num_threads({threads})) should bring "
-                "the step from "
-                f"{now_us / 1e3:.1f} to about {predicted_us / 1e3:.1f} ms, if the loading computes and the step's "
-                "ops scale with threads (less, if they do not).")
+                f"the step from {now_us / 1e3:.1f} ms to {predicted_us / 1e3:.1f} ms or less (a bound: it assumes the "
+                "loading computes and the step's ops scale with threads).")
     elif needed <= workers:
         fix += f"{workers} worker{plural} would keep up with this step"
         fix += " (from the trace's times: check the cores of the machine it will run on)." if u.cores is None else "."
@@ -258,9 +257,9 @@ def _cheaper_loading(s: TraceSummary, ctx: RuleContext, share: float, evidence: 
            "Apply per-item transforms to the whole batch at once, as tensor ops in a collate_fn, or precompute "
            "them once before training. Workers help here only if the loading waits on a disk or the network: "
            "measure.")
-    snippet = ("from torch.utils.data import default_collate\n\n"
+    snippet = (f"collate = {u.loader}.collate_fn   # the loader's own\n\n"
                "def collate_and_transform(items):   # one transform per batch, as tensor ops, not one per item\n"
-               "    batch = default_collate(items)\n"
+               "    batch = collate(items)\n"
                "    return batch                     # apply the dataset's per-item transform here, batched\n\n"
                f"{u.loader} = DataLoader({u.loader}.dataset, {_batching(u)},\n"
                f"{' ' * (len(u.loader) + 14)}collate_fn=collate_and_transform)")
