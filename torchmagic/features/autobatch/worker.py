@@ -15,8 +15,8 @@ import os
 import sys
 
 from ...core.ranks.control import reply, requests
-from ...core.ranks.rank import (SetupFailed, cell_namespace, compile_cell, join_group, leave_group, read_payload,
-                                setup_failed, show_cell_error)
+from ...core.ranks.rank import (SetupFailed, cell_namespace, compile_cell, exit_rank, join_group, leave_group,
+                                read_payload, setup_failed, show_cell_error)
 from .run import THROUGHPUT_REPEATS, _probe, _throughput, resolve_budget
 from .search import SearchSpace
 
@@ -96,4 +96,4 @@ def _answer(request: dict, step, device) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    exit_rank(main(sys.argv[1]))

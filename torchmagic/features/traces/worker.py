@@ -15,8 +15,8 @@ import os
 import sys
 import warnings
 
-from ...core.ranks.rank import (SetupFailed, cell_namespace, compile_cell, join_group, leave_group, read_payload,
-                                setup_failed, show_cell_error)
+from ...core.ranks.rank import (SetupFailed, cell_namespace, compile_cell, exit_rank, join_group, leave_group,
+                                read_payload, setup_failed, show_cell_error)
 
 CELL_FILENAME = "<%%torchprofile cell>"
 EXIT_CELL_FAILED = 1
@@ -63,4 +63,4 @@ def main(payload_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    exit_rank(main(sys.argv[1]))
