@@ -172,7 +172,7 @@ def dataloader(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         workers, threads, predicted_us, now_us = split
         evidence["predicted_ms_per_step"] = round(predicted_us / 1e3, 3)
         if workers == 0:
-            return _cheaper_loading(s, ctx, share, evidence, exposed / s.steps, now_us)
+            return _cheaper_loading(ctx, share, evidence, exposed / s.steps, now_us)
     fix = ("Load batches in background worker processes so the next batch is ready when the step needs it; "
            "keep workers alive between epochs; pin memory for fast, asynchronous copies to a GPU. ")
     plural = "s" if workers != 1 else ""
@@ -245,8 +245,7 @@ def cpu_core_split(s: TraceSummary, ctx: RuleContext, exposed_us: float) -> tupl
     return best[0], best[1], best[2], now
 
 
-def _cheaper_loading(s: TraceSummary, ctx: RuleContext, share: float, evidence: dict, loading_us: float,
-                     now_us: float) -> Finding:
+def _cheaper_loading(ctx: RuleContext, share: float, evidence: dict, loading_us: float, now_us: float) -> Finding:
     """The dataloader finding where no workers would help: loading that computes, on cores the step uses."""
     u = ctx.user
     rest_ms = (now_us - loading_us) / 1e3
@@ -346,11 +345,8 @@ def dispatch_bound(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     an evaluation pass of tiny ops is not hidden by the big matmuls of the training beside it, and the
     other way round: a part is judged on its own time, its severity on the step's.  Where both parts are
     overhead-bound, or neither, or the step is one part, the step is judged."""
-    split = parts(s)
-    bound = [p for p in split.values() if _overhead(p.op_us, p.gap_us, s, p.time_us)] if split is not None else []
-    part = bound[0] if len(bound) == 1 else None
-    judged = (_overhead(part.op_us, part.gap_us, s, part.time_us) if part is not None
-              else _overhead(s.python_op_us, s.category_us["other"], s))
+    bound = [(p, judged) for p in (parts(s) or {}).values() if (judged := _overhead(p.op_us, p.gap_us, s, p.time_us))]
+    part, judged = bound[0] if len(bound) == 1 else (None, _overhead(s.python_op_us, s.category_us["other"], s))
     if judged is None:
         return None
     per_step, median, share = judged
