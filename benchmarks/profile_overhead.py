@@ -329,7 +329,8 @@ def bench_analysis(min_events: int = 100_000, reps: int = 3, torch_parse: bool =
     import torch
 
     from torchmagic.features.profile.run import ProfileOptions, _build_result, rule_context
-    from torchmagic.features.profile.trace import STEP_PREFIX, summarize_trace
+    from torchmagic.features.profile.kineto import STEP_PREFIX
+    from torchmagic.features.profile.trace import summarize_trace
 
     device = CpuDevice()
 

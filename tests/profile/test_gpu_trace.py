@@ -112,7 +112,7 @@ def test_kernels_go_to_the_ops_that_launched_them(summary):
 def test_device_busy_exposed_loading_and_copies(summary):
     assert summary.device_busy_us == pytest.approx(530)
     assert summary.data_exposed_us == pytest.approx(180)  # 200 minus the 20 the GPU was copying
-    assert summary.pageable_h2d == 1
+    assert summary.pageable_h2d == 1 and summary.pageable_h2d_us == pytest.approx(20)
     assert summary.sync_calls == 1
     assert summary.sync_runtime_calls == 0  # torchmagic's own end-of-step wait is not the user's sync
 
@@ -126,11 +126,12 @@ def test_rules_on_the_gpu_trace(summary):
     ctx = cuda_context()
     found = {f.rule: f for f in rules.diagnose(summary, ctx)}
     assert found["gpu_idle"].evidence["idle_ms_per_step"] == pytest.approx(0.47)
-    assert set(found["gpu_idle"].evidence["causes"]) == {"dataloader", "sync", "copies"}
+    assert set(found["gpu_idle"].evidence["causes"]) == {"dataloader", "sync"}
     assert found["dataloader"].evidence["exposed_ms_per_step"] == pytest.approx(0.18)
     assert found["amp"].evidence["fp32_matmul_share"] == pytest.approx(510 / 540, abs=1e-3)
     assert "1 host-device syncs per step" in found["sync"].title
-    assert found["copies"].evidence["pageable_h2d_per_step"] == 1
+    # one pageable copy of 20 µs in a 1 ms step (2%): below the rule's threshold, so no finding
+    assert "copies" not in found
 
 
 def test_explicit_synchronize_is_a_sync():

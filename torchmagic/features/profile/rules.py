@@ -39,6 +39,7 @@ THRESHOLDS = {
     # copies: copy/conversion share of the step
     "copies_share": 0.10,
     "pageable_h2d_per_step": 1,
+    "pageable_h2d_share": 0.05,   # ... and only where those copies take this share of the step on the GPU
     # inference_grad: autograd graph nodes built per step with no backward (grad mode with nothing
     # requiring grad records ops under one sequence number: that counts as one, not a graph)
     "inference_grad_nodes_per_step": 2,
@@ -443,22 +444,33 @@ def amp(s: TraceSummary, ctx: RuleContext) -> Finding | None:
 
 
 def copies(s: TraceSummary, ctx: RuleContext) -> Finding | None:
+    """Copies and conversions on the host, or pageable host-to-device copies on the GPU, each judged on
+    its own time: a pageable copy that takes no time is not worth pinning memory for."""
     share = _share(s.copy_us, s)
     pageable = s.pageable_h2d / s.steps
-    if share < THRESHOLDS["copies_share"] and pageable < THRESHOLDS["pageable_h2d_per_step"]:
+    pageable_share = _share(s.pageable_h2d_us, s)
+    pinning_pays = (pageable >= THRESHOLDS["pageable_h2d_per_step"]
+                    and pageable_share >= THRESHOLDS["pageable_h2d_share"])
+    if share < THRESHOLDS["copies_share"] and not pinning_pays:
         return None
     parts = []
-    if pageable >= THRESHOLDS["pageable_h2d_per_step"]:
+    if pinning_pays:
         parts.append("host-to-device copies from pageable memory: pin the batch and copy with non_blocking=True")
     if s.layout_copies:
         parts.append(f"{s.layout_copies} .contiguous() layout conversions: keep one memory format "
                      "(channels_last for convolution models)")
     parts.append("move dtype/device conversions out of the loop: create tensors where and as they are used")
+    pinned = (f"{pageable:.0f} host-to-device cop{'y' if round(pageable) == 1 else 'ies'} per step from pageable "
+              f"memory take {pageable_share:.0%} of the step on the GPU")
+    if share >= THRESHOLDS["copies_share"]:
+        title = f"Copies and conversions take {share:.0%} of the step" + (f"; {pinned}" if pinning_pays else "")
+    else:
+        title = pinned[0].upper() + pinned[1:]
     return _finding(
-        "copies", ctx, max(share, THRESHOLDS["severity_medium"] if pageable else 0.0),
-        f"Copies and conversions take {share:.0%} of the step",
+        "copies", ctx, max(share, pageable_share if pinning_pays else 0.0), title,
         {"copies_ms_per_step": round(s.copy_us / s.steps / 1e3, 3), "share_of_step": round(share, 4),
-         "pageable_h2d_per_step": round(pageable, 2), "contiguous_calls": s.layout_copies},
+         "pageable_h2d_per_step": round(pageable, 2),
+         "pageable_h2d_ms_per_step": round(s.pageable_h2d_us / s.steps / 1e3, 3), "contiguous_calls": s.layout_copies},
         "; ".join(parts) + ".",
         f"{ctx.user.loader} = DataLoader({ctx.user.loader}.dataset, batch_size={ctx.user.loader}.batch_size, "
         "pin_memory=True)\n"

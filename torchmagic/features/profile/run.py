@@ -30,7 +30,8 @@ from .roofline import place_on_roofline
 from .frames import frame_label, ipython_cell_files
 from .result import SORT_KEYS, OpRow, ProfileResult
 from .rules import AllocatorCounters, RuleContext, diagnose, kernel_stats, missing_kernels_note
-from .trace import STEP_PREFIX, TraceSummary, summarize_trace
+from .kineto import STEP_PREFIX
+from .trace import TraceSummary, summarize_trace
 from .user import UserObjects, user_objects
 
 HOT_LINES_KEPT = 50

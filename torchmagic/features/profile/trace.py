@@ -31,6 +31,8 @@ from torch.autograd import DeviceType
 from ...core.gc_pause import gc_paused
 from ...core.measure.timing import DEVICE_WAIT_MARKER
 from .activity import activity_reader, is_hidden
+from .kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, OPTIMIZER_PREFIXES, PYTHON_FUNCTION, STEP_PREFIX,
+                     USER_ANNOTATION, is_backward_node, is_runtime)
 from .traffic import MATMUL_OPS, off_tensor_core_grain, tensor_traffic
 from .result import TimelineSpan as Span  # a bar: a step's top-level event, or a kernel
 
@@ -46,14 +48,10 @@ DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, OTHER = (
 )
 CATEGORIES = (DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, OTHER)
 
-STEP_PREFIX = "ProfilerStep#"
-BACKWARD_NODE_PREFIX = "autograd::engine::evaluate_function"  # one per backward node, with its forward seq
 _PHASE_PREFIXES = (
     (DEVICE_WAIT_MARKER, DEVICE_WAIT),
-    ("enumerate(DataLoader)", DATA),
-    (BACKWARD_NODE_PREFIX, BACKWARD),
-    ("Optimizer.step#", OPTIMIZER),
-    ("Optimizer.zero_grad#", OPTIMIZER),
+    (DATA_PREFIX, DATA),
+    *((prefix, OPTIMIZER) for prefix in OPTIMIZER_PREFIXES),
 )
 # Ops that read a device value on the host: a full stall when the tensor lives on a GPU.
 SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero",
@@ -135,6 +133,7 @@ class TraceSummary:
     copy_us: float = 0.0
     layout_copies: int = 0
     pageable_h2d: int = 0
+    pageable_h2d_us: float = 0.0  # the device's time in those copies
     # matmul/conv time by precision (self CPU µs on CPU traces, device µs on GPU traces)
     matmul_fp32_us: float = 0.0
     matmul_fp32_calls: int = 0
@@ -204,8 +203,7 @@ class _Ev:
 
 # event kinds
 _OP, _ANNOTATION, _PYTHON, _RUNTIME, _MEMORY = range(5)
-_CPU_KINDS = {"cpu_op": _OP, "user_annotation": _ANNOTATION, "python_function": _PYTHON}
-_DEVICE_ACTIVITIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+_CPU_KINDS = {CPU_OP: _OP, USER_ANNOTATION: _ANNOTATION, PYTHON_FUNCTION: _PYTHON}
 
 
 def summarize_trace(events, trace_start_ns: int, *, shapes: bool = False, flops: bool = False,
@@ -261,7 +259,7 @@ def _split(events, trace_start_ns, out):
             continue
         kind = _CPU_KINDS.get(activity)
         if kind is None:
-            if activity in _DEVICE_ACTIVITIES:
+            if activity in DEVICE_ACTIVITIES:
                 start = (e.start_ns() - t0) / 1000.0
                 device.append(_Ev(name, start, start + e.duration_ns() / 1000.0, e.device_resource_id(),
                                   _OP, e, e.linked_correlation_id()))
@@ -270,7 +268,7 @@ def _split(events, trace_start_ns, out):
                 start = (e.start_ns() - t0) / 1000.0
                 cpu.append(_Ev(name, start, start, e.start_thread_id(), _MEMORY, e))
                 continue
-            if not activity.endswith(("_runtime", "_driver")):
+            if not is_runtime(activity):
                 continue  # profiler overhead markers, GPU-side annotations, sync records
             kind = _RUNTIME  # a CUDA/HIP runtime or driver call, linked to the op that made it
         if name in _SKIPPED_NAMES or e.is_async() or is_hidden(e):
@@ -304,7 +302,7 @@ def _phase_of(name: str) -> str | None:
     for prefix, phase in _PHASE_PREFIXES:
         if name.startswith(prefix):
             return phase
-    return None
+    return BACKWARD if is_backward_node(name) else None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -468,7 +466,7 @@ class _Sweep:
         out, name, dur = self.out, ev.name, ev.end - ev.start
         if not under_op and phase != DATA and name not in NO_KERNEL_OPS:
             out.launching_ops += 1
-        backward_node = phase == BACKWARD and name.startswith(BACKWARD_NODE_PREFIX)
+        backward_node = phase == BACKWARD and is_backward_node(name)
         seq = ev.raw.sequence_nr() if phase is None or backward_node else -1
         if phase is None and not under_op:  # called straight from Python
             if self.last_python is not None and self.last_python[2] == step and ev.start > self.last_python[1]:
@@ -643,6 +641,7 @@ def _attribute_device(device: list[_Ev], out: TraceSummary, sweep: _Sweep, windo
         out.device_kernels += 1
         if "HtoD" in ev.name and "Pageable" in ev.name:
             out.pageable_h2d += 1
+            out.pageable_h2d_us += dur
         intervals.append((ev.start, ev.end))
         out.timeline.append(Span(f"GPU stream {ev.tid}", ev.start, dur, category, ev.name))
     out.matmul_fp32_device_calls = len(fp32_calls)

@@ -19,13 +19,12 @@ from ...core.devices.cuda import tensor_core_precision
 from ..profile.result import ProfileResult
 from ..profile.rules import RuleContext
 from ..profile.run import ProfileOptions, fill_from_summary
-from ..profile.trace import STEP_PREFIX, summarize_trace
+from ..profile.kineto import CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, external_id, is_runtime
+from ..profile.trace import summarize_trace
 from .rank import RankTrace
 from .reader import TraceReader
 
 OPS_EVENT_LIMIT = 300_000  # about 220 MB held, 6 s on the 2-core CPU machine
-_DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-_LINKED_CATS = _DEVICE_CATS | {"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"}
 _NO_DETAILS = (-1, (), (), 0, 0, (0, -1))
 
 
@@ -33,18 +32,21 @@ class TraceEvent:
     """A Chrome-trace event with the accessors of torch's ``_KinetoEvent`` that the summary reads.
 
     Kineto writes an op's own id as ``External id``; a runtime call and the kernels it launched carry
-    that op's id as ``External id`` too, and CUPTI's ``correlation`` between themselves."""
+    that op's id as ``External id`` too (``external id`` before torch 1.10), and CUPTI's ``correlation``
+    between themselves.  Categories are read as the current schema names them (kineto.py)."""
 
-    __slots__ = ("_name", "_cat", "_start", "_dur", "_tid", "_external", "_correlation", "_sequence",
+    __slots__ = ("_name", "_cat", "_linked", "_start", "_dur", "_tid", "_external", "_correlation", "_sequence",
                  "_shapes", "_dtypes", "_flops", "_bytes", "_device")
 
     def __init__(self, event: dict, args: dict):
-        self._name, self._cat = event.get("name", ""), event.get("cat", "")
+        self._name = event.get("name", "")
+        self._cat = activity(event.get("cat"), self._name)
+        self._linked = self._cat in DEVICE_ACTIVITIES or is_runtime(self._cat)
         self._start, self._dur = round(event["ts"] * 1000), round(event.get("dur", 0) * 1000)
         self._tid = event.get("tid", 0)
-        self._external, self._correlation = args.get("External id", 0), args.get("correlation", 0)
+        self._external, self._correlation = external_id(args), args.get("correlation", 0)
         self._sequence, self._shapes, self._dtypes, self._flops, self._bytes, self._device = _NO_DETAILS
-        if self._cat == "cpu_op":  # what the summary reads of an op; of a [memory] event, its size and device
+        if self._cat == CPU_OP:  # what the summary reads of an op; of a [memory] event, its size and device
             self._sequence = args.get("Sequence number", -1)
             self._shapes, self._dtypes = args.get("Input Dims", ()), args.get("Input type", ())
             self._flops = args.get("flops", 0)
@@ -73,10 +75,10 @@ class TraceEvent:
         return False
 
     def correlation_id(self):
-        return self._correlation if self._cat in _LINKED_CATS else self._external
+        return self._correlation if self._linked else self._external
 
     def linked_correlation_id(self):
-        return self._external if self._cat in _LINKED_CATS else 0
+        return self._external if self._linked else 0
 
     def sequence_nr(self):
         return self._sequence
@@ -124,10 +126,10 @@ def trace_profile(trace: RankTrace) -> ProfileResult:
     start = min(e.start_ns() for e in events)
     notes = ["Read from a trace file: a step's time is its ProfilerStep range as recorded (the device was "
              "not synchronised at its end)."] + ([note] if note else [])
-    if not any(e.activity_type() == "user_annotation" and e.name().startswith(STEP_PREFIX) for e in events):
+    if not any(e.activity_type() == USER_ANNOTATION and e.name().startswith(STEP_PREFIX) for e in events):
         events.append(_whole_trace_marker(events, start))  # one step, on the thread that ran most ops
         notes.append("No ProfilerStep markers: the whole trace is read as one step.")
-    device = _device(reader.meta, any(e.activity_type() in _DEVICE_CATS for e in events))
+    device = _device(reader.meta, any(e.activity_type() in DEVICE_ACTIVITIES for e in events))
     summary = summarize_trace(events, start, shapes=any(e.shapes() for e in events),
                               flops=any(e.flops() for e in events))
     del events
@@ -172,16 +174,16 @@ def _launched_in(events: list[TraceEvent], kept: tuple[float, float]) -> list[Tr
     """Kernels (and copies) launched within the kept steps: those the next step's CPU events launched
     (read in the slack after the last kept step) go too."""
     start, end = kept[0] * 1000, kept[1] * 1000  # µs on the file's clock; events keep ns
-    inside = [e for e in events if e._cat not in _DEVICE_CATS and start <= e._start <= end]
-    ops = {e._external for e in inside if e._cat not in _LINKED_CATS and e._external}
-    launches = {e._correlation for e in inside if e._cat in _LINKED_CATS}
-    return [e for e in events if e._cat not in _DEVICE_CATS or e._external in ops or e._correlation in launches]
+    inside = [e for e in events if e._cat not in DEVICE_ACTIVITIES and start <= e._start <= end]
+    ops = {e._external for e in inside if not e._linked and e._external}
+    launches = {e._correlation for e in inside if e._linked}
+    return [e for e in events if e._cat not in DEVICE_ACTIVITIES or e._external in ops or e._correlation in launches]
 
 
 def _whole_trace_marker(events: list[TraceEvent], start: int) -> TraceEvent:
-    busiest = Counter(e.start_thread_id() for e in events if e.activity_type() == "cpu_op").most_common(1)
+    busiest = Counter(e.start_thread_id() for e in events if e.activity_type() == CPU_OP).most_common(1)
     end = max(e.start_ns() + e.duration_ns() for e in events)
-    return TraceEvent({"name": f"{STEP_PREFIX}0", "cat": "user_annotation", "ts": start / 1000,
+    return TraceEvent({"name": f"{STEP_PREFIX}0", "cat": USER_ANNOTATION, "ts": start / 1000,
                        "dur": (end - start) / 1000, "tid": busiest[0][0] if busiest else 0}, {})
 
 

@@ -22,15 +22,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..profile.kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, KERNEL, OPTIMIZER_PREFIXES,
+                              STEP_PREFIX, USER_ANNOTATION, activity, is_backward_node)
 from .intervals import IntervalSet
 
-STEP_PREFIX = "ProfilerStep#"
-DATA_PREFIX = "enumerate(DataLoader)"
-BACKWARD_PREFIX = "autograd::engine::evaluate_function"
-OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
 HOST_BACKENDS = ("gloo:", "mpi:", "ucc:")
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
-_DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 # bytes per element of record_param_comms' dtype names
 _DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Long": 8, "Int": 4, "Char": 1, "Byte": 1,
@@ -39,7 +36,7 @@ _DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Long": 8, "I
 
 def collective_op(cat: str, name: str) -> str | None:
     """The collective an event executes ('all_reduce' ...), or None if it is not one."""
-    if cat == "kernel":
+    if cat == KERNEL:
         match = _NCCL_KERNEL.match(name)
         return _CAMEL.sub("_", match.group(1)).lower() if match else None
     if name.startswith(HOST_BACKENDS):
@@ -78,6 +75,7 @@ class RankTrace:
     device_collectives: list[Collective] = field(default_factory=list)
     comm_bytes: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # 'allreduce' -> bytes
     meta: dict[str, Any] = field(default_factory=dict)
+    categories: dict[str, int] = field(default_factory=dict)  # timed events by (current-schema) category
 
     @property
     def on_device(self) -> bool:
@@ -130,23 +128,25 @@ def read_rank(events, path: str) -> RankTrace:
             end = start + float(ev.get("dur", 0.0))
         except (KeyError, TypeError, ValueError):
             continue
-        name, cat = ev.get("name"), ev.get("cat")
+        name = ev.get("name")
         if not isinstance(name, str):
             continue
+        cat = activity(ev.get("cat"), name)
+        out.categories[cat] = out.categories.get(cat, 0) + 1
         if start < first:
             first = start
         if end > last:
             last = end
-        if cat == "cpu_op":
+        if cat == CPU_OP:
             if name.startswith("c10d::"):  # c10d ops enqueue work, and may block on it
                 continue
             if name == "record_param_comms":
                 _describe(out, ev.get("args") or {})
                 continue
             out.host_busy.add(start, end)
-            if name.startswith(BACKWARD_PREFIX):
+            if is_backward_node(name):
                 out.backward.add(start, end)
-        elif cat == "user_annotation":
+        elif cat == USER_ANNOTATION:
             if name.startswith(STEP_PREFIX):
                 number = name[len(STEP_PREFIX):]
                 if number.isdigit():
@@ -159,14 +159,14 @@ def read_rank(events, path: str) -> RankTrace:
             elif name.startswith(HOST_BACKENDS):
                 out.host_comm.add(start, end)
                 out.host_collectives.append(Collective(collective_op(cat, name), start, end - start, _finished(ev)))
-        elif cat == "kernel":
+        elif cat == KERNEL:
             op = collective_op(cat, name)
             if op is None:
                 out.device_busy.add(start, end)
             else:
                 out.device_comm.add(start, end)
                 out.device_collectives.append(Collective(op, start, end - start, _finished(ev)))
-        elif cat in _DEVICE_CATS:
+        elif cat in DEVICE_ACTIVITIES:
             out.device_busy.add(start, end)
     if first <= last:
         out.span = (first, last)

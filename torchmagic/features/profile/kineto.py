@@ -1,0 +1,88 @@
+"""The vocabulary of kineto's traces, in one place: its event categories (as torch 1.8-1.9 and torch
+1.10 onwards name them), the ranges PyTorch records around a step's parts, and which categories are
+the device's own work.  The live profiler's events (trace.py) and trace files (traces/) are read by
+these names only.
+
+Two schemas exist.  Torch 1.10 onwards (kineto's current one): ``cpu_op``, ``user_annotation``,
+``python_function``, ``cuda_runtime``/``cuda_driver`` (ROCm writes ``cuda_runtime`` too, or
+``hip_runtime``), ``kernel``, ``gpu_memcpy``, ``gpu_memset``; the op's id is ``External id``.
+Torch 1.8-1.9 (the PyTorch profiler tutorial's traces): ``Operator`` for ops *and* record_function
+ranges (ProfilerStep#N, the DataLoader's ``__next__``), ``Runtime``, ``Kernel``, ``Memcpy``,
+``Memset``, ``Python``; device and runtime events carry the op's id as ``external id``.
+Timestamps are microseconds in both (``displayTimeUnit`` only tells a viewer how to show them).
+"""
+
+from __future__ import annotations
+
+import re
+
+STEP_PREFIX = "ProfilerStep#"
+DATA_PREFIX = "enumerate(DataLoader)"
+BACKWARD_PREFIX = "autograd::engine::evaluate_function"  # one per backward node, with its forward seq
+OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
+
+CPU_OP, USER_ANNOTATION, PYTHON_FUNCTION = "cpu_op", "user_annotation", "python_function"
+KERNEL, MEMCPY, MEMSET = "kernel", "gpu_memcpy", "gpu_memset"
+DEVICE_ACTIVITIES = frozenset({KERNEL, MEMCPY, MEMSET})
+RUNTIME_SUFFIXES = ("_runtime", "_driver")  # cuda_runtime, cuda_driver, hip_runtime, ...
+# Read and set aside on purpose: the trace's own span, GPU-side copies of user ranges, CUPTI's sync and
+# range records, kineto's overhead markers, flow arrows and instant events
+UNREAD_ON_PURPOSE = frozenset({"Trace", "gpu_user_annotation", "cuda_sync", "cuda_profiler_range", "overhead",
+                               "cpu_instant_event", "ac2g", "fwdbwd", "async", "flow", "forward_backward"})
+
+_EARLIER_SCHEMA = {"Operator": CPU_OP, "Runtime": "cuda_runtime", "Kernel": KERNEL, "Memcpy": MEMCPY,
+                   "Memset": MEMSET, "Python": PYTHON_FUNCTION}
+_AUTOGRAD_NODE = re.compile(r"^[A-Z]\w*Backward\d*$")
+_ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
+
+
+def activity(cat, name: str) -> str:
+    """The current schema's category of an event whose trace says ``cat``."""
+    mapped = _EARLIER_SCHEMA.get(cat)
+    if mapped is None:
+        return cat if isinstance(cat, str) else ""
+    if mapped == CPU_OP and not _is_op(name):
+        return USER_ANNOTATION  # torch 1.8-1.9 wrote record_function ranges as operators
+    if mapped == "cuda_runtime" and name.startswith("hip"):
+        return "hip_runtime"
+    return mapped
+
+
+def _is_op(name: str) -> bool:
+    """An operator (aten::mm, c10d::allreduce_, autograd::engine::..., AddmmBackward) as opposed to a
+    range the code named (ProfilerStep#3, enumerate(DataLoader)#..., Optimizer.step#SGD.step, ## forward ##)."""
+    return "::" in name or bool(_AUTOGRAD_NODE.match(name))
+
+
+def is_backward_node(name: str) -> bool:
+    """An autograd node's run in backward: ``autograd::engine::evaluate_function: MmBackward0`` since
+    torch 1.10; the node itself (``MmBackward``, ``torch::autograd::AccumulateGrad``) before."""
+    return name.startswith(BACKWARD_PREFIX) or name == _ACCUMULATE_GRAD or bool(_AUTOGRAD_NODE.match(name))
+
+
+def is_runtime(activity_type: str) -> bool:
+    return activity_type.endswith(RUNTIME_SUFFIXES)
+
+
+def external_id(args: dict) -> int:
+    """The op an event belongs to: its own id on an op, the launching op's on a runtime call or kernel."""
+    value = args.get("External id")
+    if value is None:
+        value = args.get("external id", 0)  # torch 1.8-1.9, on runtime calls and device events
+    return value if isinstance(value, int) else 0
+
+
+def is_read(activity_type: str) -> bool:
+    """Whether the summary reads events of this (current-schema) category."""
+    return (activity_type in (CPU_OP, USER_ANNOTATION, PYTHON_FUNCTION) or activity_type in DEVICE_ACTIVITIES
+            or is_runtime(activity_type))
+
+
+def unread_note(counts: dict[str, int]) -> str | None:
+    """One line naming the categories of timed events a trace holds that nothing here reads, or None."""
+    unread = {cat: n for cat, n in counts.items() if not is_read(cat) and cat not in UNREAD_ON_PURPOSE}
+    if not unread:
+        return None
+    listed = ", ".join(f"{n:,} '{cat or '(none)'}'" for cat, n in sorted(unread.items(), key=lambda kv: -kv[1]))
+    return (f"Not read: timed events of categories this version does not understand ({listed}); the figures "
+            "above leave them out (an accelerator other than CUDA or ROCm, or a newer kineto schema).")
