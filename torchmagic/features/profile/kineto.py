@@ -30,6 +30,21 @@ RUNTIME_SUFFIXES = ("_runtime", "_driver")  # cuda_runtime, cuda_driver, hip_run
 UNREAD_ON_PURPOSE = frozenset({"Trace", "gpu_user_annotation", "cuda_sync", "cuda_profiler_range", "overhead",
                                "cpu_instant_event", "ac2g", "fwdbwd", "async", "flow", "forward_backward"})
 
+# One-time costs: runtime calls that, when slow, are the process starting to use the GPU rather than the
+# step's work (each takes microseconds once the process is warm).  Each kind is told apart by its calls.
+START_UP_MIN_US = 10_000.0
+CUDA_CONTEXT = "creating the CUDA context"
+LIBRARY_SET_UP = "setting up streams and libraries (cuDNN, cuBLAS) in an op's first call"
+LAZY_LOADING = "loading kernels at their first launch (CUDA's lazy module loading)"
+CONTEXT_CALLS = frozenset({"cudaDeviceGetStreamPriorityRange", "cuInit", "cuDevicePrimaryCtxRetain", "cudaSetDevice",
+                           "cudaInitDevice", "cudaGetDeviceCount", "cudaGetDevice", "hipInit", "hipSetDevice",
+                           "hipGetDeviceCount", "hipDeviceGetStreamPriorityRange"})
+SET_UP_CALLS = frozenset({"cudaStreamCreate", "cudaStreamCreateWithFlags", "cudaStreamCreateWithPriority", "cudaFree",
+                          "cudaGetDeviceProperties", "cudaDeviceGetAttribute", "cudaEventCreateWithFlags",
+                          "hipStreamCreate", "hipStreamCreateWithFlags", "hipFree", "hipGetDeviceProperties"})
+LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                          "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel"})
+
 _EARLIER_SCHEMA = {"Operator": CPU_OP, "Runtime": "cuda_runtime", "Kernel": KERNEL, "Memcpy": MEMCPY,
                    "Memset": MEMSET, "Python": PYTHON_FUNCTION}
 _AUTOGRAD_NODE = re.compile(r"^[A-Z]\w*Backward\d*$")
@@ -58,6 +73,33 @@ def is_backward_node(name: str) -> bool:
     """An autograd node's run in backward: ``autograd::engine::evaluate_function: MmBackward0`` since
     torch 1.10; the node itself (``MmBackward``, ``torch::autograd::AccumulateGrad``) before."""
     return name.startswith(BACKWARD_PREFIX) or name == _ACCUMULATE_GRAD or bool(_AUTOGRAD_NODE.match(name))
+
+
+def one_time_cost(name: str, dur_us: float, first_call_of_its_op: bool, first_launch_of_its_kernel: bool) -> str | None:
+    """What one-time cost a runtime call is (CUDA_CONTEXT, LIBRARY_SET_UP, LAZY_LOADING), or None for the
+    step's own work.  Set-up is slow inside an op's first call only (cuDNN's handle and workspace in the
+    first convolution); later, a slow cudaFree is the allocator returning memory, which is steady state.
+    A launch is slow at a kernel's first launch only; later, a slow launch is the GPU's queue being full
+    (the host ahead of a busy GPU)."""
+    if dur_us < START_UP_MIN_US:
+        return None
+    if name in CONTEXT_CALLS:
+        return CUDA_CONTEXT
+    if name in SET_UP_CALLS and first_call_of_its_op:
+        return LIBRARY_SET_UP
+    if name in LAUNCH_CALLS and first_launch_of_its_kernel:
+        return LAZY_LOADING
+    return None
+
+
+def timing_note(counts: dict[str, int]) -> str | None:
+    """A line where the trace's own times are not the run's: CUPTI's range profiler replays each kernel to
+    read its hardware counters, so launches and kernels took many times their usual time."""
+    if counts.get("cuda_profiler_range"):
+        return ("CUPTI's range profiler ran (cuda_profiler_range events): it replays each kernel to read hardware "
+                "counters, so launch and kernel times here are far longer than the run's own; profile without it "
+                "to judge the time.")
+    return None
 
 
 def is_runtime(activity_type: str) -> bool:

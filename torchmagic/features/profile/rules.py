@@ -154,7 +154,9 @@ def _finding(rule: str, ctx: RuleContext, share: float, title: str, evidence: di
 
 
 def _share(part_us: float, s: TraceSummary) -> float:
-    return part_us / s.total_step_us if s.total_step_us > 0 else 0.0
+    """A share of the steady state: the steps' time less one-time costs (the CUDA context ...)."""
+    steady = s.steady_step_us
+    return part_us / steady if steady > 0 else 0.0
 
 
 def dataloader(s: TraceSummary, ctx: RuleContext) -> Finding | None:
@@ -387,7 +389,7 @@ def _overhead(op_us: list[float], python_us: float, s: TraceSummary,
     if median > THRESHOLDS["dispatch_median_op_us"]:
         return None
     overhead = sum(d for d in op_us if d <= THRESHOLDS["dispatch_median_op_us"]) + python_us
-    part_us = s.total_step_us if part_us is None else part_us
+    part_us = s.steady_step_us if part_us is None else part_us
     if part_us <= 0 or overhead / part_us < THRESHOLDS["dispatch_small_op_share"]:
         return None
     return per_step, median, _share(overhead, s)
@@ -533,10 +535,11 @@ def optimizer(s: TraceSummary, ctx: RuleContext) -> Finding | None:
 
 
 def gpu_idle(s: TraceSummary, ctx: RuleContext, others: list[Finding] = ()) -> Finding | None:
-    if not ctx.traces_kernels or not s.has_device_events or s.total_step_us <= 0:
+    steady = s.steady_step_us
+    if not ctx.traces_kernels or not s.has_device_events or steady <= 0:
         return None
-    idle = max(s.total_step_us - s.device_busy_us, 0.0)
-    share = idle / s.total_step_us
+    idle = max(steady - s.device_busy_us, 0.0)
+    share = idle / steady
     if share < THRESHOLDS["gpu_idle_share"]:
         return None
     causes = [f.rule for f in others if f.rule in ("dataloader", "sync", "dispatch_bound", "copies")]
@@ -652,7 +655,7 @@ SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 
 def diagnose(summary: TraceSummary, ctx: RuleContext) -> list[Finding]:
     """All findings for a profile, most costly first."""
-    if summary.steps == 0 or summary.total_step_us <= 0:
+    if summary.steps == 0 or summary.steady_step_us <= 0:
         return []
     found = [f for rule in RULES if (f := rule(summary, ctx)) is not None]
     idle = gpu_idle(summary, ctx, found)

@@ -23,6 +23,7 @@ from ...core.interrupts import guards
 from ...core.limits import SettingError, check_count, describe_error, usable_cores
 from ...core.measure import timed_call
 from ...core.outcome import Outcome
+from ...core.render.format import fmt_us
 from ...core.state import names_reached
 from .activity import python_calls
 from .allocations import allocation_report
@@ -202,6 +203,11 @@ def fill_from_summary(result: ProfileResult, s: TraceSummary, ctx: RuleContext) 
     result.findings = diagnose(s, ctx)
     if note := missing_kernels_note(s, ctx):
         result.notes.append(note)
+    if s.one_time_us:
+        costs = ", ".join(f"{kind} {fmt_us(us)}" for kind, us in
+                          sorted(s.one_time_us.items(), key=lambda kv: -kv[1]))
+        result.notes.append(f"One-time costs in the profiled steps, shown as start-up and kept out of the findings' "
+                            f"shares: {costs}. Profile after a warm-up step (--warmup 1) to see the steady state alone.")
     result.event_count = s.event_count
     result.ops = [
         OpRow(o.name, o.calls, o.self_cpu_us, o.total_cpu_us, o.self_device_us, o.flops,

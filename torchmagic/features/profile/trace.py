@@ -31,12 +31,12 @@ from torch.autograd import DeviceType
 from ...core.gc_pause import gc_paused
 from ...core.measure.timing import DEVICE_WAIT_MARKER
 from .activity import activity_reader, is_hidden
-from .kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, OPTIMIZER_PREFIXES, PYTHON_FUNCTION, STEP_PREFIX,
-                     USER_ANNOTATION, is_backward_node, is_runtime)
+from .kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, LAUNCH_CALLS, OPTIMIZER_PREFIXES, PYTHON_FUNCTION,
+                     START_UP_MIN_US, STEP_PREFIX, USER_ANNOTATION, is_backward_node, is_runtime, one_time_cost)
 from .traffic import MATMUL_OPS, off_tensor_core_grain, tensor_traffic
 from .result import TimelineSpan as Span  # a bar: a step's top-level event, or a kernel
 
-DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, OTHER = (
+DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, START_UP, OTHER = (
     "data loading",
     "forward",
     "backward",
@@ -44,9 +44,10 @@ DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, OTHER = (
     "copies",
     "syncs",
     "device wait",  # the CPU waiting at step end for queued GPU work (GPU-bound: good)
+    "start-up",     # one-time costs (the CUDA context, lazy kernel loading): not the steady state
     "other",        # Python between ops, user annotations' own time
 )
-CATEGORIES = (DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, OTHER)
+CATEGORIES = (DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, START_UP, OTHER)
 
 _PHASE_PREFIXES = (
     (DEVICE_WAIT_MARKER, DEVICE_WAIT),
@@ -175,6 +176,8 @@ class TraceSummary:
     # the user's innermost functions (python tracer): frame -> inclusive µs of the ops they called
     hot_lines: Counter = field(default_factory=Counter)
     timeline: list[Span] = field(default_factory=list)
+    # one-time costs inside the steps (kineto.one_time_cost's kinds -> µs): kept out of the steady state
+    one_time_us: dict[str, float] = field(default_factory=dict)
 
     @property
     def steps(self) -> int:
@@ -183,6 +186,11 @@ class TraceSummary:
     @property
     def total_step_us(self) -> float:
         return sum(self.step_us)
+
+    @property
+    def steady_step_us(self) -> float:
+        """The steps' time less their one-time costs: what the rules judge shares of."""
+        return max(self.total_step_us - sum(self.one_time_us.values()), 0.0)
 
     @property
     def python_op_median_us(self) -> float | None:
@@ -234,6 +242,7 @@ def _summarize(events, trace_start_ns: int, shapes: bool, flops: bool, python_ca
     windows = [(ev.start, ev.end) for ev in markers]
     main_tid = markers[0].tid if markers else None
     sweep = _Sweep(out, windows, {id(ev): i for i, ev in enumerate(markers)}, shapes=shapes, flops=flops)
+    sweep.first_launches = _first_launches(device)
     for tid, evs in by_thread.items():
         sweep.run(evs, "CPU main thread" if tid == main_tid else f"CPU thread {tid}")
     _discount_waiting(out, sweep, windows)
@@ -279,6 +288,14 @@ def _split(events, trace_start_ns, out):
             ev.corr = e.linked_correlation_id()
         cpu.append(ev)
     return cpu, device
+
+
+def _first_launches(device: list[_Ev]) -> set[int]:
+    """The CUPTI correlation ids of each kernel's first launch in the trace."""
+    first: dict[str, int] = {}
+    for ev in sorted(device, key=lambda ev: ev.start):
+        first.setdefault(ev.name, ev.raw.correlation_id())
+    return set(first.values())
 
 
 def _link_runtime_threads(cpu: list[_Ev]) -> None:
@@ -388,6 +405,9 @@ class _Sweep:
         self.main_lane = "CPU main thread"
         self.last_python: tuple[int, float, int] | None = None  # (index, end, step) of the thread's last Python op
         self.gaps: list[tuple[int, float, float]] = []  # (index of a Python op, start, end) of the Python after it
+        self.one_time: dict[int, str] = {}  # id() of a runtime call that is a one-time cost -> its kind
+        self.first_launches: set[int] = set()  # CUPTI correlation ids of each kernel's first launch
+        self.op_calls: Counter = Counter()  # op name -> calls opened so far
 
     def run(self, evs: list[_Ev], lane: str) -> None:
         out = self.out
@@ -435,6 +455,7 @@ class _Sweep:
             elif kind == _PYTHON and frame is not None and library is None and is_library_frame(name):
                 library = name  # the library call the user's code made: a loop of its own may be in there
             if kind == _OP:
+                self.op_calls[name] += 1
                 # a sync or copy the user asked for, not one inside another op's implementation
                 in_sync = in_sync or (name in SYNC_OPS and not under_op)
                 in_copy = in_copy or (name in COPY_OPS and not under_op)
@@ -443,6 +464,8 @@ class _Sweep:
             elif kind == _RUNTIME:
                 if name in LAUNCH_CALLS:
                     self.launch_end[ev.raw.correlation_id()] = ev.end
+                if ev.end - ev.start >= START_UP_MIN_US:
+                    self._one_time(ev, parent)
                 if step is not None and name in SYNC_RUNTIME and phase is None and not in_sync:
                     out.sync_runtime_calls += 1  # explicit torch.cuda.synchronize() and friends
                     out.sync_runtime_us += ev.end - ev.start
@@ -451,6 +474,14 @@ class _Sweep:
             stack.append([ev, 0.0, phase, in_sync, in_copy, step, top, frame, under_op or kind == _OP, library])
         while stack:
             self._close(stack.pop(), lane)
+
+    def _one_time(self, ev: _Ev, parent) -> None:
+        """Mark a slow runtime call that is a one-time cost (kineto.one_time_cost)."""
+        op = parent[0] if parent is not None and parent[0].kind == _OP else None
+        kind = one_time_cost(ev.name, ev.end - ev.start, op is not None and self.op_calls[op.name] == 1,
+                             ev.name in LAUNCH_CALLS and ev.raw.correlation_id() in self.first_launches)
+        if kind is not None:
+            self.one_time[id(ev)] = kind
 
     def _launch_outside_ops(self, ev: _Ev, stack: list[list], category: str) -> None:
         """A runtime call no op encloses (a custom extension's or a hand-written Triton kernel's launch
@@ -510,7 +541,12 @@ class _Sweep:
         dur = ev.end - ev.start
         self_us = max(dur - child_us, 0.0)
         is_step = top is None  # only a step marker has a step but no bar above it
-        category = OTHER if is_step else _category(kind, name, phase, in_sync, in_copy)
+        one_time = self.one_time.get(id(ev)) if kind == _RUNTIME else None
+        if one_time is not None:
+            category = START_UP
+            out.one_time_us[one_time] = out.one_time_us.get(one_time, 0.0) + self_us
+        else:
+            category = OTHER if is_step else _category(kind, name, phase, in_sync, in_copy)
         out.category_us[category] += self_us
         if top is not None:
             top.cats[category] = top.cats.get(category, 0.0) + self_us
@@ -729,6 +765,3 @@ def _bound_timeline(out: TraceSummary) -> None:
         bounded += [Span(lane, start, end - start, category, "(binned)") for start, end, category in bars]
     out.timeline = bounded
 
-
-LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-                          "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel"})

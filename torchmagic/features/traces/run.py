@@ -9,7 +9,7 @@ import re
 import time
 from collections.abc import Iterable
 
-from ..profile.kineto import unread_note
+from ..profile.kineto import timing_note, unread_note
 from .cross import find_straggler, match_collectives, representative_lanes, summarize_rank
 from .ops import too_big_to_table, trace_profile
 from .rank import RankTrace, read_rank
@@ -53,9 +53,9 @@ def analyze_traces(source, *, label: str | None = None, operators: bool = True) 
         notes.append(f"traces for {len(traces)} of the job's {world_size} ranks "
                      f"({', '.join(str(t.rank) for t in traces)}): the others are not compared")
     for trace in traces:
-        unread = unread_note(trace.categories)
-        if unread:
-            notes.append(unread if len(traces) == 1 else f"rank {trace.rank}: {unread}")
+        for note in (unread_note(trace.categories), timing_note(trace.categories)):
+            if note:
+                notes.append(note if len(traces) == 1 else f"rank {trace.rank}: {note}")
     unmarked = [t.rank for t in traces if not t.steps]
     if unmarked:
         notes.append(f"no ProfilerStep markers on rank(s) {', '.join(map(str, unmarked))}: each trace is "
