@@ -353,11 +353,20 @@ def dispatch_bound(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     if judged is None:
         return None
     per_step, median, share = judged
+    starved = gpu_waiting_share(s, ctx)
+    if starved is not None:
+        # On a GPU the host's overhead costs only the time the GPU waits for it: none while kernels queue
+        if starved < THRESHOLDS["dispatch_small_op_share"]:
+            return None
+        share = min(share, starved)
     target = "CUDA graphs (mode='reduce-overhead')" if ctx.captures_cuda_graphs else "fused kernels"
     where = f" {part.name} part" if part is not None else ""
     title = f"Overhead-bound{where}: {per_step:.0f} ops per step from Python, median {median:.1f} µs each"
     evidence = {"ops_per_step": round(per_step, 1), "median_op_us": round(median, 2),
                 "python_and_small_op_share": round(share, 4)}
+    if starved is not None:
+        evidence["gpu_waiting_share"] = round(starved, 4)
+        title += f"; the GPU waits for them {starved:.0%} of the step"
     if part is not None:
         evidence["part"] = part.name
         evidence["part_share_of_step"] = round(_share(part.time_us, s), 4)
@@ -375,6 +384,16 @@ def dispatch_bound(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         "(larger batches, vectorise Python loops over tensors).",
         f"{ctx.user.model} = torch.compile({ctx.user.model})  # pays off after the compile cost is amortised; measure it",
     )
+
+
+def gpu_waiting_share(s: TraceSummary, ctx: RuleContext) -> float | None:
+    """On a GPU trace, the share of the step the GPU sits idle for want of launches: idle time less the
+    loading it idles through (the dataloader rule's); None where the trace has no kernels to tell by."""
+    steady = s.steady_step_us
+    if not ctx.traces_kernels or not s.has_device_events or steady <= 0:
+        return None
+    idle = max(steady - s.device_busy_us - (s.data_exposed_us or 0.0), 0.0)
+    return idle / steady
 
 
 def _overhead(op_us: list[float], python_us: float, s: TraceSummary,
@@ -453,6 +472,9 @@ def copies(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     pageable_share = _share(s.pageable_h2d_us, s)
     pinning_pays = (pageable >= THRESHOLDS["pageable_h2d_per_step"]
                     and pageable_share >= THRESHOLDS["pageable_h2d_share"])
+    starved = gpu_waiting_share(s, ctx)
+    if starved is not None:
+        share = min(share, starved)  # a host-side copy costs a GPU step only the time the GPU waits for it
     if share < THRESHOLDS["copies_share"] and not pinning_pays:
         return None
     parts = []

@@ -400,6 +400,7 @@ class _Sweep:
         self.memory: list[tuple[float, str, int]] = []  # (time, device, bytes) of each allocation/free
         self.misaligned: dict[int, str] = {}   # op's correlation id -> "MxKxN" of a 16-bit matmul off tensor cores' grain
         self.launch_end: dict[int, float] = {}  # CUPTI correlation id -> when the launch call returned
+        self.launched_in_step: dict[int, bool] = {}  # CUPTI correlation id of a runtime call -> made in a step
         self.bars: dict[str, list[tuple[float, float]]] = defaultdict(list)  # lane -> top-level intervals
         self.data_intervals: list[tuple[float, float]] = []
         self.main_lane = "CPU main thread"
@@ -462,8 +463,10 @@ class _Sweep:
                 if step is not None:
                     self._op_opened(ev, step, phase, frame, under_op, library)
             elif kind == _RUNTIME:
+                corr = ev.raw.correlation_id()
                 if name in LAUNCH_CALLS:
-                    self.launch_end[ev.raw.correlation_id()] = ev.end
+                    self.launch_end[corr] = ev.end
+                self.launched_in_step[corr] = step is not None
                 if ev.end - ev.start >= START_UP_MIN_US:
                     self._one_time(ev, parent)
                 if step is not None and name in SYNC_RUNTIME and phase is None and not in_sync:
@@ -644,11 +647,13 @@ def _shape_text(shapes) -> str:
 
 def _attribute_device(device: list[_Ev], out: TraceSummary, sweep: _Sweep, windows) -> None:
     """Give each kernel/memcpy to the op that launched it, or where no op did, to the user range
-    around its launch; measure device busy time in steps."""
+    around its launch; measure the device time of the steps: the union of the kernels the steps
+    launched, wherever they ran (a host ahead of its GPU leaves the last steps' kernels running after
+    the profiled window), and where the launch is not in the trace, of the kernels run inside the steps."""
     if not device:
         return
     out.has_device_events = True
-    intervals = []
+    intervals, launched_in_steps, unlinked = [], [], []
     fp32_calls = set()
     for ev in device:
         dur = ev.end - ev.start
@@ -679,10 +684,16 @@ def _attribute_device(device: list[_Ev], out: TraceSummary, sweep: _Sweep, windo
             out.pageable_h2d += 1
             out.pageable_h2d_us += dur
         intervals.append((ev.start, ev.end))
+        in_step = sweep.launched_in_step.get(ev.raw.correlation_id())
+        if in_step:
+            launched_in_steps.append((ev.start, ev.end))
+        elif in_step is None:  # its runtime call is not in the trace
+            unlinked.append((ev.start, ev.end))
         out.timeline.append(Span(f"GPU stream {ev.tid}", ev.start, dur, category, ev.name))
     out.matmul_fp32_device_calls = len(fp32_calls)
     busy = _union(intervals)
-    out.device_busy_us = _overlap(busy, _union(windows))
+    steps_busy = _union(launched_in_steps + _intersection(_union(unlinked), _union(windows)))
+    out.device_busy_us = sum(end - start for start, end in steps_busy)
     data = _union(sweep.data_intervals)
     out.data_exposed_us = sum(end - start for start, end in data) - _overlap(data, busy)
 
@@ -697,19 +708,24 @@ def _union(intervals) -> list[tuple[float, float]]:
     return [(a, b) for a, b in merged]
 
 
-def _overlap(a, b) -> float:
-    """Total length where two sorted, disjoint interval lists overlap."""
+def _intersection(a, b) -> list[tuple[float, float]]:
+    """Where two sorted, disjoint interval lists overlap, as such a list."""
     i = j = 0
-    total = 0.0
+    out = []
     while i < len(a) and j < len(b):
         lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
         if hi > lo:
-            total += hi - lo
+            out.append((lo, hi))
         if a[i][1] < b[j][1]:
             i += 1
         else:
             j += 1
-    return total
+    return out
+
+
+def _overlap(a, b) -> float:
+    """Total length where two sorted, disjoint interval lists overlap."""
+    return sum(hi - lo for lo, hi in _intersection(a, b))
 
 
 def _subtract(a, b) -> list[tuple[float, float]]:
