@@ -153,6 +153,11 @@ def _finding(rule: str, ctx: RuleContext, share: float, title: str, evidence: di
                    fix=fix, snippet=snippet, verify=verify, share=round(share, 4))
 
 
+def _per_step(count: float) -> str:
+    """A count per step as it is: 4, or 3.5 where the steps differ."""
+    return f"{count:.1f}".removesuffix(".0")
+
+
 def _share(part_us: float, s: TraceSummary) -> float:
     """A share of the steady state: the steps' time less one-time costs (the CUDA context ...)."""
     steady = s.steady_step_us
@@ -290,19 +295,27 @@ def loader_workers(s: TraceSummary, ctx: RuleContext, exposed_us: float) -> tupl
 
 
 def sync(s: TraceSummary, ctx: RuleContext) -> Finding | None:
-    per_step = s.sync_calls / s.steps
-    blocking_us = s.sync_us + s.sync_runtime_us
+    per_step = (s.sync_calls + s.device_read_calls) / s.steps
+    blocking_us = s.sync_us + s.sync_runtime_us + s.device_read_us
     share = _share(blocking_us, s)
     if per_step < THRESHOLDS["sync_calls_per_step"] and share < THRESHOLDS["sync_block_share"]:
         return None
     if not ctx.accelerator:
-        title = (f"{per_step:.0f} host reads of tensor values per step (.item(), .tolist(), nonzero): "
+        title = (f"{_per_step(per_step)} host reads of tensor values per step (.item(), .tolist(), nonzero): "
                  "free on CPU, a full pipeline stall each on a GPU")
         share = min(share, THRESHOLDS["severity_medium"] - 1e-9)  # cheap here: never above 'low'
     else:
-        title = f"{per_step:.0f} host-device syncs per step block the CPU for {share:.0%} of the step"
+        title = f"{_per_step(per_step)} host-device syncs per step block the CPU for {share:.0%} of the step"
+        if s.device_read_calls:
+            title += f" ({_per_step(s.device_read_calls / s.steps)} of them copies to the host: .cpu(), .tolist(), print)"
+        starved = gpu_waiting_share(s, ctx)
+        if starved is not None and starved < share:
+            # a host blocked on a busy GPU costs the step only the time the GPU then waits for new launches
+            title += f"; the GPU waits on the host {starved:.0%} of the step"
+            share = starved
     evidence = {"syncs_per_step": round(per_step, 2), "blocking_ms_per_step": round(blocking_us / s.steps / 1e3, 3),
-                "share_of_step": round(share, 4), "sync_runtime_calls": s.sync_runtime_calls}
+                "share_of_step": round(share, 4), "sync_runtime_calls": s.sync_runtime_calls,
+                "device_to_host_copies_per_step": round(s.device_read_calls / s.steps, 2)}
     inside = library_call(s.syncs_in_library, s.sync_calls)
     if inside is not None:
         package, function = inside

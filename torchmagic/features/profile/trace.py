@@ -130,6 +130,9 @@ class TraceSummary:
     sync_us: float = 0.0
     sync_runtime_calls: int = 0
     sync_runtime_us: float = 0.0
+    # device-to-host copies outside a sync op (.cpu(), .to("cpu"), .tolist()): the host waits for the GPU
+    device_read_calls: int = 0
+    device_read_us: float = 0.0
     # copies
     copy_us: float = 0.0
     layout_copies: int = 0
@@ -243,6 +246,7 @@ def _summarize(events, trace_start_ns: int, shapes: bool, flops: bool, python_ca
     main_tid = markers[0].tid if markers else None
     sweep = _Sweep(out, windows, {id(ev): i for i, ev in enumerate(markers)}, shapes=shapes, flops=flops)
     sweep.first_launches = _first_launches(device)
+    sweep.device_reads = {ev.raw.correlation_id() for ev in device if "DtoH" in ev.name} - {0}  # 0: no id
     for tid, evs in by_thread.items():
         sweep.run(evs, "CPU main thread" if tid == main_tid else f"CPU thread {tid}")
     _discount_waiting(out, sweep, windows)
@@ -295,7 +299,7 @@ def _first_launches(device: list[_Ev]) -> set[int]:
     first: dict[str, int] = {}
     for ev in sorted(device, key=lambda ev: ev.start):
         first.setdefault(ev.name, ev.raw.correlation_id())
-    return set(first.values())
+    return set(first.values()) - {0}  # 0: no id
 
 
 def _link_runtime_threads(cpu: list[_Ev]) -> None:
@@ -408,6 +412,7 @@ class _Sweep:
         self.gaps: list[tuple[int, float, float]] = []  # (index of a Python op, start, end) of the Python after it
         self.one_time: dict[int, str] = {}  # id() of a runtime call that is a one-time cost -> its kind
         self.first_launches: set[int] = set()  # CUPTI correlation ids of each kernel's first launch
+        self.device_reads: set[int] = set()  # ... of device-to-host copies
         self.op_calls: Counter = Counter()  # op name -> calls opened so far
 
     def run(self, evs: list[_Ev], lane: str) -> None:
@@ -466,7 +471,14 @@ class _Sweep:
                 corr = ev.raw.correlation_id()
                 if name in LAUNCH_CALLS:
                     self.launch_end[corr] = ev.end
-                self.launched_in_step[corr] = step is not None
+                if corr:
+                    self.launched_in_step[corr] = step is not None
+                if corr in self.device_reads and not in_sync:
+                    # a copy to the host (.cpu(), .tolist(), print) waits for the GPU to get there: a sync
+                    in_sync = True
+                    if step is not None and phase is None:
+                        out.device_read_calls += 1
+                        out.device_read_us += ev.end - ev.start
                 if ev.end - ev.start >= START_UP_MIN_US:
                     self._one_time(ev, parent)
                 if step is not None and name in SYNC_RUNTIME and phase is None and not in_sync:
@@ -684,7 +696,7 @@ def _attribute_device(device: list[_Ev], out: TraceSummary, sweep: _Sweep, windo
             out.pageable_h2d += 1
             out.pageable_h2d_us += dur
         intervals.append((ev.start, ev.end))
-        in_step = sweep.launched_in_step.get(ev.raw.correlation_id())
+        in_step = sweep.launched_in_step.get(ev.raw.correlation_id() or None)
         if in_step:
             launched_in_steps.append((ev.start, ev.end))
         elif in_step is None:  # its runtime call is not in the trace

@@ -46,7 +46,9 @@ def summarize_rank(trace: RankTrace, matched: list[Matched]) -> RankSummary:
 
     step_s = sum(e - s for _, s, e in windows) / n * US
     data_s = per_step(trace.data)
-    compute_s = per_step(trace.compute)
+    launched = trace.launched_compute() if trace.on_device else None
+    # a GPU's compute per step is what the step launched; else what ran inside it
+    compute_s = sum(launched) / n * US if launched is not None else per_step(trace.compute)
     backward_s, optimizer_s = per_step(trace.backward), per_step(trace.optimizer)
     host_work = trace.host_busy.minus(trace.data)
     phases = {"data loading": data_s,

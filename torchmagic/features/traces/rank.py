@@ -17,13 +17,15 @@ What counts as what (kineto's Chrome trace, torch 2.x):
 from __future__ import annotations
 
 import bisect
+import math
 import re
+from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..profile.kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, KERNEL, OPTIMIZER_PREFIXES,
-                              STEP_PREFIX, USER_ANNOTATION, activity, is_backward_node)
+                              STEP_PREFIX, USER_ANNOTATION, activity, is_backward_node, is_runtime)
 from .intervals import IntervalSet
 
 HOST_BACKENDS = ("gloo:", "mpi:", "ucc:")
@@ -76,6 +78,13 @@ class RankTrace:
     comm_bytes: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # 'allreduce' -> bytes
     meta: dict[str, Any] = field(default_factory=dict)
     categories: dict[str, int] = field(default_factory=dict)  # timed events by (current-schema) category
+    # CUPTI's correlation ids, which number runtime calls in the order they were made, process-wide:
+    # each runtime call's (start, id), and each compute kernel's (start, end, id) (16 and 24 bytes each)
+    launch_ts: array = field(default_factory=lambda: array("d"))
+    launch_corr: array = field(default_factory=lambda: array("q"))
+    kernel_start: array = field(default_factory=lambda: array("d"))
+    kernel_end: array = field(default_factory=lambda: array("d"))
+    kernel_corr: array = field(default_factory=lambda: array("q"))
 
     @property
     def on_device(self) -> bool:
@@ -100,6 +109,32 @@ class RankTrace:
     @property
     def collectives(self) -> list[Collective]:
         return self.device_collectives if self.on_device else self.host_collectives
+
+    def launched_compute(self) -> list[float] | None:
+        """µs of compute kernels each step launched (the union of their runs, wherever they ran), in
+        window order; None without steps, or without the correlation ids to tell by.
+
+        A host ahead of its GPU leaves kernels running after the step that launched them, the last
+        steps' after the profiled window: clipping kernels to the steps' windows loses them."""
+        windows = self.windows()
+        if not self.steps or not self.kernel_corr or not self.launch_corr:
+            return None
+        starts = [start for _, start, _ in windows]
+        lowest, highest = [math.inf] * len(windows), [-math.inf] * len(windows)
+        for ts, corr in zip(self.launch_ts, self.launch_corr):
+            i = bisect.bisect_right(starts, ts) - 1
+            if i >= 0 and ts < windows[i][2]:
+                lowest[i], highest[i] = min(lowest[i], corr), max(highest[i], corr)
+        ranges = sorted((lowest[i], highest[i], i) for i in range(len(windows)) if lowest[i] <= highest[i])
+        if not ranges:
+            return None
+        firsts = [r[0] for r in ranges]
+        launched = [IntervalSet() for _ in windows]
+        for start, end, corr in zip(self.kernel_start, self.kernel_end, self.kernel_corr):
+            j = bisect.bisect_right(firsts, corr) - 1
+            if j >= 0 and corr <= ranges[j][1]:
+                launched[ranges[j][2]].add(start, end)
+        return [work.total() for work in launched]
 
     def windows(self) -> list[tuple[int | None, float, float]]:
         """(step number, start, end) of each profiled step, in time order; the whole trace as one
@@ -163,14 +198,36 @@ def read_rank(events, path: str) -> RankTrace:
             op = collective_op(cat, name)
             if op is None:
                 out.device_busy.add(start, end)
+                _correlated(out, ev, start, end)
             else:
                 out.device_comm.add(start, end)
                 out.device_collectives.append(Collective(op, start, end - start, _finished(ev)))
         elif cat in DEVICE_ACTIVITIES:
             out.device_busy.add(start, end)
+            _correlated(out, ev, start, end)
+        elif is_runtime(cat):
+            corr = _correlation(ev)
+            if corr is not None:
+                out.launch_ts.append(start)
+                out.launch_corr.append(corr)
     if first <= last:
         out.span = (first, last)
     return out
+
+
+def _correlated(out: RankTrace, ev: dict, start: float, end: float) -> None:
+    """Keep a compute kernel's run with the correlation id of the runtime call that launched it."""
+    corr = _correlation(ev)
+    if corr is not None:
+        out.kernel_start.append(start)
+        out.kernel_end.append(end)
+        out.kernel_corr.append(corr)
+
+
+def _correlation(ev: dict) -> int | None:
+    args = ev.get("args")
+    corr = args.get("correlation") if isinstance(args, dict) else None
+    return corr if type(corr) is int and 0 < corr < 1 << 63 else None
 
 
 def _finished(ev: dict) -> bool:

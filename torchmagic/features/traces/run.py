@@ -68,6 +68,14 @@ def analyze_traces(source, *, label: str | None = None, operators: bool = True) 
     if len(traces) == 1 and traces[0].collectives:
         notes.append("one rank: its collectives' waiting cannot be told from transfer without the other ranks' traces")
     ranks = [summarize_rank(t, m) for t, m in zip(traces, matched)]
+    ahead = [r for r in ranks if r.device == "gpu" and r.compute_s > 1.05 * r.step_s]
+    if ahead:
+        r = max(ahead, key=lambda r: r.compute_s / r.step_s)
+        notes.append(f"{'rank ' + str(r.rank) + ': ' if len(ranks) > 1 else ''}each step launched "
+                     f"{r.compute_s * 1e3:.1f} ms of GPU work against {r.step_s * 1e3:.1f} ms of host time per step"
+                     f"{' (and likewise on ' + str(len(ahead) - 1) + ' other rank(s))' if len(ahead) > 1 else ''}: "
+                     "the host runs ahead of a busy GPU (GPU-bound), and the last steps' kernels ran after the "
+                     "profiled window; compute counts what each step launched")
     straggler, phase, reason = find_straggler(ranks)
     lane_step, lanes = representative_lanes(traces)
     findings = cross_rank_findings(ranks, straggler, phase, reason)
