@@ -41,6 +41,25 @@ def test_communication_after_compute_is_exposed_and_overlapped_is_not(tmp_path):
     assert overlapped.headline().startswith("2 ranks, no straggler")
 
 
+@pytest.mark.parametrize("collective, fix, snippet", [
+    ("AllReduce", "DDP's gradient all-reduce", "bucket_cap_mb"),
+    ("AllGather", "FSDP all-gathers", "set_modules_to_forward_prefetch"),
+    ("ReduceScatter", "FSDP all-gathers", "BackwardPrefetch.BACKWARD_PRE"),
+    ("SendRecv", "Point-to-point transfers", "batch_isend_irecv"),
+    ("Broadcast", "Broadcasts in every step", "broadcast_buffers=False"),
+])
+def test_exposed_communication_gets_the_fix_of_what_communicates(tmp_path, collective, fix, snippet):
+    for rank in (0, 1):
+        write_trace(tmp_path / f"rank{rank}.json", gpu_steps(comm_us=3_000, collective=collective), rank=rank,
+                    world_size=2)
+    finding = torchmagic.analyze(tmp_path).finding("exposed_comm")
+    op = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
+          "SendRecv": "send_recv", "Broadcast": "broadcast"}[collective]
+    assert finding.evidence["collective"] == op and finding.title.endswith(f"most of it {op.replace('_', '-')}")
+    assert fix in finding.fix and snippet in finding.snippet
+    assert "bucket_cap_mb" not in finding.snippet or op == "all_reduce"  # no DDP knobs for FSDP's collectives
+
+
 def test_clocks_that_disagree_across_hosts_do_not_matter(tmp_path):
     write_trace(tmp_path / "a.json", gpu_steps(comm_us=5_000), rank=0, world_size=2)
     write_trace(tmp_path / "b.json", gpu_steps(comm_us=2_000, late_us=3_000, offset=7.5e9), rank=1, world_size=2)

@@ -120,6 +120,15 @@ def is_read(activity_type: str) -> bool:
             or is_runtime(activity_type))
 
 
+def unread_device(counts: dict[str, int]) -> str | None:
+    """The accelerator whose work a trace holds in categories not read here ('mtia' for MTIA's
+    ``mtia_ccp_events``), or None."""
+    for cat in counts:
+        if not is_read(cat) and cat not in UNREAD_ON_PURPOSE and "_" in cat:
+            return cat.split("_", 1)[0]
+    return None
+
+
 def unread_note(counts: dict[str, int]) -> str | None:
     """One line naming the categories of timed events a trace holds that nothing here reads, or None."""
     unread = {cat: n for cat, n in counts.items() if not is_read(cat) and cat not in UNREAD_ON_PURPOSE}

@@ -366,6 +366,8 @@ def dispatch_bound(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     if judged is None:
         return None
     per_step, median, share = judged
+    if ctx.accelerator and not s.has_device_events:
+        return None  # the host's overhead matters where the device waits for it: without its work, no telling
     starved = gpu_waiting_share(s, ctx)
     if starved is not None:
         # On a GPU the host's overhead costs only the time the GPU waits for it: none while kernels queue

@@ -19,7 +19,8 @@ from ...core.devices.cuda import tensor_core_precision
 from ..profile.result import ProfileResult
 from ..profile.rules import RuleContext
 from ..profile.run import ProfileOptions, fill_from_summary
-from ..profile.kineto import CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, external_id, is_runtime
+from ..profile.kineto import (CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, external_id, is_runtime,
+                              unread_device)
 from ..profile.trace import summarize_trace
 from .rank import RankTrace
 from .reader import TraceReader
@@ -129,7 +130,8 @@ def trace_profile(trace: RankTrace) -> ProfileResult:
     if not any(e.activity_type() == USER_ANNOTATION and e.name().startswith(STEP_PREFIX) for e in events):
         events.append(_whole_trace_marker(events, start))  # one step, on the thread that ran most ops
         notes.append("No ProfilerStep markers: the whole trace is read as one step.")
-    device = _device(reader.meta, any(e.activity_type() in DEVICE_ACTIVITIES for e in events))
+    device = _device(reader.meta, any(e.activity_type() in DEVICE_ACTIVITIES for e in events),
+                     unread_device(trace.categories))
     summary = summarize_trace(events, start, shapes=any(e.shapes() for e in events),
                               flops=any(e.flops() for e in events))
     del events
@@ -187,11 +189,18 @@ def _whole_trace_marker(events: list[TraceEvent], start: int) -> TraceEvent:
                        "dur": (end - start) / 1000, "tid": busiest[0][0] if busiest else 0}, {})
 
 
-def _device(meta: dict, kernels: bool) -> dict:
+def _device(meta: dict, kernels: bool, unread: str | None = None) -> dict:
     """What the trace says of its device: a GPU's name and whether it has tensor cores (from
-    ``deviceProperties``); of a CPU, nothing this machine could vouch for."""
+    ``deviceProperties``); of a CPU, nothing this machine could vouch for; of an accelerator whose
+    work is in categories not read here (``unread``), that it is one: the host's figures alone cannot
+    say whether it waits."""
     gpus = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else []
     gpu = gpus[0] if gpus and isinstance(gpus[0], dict) else {}
+    if not kernels and unread is not None:
+        context = RuleContext(device_type=unread, low_precision_fast=False, low_precision_dtype=None,
+                              low_precision_reason=f"the trace's {unread} work is not read", accelerator=True)
+        return {"describe": {"kind": unread, "label": unread, "name": f"the trace's accelerator ({unread})"},
+                "context": context}
     if not kernels:
         context = RuleContext(device_type="cpu", low_precision_fast=False, low_precision_dtype=None,
                               low_precision_reason="the trace does not say how fast its CPU's bf16 is")
