@@ -55,6 +55,7 @@ BENCHMARKS = [
     Benchmark("tutorial_speedups", "The tutorials' techniques, measured side by side", limit_s=180),
     Benchmark("trace_analysis", "torchmagic.analyze on big traces: MB/s and peak memory (and HTA's, if installed)",
               ("--sizes", "50,250"), limit_s=240),
+    Benchmark("corpus_rules", "Each rule on traces of real jobs: fires where due, quiet where not", limit_s=120),
     Benchmark("holdout_diagnosis", "The deeper diagnosis on hold-out models: evaluation, loader fix, allocations, "
               "roofline, diff", limit_s=180),
 ]

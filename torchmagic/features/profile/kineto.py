@@ -20,6 +20,10 @@ STEP_PREFIX = "ProfilerStep#"
 DATA_PREFIX = "enumerate(DataLoader)"
 BACKWARD_PREFIX = "autograd::engine::evaluate_function"  # one per backward node, with its forward seq
 OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
+# Ranges around a collective: on the thread of a host backend (gloo, MPI, UCC) it executes there; NCCL's
+# range on the host only enqueues it (the kernels execute it)
+HOST_BACKENDS = ("gloo:", "mpi:", "ucc:")
+COLLECTIVE_PREFIXES = HOST_BACKENDS + ("nccl:",)
 
 CPU_OP, USER_ANNOTATION, PYTHON_FUNCTION = "cpu_op", "user_annotation", "python_function"
 KERNEL, MEMCPY, MEMSET = "kernel", "gpu_memcpy", "gpu_memset"

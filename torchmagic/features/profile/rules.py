@@ -304,6 +304,9 @@ def sync(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         title = (f"{_per_step(per_step)} host reads of tensor values per step (.item(), .tolist(), nonzero): "
                  "free on CPU, a full pipeline stall each on a GPU")
         share = min(share, THRESHOLDS["severity_medium"] - 1e-9)  # cheap here: never above 'low'
+    elif round(share, 2) == 0:
+        title = (f"{_per_step(per_step)} host-device syncs per step, each a stall of the device's queue (the host "
+                 "waited little for them: the device had finished)")
     else:
         title = f"{_per_step(per_step)} host-device syncs per step block the CPU for {share:.0%} of the step"
         if s.device_read_calls:

@@ -31,28 +31,30 @@ from torch.autograd import DeviceType
 from ...core.gc_pause import gc_paused
 from ...core.measure.timing import DEVICE_WAIT_MARKER
 from .activity import activity_reader, is_hidden
-from .kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, LAUNCH_CALLS, OPTIMIZER_PREFIXES, PYTHON_FUNCTION,
+from .kineto import (COLLECTIVE_PREFIXES, CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, LAUNCH_CALLS, OPTIMIZER_PREFIXES, PYTHON_FUNCTION,
                      START_UP_MIN_US, STEP_PREFIX, USER_ANNOTATION, is_backward_node, is_runtime, one_time_cost)
 from .traffic import MATMUL_OPS, off_tensor_core_grain, tensor_traffic
 from .result import TimelineSpan as Span  # a bar: a step's top-level event, or a kernel
 
-DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, START_UP, OTHER = (
+DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, COMMUNICATION, DEVICE_WAIT, START_UP, OTHER = (
     "data loading",
     "forward",
     "backward",
     "optimizer",
     "copies",
     "syncs",
+    "communication",  # collectives: gloo's and MPI's run on the host, NCCL's range only enqueues its kernels
     "device wait",  # the CPU waiting at step end for queued GPU work (GPU-bound: good)
     "start-up",     # one-time costs (the CUDA context, lazy kernel loading): not the steady state
     "other",        # Python between ops, user annotations' own time
 )
-CATEGORIES = (DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, DEVICE_WAIT, START_UP, OTHER)
+CATEGORIES = (DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, COMMUNICATION, DEVICE_WAIT, START_UP, OTHER)
 
 _PHASE_PREFIXES = (
     (DEVICE_WAIT_MARKER, DEVICE_WAIT),
     (DATA_PREFIX, DATA),
     *((prefix, OPTIMIZER) for prefix in OPTIMIZER_PREFIXES),
+    *((prefix, COMMUNICATION) for prefix in COLLECTIVE_PREFIXES),
 )
 # Ops that read a device value on the host: a full stall when the tensor lives on a GPU.
 SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero",

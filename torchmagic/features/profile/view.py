@@ -22,6 +22,9 @@ CATEGORY_COLORS = {
     "optimizer": "#b279a2",
     "copies": "#9d755d",
     "syncs": "#e45756",
+    "communication": "#d1242f",
+    "device wait": "#54a24b",
+    "start-up": "#79706e",
     "other": "#bab0ac",
 }
 SEVERITY_MARK = {"high": "!!!", "medium": "!! ", "low": "!  "}
