@@ -342,3 +342,20 @@ def test_a_gpus_datasheet_is_found_by_its_name_and_only_then():
         assert (found.name if found else None) == sheet, name
     h100 = datasheet("NVIDIA H100 80GB HBM3")
     assert h100.flops_per_s["bfloat16"] == 989e12 and h100.bytes_per_s == 3.35e12
+
+
+def test_graph_pool_bytes_on_a_torch_whose_memory_snapshot_takes_no_argument(monkeypatch):
+    """torch before 2.11: memory_snapshot() has no include_traces (a TypeError for compile:reduce-overhead)."""
+    import torch
+
+    from torchmagic.core.devices import CudaDevice
+
+    segments = [{"device": 0, "total_size": 4096, "segment_pool_id": (1, 2)},
+                {"device": 0, "total_size": 999, "segment_pool_id": (0, 0)}]
+
+    def snapshot_before_2_11():  # no keyword: as torch 2.4-2.10 define it
+        return segments
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", snapshot_before_2_11)
+    assert CudaDevice(0).graph_pool_bytes() == 4096

@@ -155,6 +155,13 @@ def test_in_a_container_our_own_pid_number_can_be_another_host_process(monkeypat
     assert d.this_process_bytes == 7 * GiB and d.other_processes == [(os.getpid(), GiB)]
 
 
+@pytest.mark.parametrize("contained", [True, False])
+def test_our_own_pid_listed_with_nothing_is_this_process_without_its_memory(monkeypatch, contained):
+    d, note = container_report(monkeypatch, [(os.getpid(), 0), (OTHER_HOST_PID, 2 * GiB)], contained=contained)
+    assert d.this_process_bytes is None and d.other_processes == [(OTHER_HOST_PID, 2 * GiB)]
+    assert "NVML lists this process without its memory" in note and "2 other processes" not in note
+
+
 def test_outside_a_container_an_unlisted_process_is_said_so(monkeypatch):
     d, note = container_report(monkeypatch, [(HOST_PID, 7 * GiB)], contained=False)
     assert d.this_process_bytes is None and d.other_processes == [(HOST_PID, 7 * GiB)]

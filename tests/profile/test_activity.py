@@ -87,6 +87,10 @@ class _Event:
     (_Event("cuLaunchKernelEx", DeviceType.CPU), "cuda_runtime"),
     (_Event("hipMemcpyAsync", DeviceType.CPU), "hip_runtime"),
     (_Event("cudaDeviceSynchronize", DeviceType.CPU), "cuda_runtime"),
+    # called where no op encloses them: torch.cuda.synchronize(), a CUDA graph's replay
+    (_Event("cudaDeviceSynchronize", DeviceType.CPU, linked=0), "cuda_runtime"),
+    (_Event("cudaGraphLaunch", DeviceType.CPU, linked=0), "cuda_runtime"),
+    (_Event("cuda_block", DeviceType.CPU, linked=0), "cpu_op"),
     (_Event("aten::cudnn_convolution", DeviceType.CPU, linked=0), "cpu_op"),
     (_Event("custom_block", DeviceType.CPU, linked=0), "cpu_op"),
     (_Event("Activity Buffer Request", DeviceType.CPU, linked=0), "overhead"),

@@ -43,3 +43,33 @@ def test_a_matmul_is_compute_bound_and_pointwise_ops_memory_bound_on_the_measure
     again = torchmagic.profile(step, flops=True, steps=1, device=CpuDevice())
     assert again.peak_flops_per_s == r.peak_flops_per_s  # measured once per process
     assert peaks.measured_peaks(CpuDevice(), ("float32",)).flops_per_s == r.peak_flops_per_s
+
+
+class _FullAccelerator(CpuDevice):
+    """An accelerator (as the peaks see it) with ``free`` bytes left: its buffers live on the CPU here."""
+
+    is_accelerator = True
+
+    def __init__(self, free):
+        super().__init__()
+        self.free = free
+
+    def memory_capacity(self):
+        return self.free, 80 * 2**30
+
+
+def test_on_a_gpu_the_peaks_take_a_share_of_free_memory_and_none_from_a_full_device(monkeypatch):
+    sizes = []
+    real_randn = torch.randn
+    monkeypatch.setattr(torch, "randn", lambda *shape, **kw: sizes.append(shape[0]) or real_randn(*shape, **kw))
+    monkeypatch.setattr(peaks, "MATMUL_MIN_S", 10.0)  # never fast enough: grow to the largest allowed
+    monkeypatch.setattr(peaks, "_cache", {})
+    roomy = peaks.measured_peaks(_FullAccelerator(free=8 * 16 * 2**20))  # 16 MiB for the buffers
+    assert max(sizes) == 1024 and roomy.bytes_per_s > 0  # 4 x 1024² floats = 16 MiB
+    monkeypatch.setattr(peaks, "_cache", {})
+    try:
+        peaks.measured_peaks(_FullAccelerator(free=8 * 2**19))  # 512 KiB: not even 256 x 256
+    except peaks.PeaksUnmeasured as exc:
+        assert "MiB of free device memory" in str(exc)
+    else:
+        raise AssertionError("measured peaks on a full device")

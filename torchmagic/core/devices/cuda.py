@@ -66,7 +66,11 @@ class CudaDevice(Device):
     def graph_pool_bytes(self) -> int:
         if not torch.cuda.is_initialized():
             return 0
-        segments = torch.cuda.memory_snapshot(include_traces=False)  # (0, 0) is the ordinary pool
+        try:
+            segments = torch.cuda.memory_snapshot(include_traces=False)  # no stacks: cheap (torch 2.11+)
+        except TypeError:  # torch before 2.11 takes no argument
+            segments = torch.cuda.memory_snapshot()
+        # (0, 0) is the ordinary pool
         return sum(s["total_size"] for s in segments
                    if s["device"] == self.index and tuple(s["segment_pool_id"]) != (0, 0))
 

@@ -173,7 +173,7 @@ def _explain_gap(d: DeviceMemory, reading: NvmlReading) -> None:
     reserved = d.reserved_bytes or 0
     mine, others, unsure = _this_process(reading.processes, reserved, d.in_use)
     d.other_processes = [(p.pid, p.used_bytes) for p in others]
-    if mine is not None and mine.used_bytes is not None:
+    if mine is not None and mine.used_bytes:  # 0 or None: listed without its memory
         d.this_process_bytes = mine.used_bytes
         host_pid = f" (pid {mine.pid} on the host, where NVML counts)" if mine.pid != os.getpid() else ""
         parts.append(f"this process's CUDA context, libraries and memory outside torch's allocator "
@@ -207,7 +207,8 @@ def _this_process(processes, reserved: int, uses_cuda: bool):
     me, contained = os.getpid(), _in_pid_namespace()
     listed = next((p for p in processes if p.pid == me), None)
     # in a container the same number can be a host process; this one holds at least torch's reserve
-    if listed and (not contained or listed.used_bytes is None or listed.used_bytes >= reserved):
+    # ... and one listed with nothing (0: a driver that does not count per process) is this one without its memory
+    if listed and (not contained or not listed.used_bytes or listed.used_bytes >= reserved):
         return listed, [p for p in processes if p is not listed], []
     if not (uses_cuda and contained):  # no CUDA context here, or no namespace to see through
         return None, list(processes), []

@@ -6,13 +6,16 @@ torch's own ``_parse_kineto_results`` tells events apart: the device the event r
 annotation and Python-function flags, and the names CUDA/HIP runtime calls and copies always have.
 """
 
+import re
+
 from torch._C._autograd import DeviceType, _KinetoEvent
 
 # kineto's own CPU-side bookkeeping (activity type "overhead"), never the user's work
 _OVERHEAD_NAMES = frozenset({"CUPTI Overhead", "Instrumentation", "Resource", "Buffer Flush",
                              "Activity Buffer Request", "Runtime Triggered Module Loading",
                              "Lazy Function Loading", "COMMAND_BUFFER_FULL"})
-_RUNTIME_PREFIXES = ("cuda", "cu", "hip")  # cudaLaunchKernel, cuLaunchKernel, hipMemcpyAsync, ...
+# cudaLaunchKernel, cuLaunchKernel, hipMemcpyAsync, cudaGraphLaunch: a runtime or driver call's name
+_RUNTIME_NAME = re.compile(r"^(cuda|cu|hip)[A-Z]\w*$")
 _SYNC_SUFFIXES = ("Sync", "Wait Event")  # CUPTI synchronization records: Stream Sync, Event Sync, ...
 
 
@@ -36,9 +39,10 @@ def inferred_activity(e) -> str:
             return "user_annotation"
         if name in _OVERHEAD_NAMES:
             return "overhead"
-        # runtime and driver calls are kineto activities, linked to the op that made them; torch ops
-        # are named with a namespace (aten::mm) or a phrase, never cudaXxx/cuXxx/hipXxx
-        if name.startswith(_RUNTIME_PREFIXES) and "::" not in name and e.linked_correlation_id():
+        # runtime and driver calls: torch ops are named with a namespace (aten::mm) or a phrase, never
+        # cudaXxx/cuXxx/hipXxx.  Not only those an op encloses (linked to it): torch.cuda.synchronize()
+        # and a CUDA graph's replay (cudaGraphLaunch) are calls no op makes
+        if _RUNTIME_NAME.match(name):
             return "hip_runtime" if name.startswith("hip") else "cuda_runtime"
         return "cpu_op"
     if _flag(e, "is_user_annotation"):

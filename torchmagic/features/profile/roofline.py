@@ -8,9 +8,9 @@ above it compute-bound, and how close it comes is its achieved FLOP/s over the r
 
 from __future__ import annotations
 
-from ...core.devices import Device
+from ...core.devices import Device, is_out_of_memory
 from ...core.devices.datasheets import datasheet
-from ...core.measure.peaks import measured_peaks
+from ...core.measure.peaks import PeaksUnmeasured, measured_peaks
 from .result import ProfileResult, RooflineRow
 
 DTYPES = {"float": "float32", "c10::BFloat16": "bfloat16", "c10::Half": "float16"}
@@ -26,7 +26,14 @@ def place_on_roofline(result: ProfileResult, device: Device) -> None:
         result.notes.append("--flops: no operator with FLOPs and tensor sizes to place on a roofline.")
         return
     dtypes = tuple(sorted({DTYPES.get(op.dtype, "float32") for op in candidates}))
-    peaks = measured_peaks(device, dtypes)
+    try:
+        peaks = measured_peaks(device, dtypes)
+    except Exception as exc:  # the user's tensors fill the device
+        if not isinstance(exc, PeaksUnmeasured) and not is_out_of_memory(exc):
+            raise
+        result.notes.append(f"--flops: the device's peaks were not measured (too little free memory: {exc}); "
+                            "no roofline. Free memory (%gpumem) and profile again.")
+        return
     result.peak_flops_per_s, result.peak_bytes_per_s = dict(peaks.flops_per_s), peaks.bytes_per_s
     total_us = sum(_us(op, on_device) for op in candidates)
     rows = []
