@@ -19,6 +19,7 @@ from typing import Any
 
 CHUNK_CHARS = 1 << 20          # read this much text at a time
 MAX_ELEMENT_CHARS = 64 << 20   # a single event or meta value larger than this is not a trace
+_CUT_TOKEN = 32                # an error this close to the buffer's end may be a token cut in two
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _SEPARATOR = re.compile(r"[ \t\n\r]*([,\]])[ \t\n\r]*")
 
@@ -96,8 +97,9 @@ class TraceReader:
             try:
                 value, end = self._decoder.raw_decode(self._buf, self._pos)
             except json.JSONDecodeError as exc:
-                # cut off by the buffer's end (an error at the end, or a string left open), or invalid
-                cut_off = exc.pos >= len(self._buf) - 1 or exc.msg.startswith("Unterminated string")
+                # cut off by the buffer's end (an error near it: a literal such as `tru|e` fails at its
+                # start; a string left open), or invalid (the same error once more text is read)
+                cut_off = exc.pos >= len(self._buf) - _CUT_TOKEN or exc.msg.startswith("Unterminated string")
                 if cut_off and len(self._buf) - self._pos < MAX_ELEMENT_CHARS and self._more():
                     continue
                 problem = (f"ends in the middle of {what} (truncated?)" if cut_off and self._eof
