@@ -245,6 +245,8 @@ def test_gpumem_on_a_real_gpu():
 
 # Messages as torch 2.x raises them: TORCH_CUDABLAS_CHECK ("CUDA error: <status> when calling `<call>`"),
 # cuDNN's "cuDNN error: <status>", C10_CUDA_CHECK ("CUDA error: <cudaGetErrorString>") as AcceleratorError.
+# torch 2.8+ raises the driver's own errors as AcceleratorError (a RuntimeError); earlier torch as RuntimeError
+AcceleratorError = getattr(torch, "AcceleratorError", RuntimeError)
 _CUDA_HINT = "\nCUDA kernel errors might be asynchronously reported at some other API call"
 
 
@@ -256,7 +258,7 @@ _CUDA_HINT = "\nCUDA kernel errors might be asynchronously reported at some othe
     RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED"),
     RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED"),
     RuntimeError("cusolver error: CUSOLVER_STATUS_ALLOC_FAILED, when calling `cusolverDnCreate(handle)`"),
-    torch.AcceleratorError("CUDA error: out of memory" + _CUDA_HINT),
+    AcceleratorError("CUDA error: out of memory" + _CUDA_HINT),
     RuntimeError("HIP error: out of memory"),
     MemoryError(),
 ], ids=lambda exc: str(exc).split("\n")[0][:60] or type(exc).__name__)
@@ -270,8 +272,8 @@ def test_disguised_out_of_memory_is_recognised(exc):
     RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR"),
     RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a "
                  "non-contiguous input."),
-    torch.AcceleratorError("CUDA error: an illegal memory access was encountered" + _CUDA_HINT),
-    torch.AcceleratorError("CUDA error: device-side assert triggered" + _CUDA_HINT),
+    AcceleratorError("CUDA error: an illegal memory access was encountered" + _CUDA_HINT),
+    AcceleratorError("CUDA error: device-side assert triggered" + _CUDA_HINT),
     RuntimeError("CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle, opa, opb, m, n, "
                  "k, &alpha, a, lda, b, ldb, &beta, c, ldc)`"),
     RuntimeError("CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasSetStream(handle, stream)`"),
