@@ -62,7 +62,7 @@ def rss_mb():
 tool, path = sys.argv[1], sys.argv[2]
 if tool.startswith("torchmagic"):
     import torchmagic
-    from torchmagic.features.traces import run  # noqa: F401  (imports done before the baseline)
+    from torchmagic.features.profile.traces import run  # noqa: F401  (imports done before the baseline)
     def analyse():
         r = torchmagic.analyze(path, operators=tool == "torchmagic")
         table = f"; operators of {r.profile.steps} steps" if r.profile else ""

@@ -13,7 +13,7 @@ _API = {"profile": "api", "profile_code": "api", "autobatch": "api", "compare": 
         "measure_memory": "api", "free": "api", "watch_memory": "api", "loadertune": "api", "analyze": "api",
         "profile_ranks": "api", "autobatch_ranks": "api", "RankFailed": "core.ranks", "diff": "api",
         "ProfileDiff": "features.profile.diff",
-        "TraceAnalysis": "features.traces.result", "TraceFileError": "features.traces.reader",
+        "TraceAnalysis": "features.profile.traces.result", "TraceFileError": "features.profile.traces.reader",
         "ProfileResult": "features.profile.result", "Finding": "features.profile.result",
         "CompareResult": "features.compare.result", "Variant": "features.compare.variants",
         "Technique": "features.compare.variants", "AutobatchResult": "features.autobatch.result",
@@ -29,7 +29,7 @@ def load_ipython_extension(ipython) -> None:
     from .features.loadertune.magic import LoaderTuneMagics
     from .features.memory.magic import MemoryMagics
     from .features.profile.magic import ProfileMagics
-    from .features.traces.magic import TracesMagics
+    from .features.profile.traces.magic import TracesMagics
 
     from .core.ipython import help_for_cell_magics
 

@@ -211,7 +211,7 @@ def analyze(source, *, label: str | None = None, operators: bool = True):
     bounded memory; a rank is taken from the trace's ``distributedInfo``, else from ``rank<N>`` in
     its name.
 
-    Returns a :class:`~torchmagic.features.traces.result.TraceAnalysis`: ``.ranks`` (``rank``,
+    Returns a :class:`~torchmagic.features.profile.traces.result.TraceAnalysis`: ``.ranks`` (``rank``,
     ``step_s``, ``compute_s``, ``comm_s``, ``exposed_comm_s``, ``wait_s``, ``transfer_s``,
     ``dataloader_s`` ... in seconds per step), ``.straggler`` (the rank the others wait for, or
     None) and ``.findings``.  A job of one rank also gets ``.profile``, the report ``%%torchprofile``
@@ -219,7 +219,7 @@ def analyze(source, *, label: str | None = None, operators: bool = True):
     unless ``operators=False``: it reads the file a second time.  A file that is not a trace raises
     ``TraceFileError`` (a ValueError) naming it.
     """
-    from .features.traces.run import analyze_traces
+    from .features.profile.traces.run import analyze_traces
 
     return analyze_traces(source, label=label, operators=operators)
 
@@ -259,7 +259,7 @@ def profile_ranks(code: str, ranks: int, *, share: dict[str, Any] | None = None,
     """
     from .core.devices import nccl_gpus
     from .core.ranks import Node
-    from .features.traces.launch import RanksOptions, run_ranks
+    from .features.profile.traces.launch import RanksOptions, run_ranks
 
     options = RanksOptions(ranks=ranks, backend=backend, steps=steps, warmup=warmup, record_shapes=record_shapes,
                            trace_dir=trace, node=Node(nnodes, node_rank, master))

@@ -1,7 +1,7 @@
 """The facts of each trace here, read from its events with plain json and nothing of torchmagic's.
 
 Run `python tests/data/traces/read_facts.py` to print them; README.md holds the table they fill, and
-tests/traces/test_real_traces.py asserts torchmagic's reports against that table.  What each is:
+tests/profile/traces/test_real_traces.py asserts torchmagic's reports against that table.  What each is:
 
 - steps, step_ms: the ProfilerStep#N ranges (torch 1.8-1.9 wrote them as category "Operator"); a trace
   without them is one window from its first event to its last

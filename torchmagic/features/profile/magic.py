@@ -12,7 +12,7 @@ from ...core.limits import usable_cores
 from ...core.state import names_used, values_named
 from .diff import diff_profiles
 from .result import SORT_KEYS, ProfileResult
-from ..traces.magic import ranks_magic
+from .traces.magic import ranks_magic
 from .run import ProfileOptions, run_profile
 from .user import user_objects
 

@@ -31,6 +31,7 @@ from torch.autograd import DeviceType
 from ...core.gc_pause import gc_paused
 from ...core.measure.timing import DEVICE_WAIT_MARKER
 from .activity import activity_reader, is_hidden
+from .intervals import intersection, near, overlap, subtract, union
 from .kineto import (COLLECTIVE_PREFIXES, CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, LAUNCH_CALLS, OPTIMIZER_PREFIXES, PYTHON_FUNCTION,
                      START_UP_MIN_US, STEP_PREFIX, USER_ANNOTATION, is_backward_node, is_runtime, one_time_cost)
 from .traffic import MATMUL_OPS, off_tensor_core_grain, tensor_traffic
@@ -639,20 +640,13 @@ def _discount_waiting(out: TraceSummary, sweep: _Sweep, windows) -> None:
     """The main thread's gaps count as Python ("other") unless another thread worked meanwhile:
     on CUDA, backward runs on an autograd thread while the main thread waits for it.  The same holds
     for the Python time after each op called from Python."""
-    others = _union(iv for lane, ivs in sweep.bars.items() if lane != sweep.main_lane for iv in ivs)
+    others = union(iv for lane, ivs in sweep.bars.items() if lane != sweep.main_lane for iv in ivs)
     for index, start, end in sweep.gaps:
-        out.python_gap_us[index] += end - start - (_overlap([(start, end)], _clip(others, start, end)) if others else 0.0)
+        out.python_gap_us[index] += end - start - (overlap([(start, end)], near(others, start, end)) if others else 0.0)
     if not others:
         return
-    gaps = _subtract(_union(windows), _union(sweep.bars.get(sweep.main_lane, [])))
-    out.category_us[OTHER] = max(out.category_us[OTHER] - _overlap(gaps, others), 0.0)
-
-
-def _clip(intervals: list[tuple[float, float]], start: float, end: float) -> list[tuple[float, float]]:
-    """The sorted disjoint intervals that can overlap [start, end)."""
-    first = max(bisect.bisect_right(intervals, (start, math.inf)) - 1, 0)
-    last = bisect.bisect_left(intervals, (end, -math.inf))
-    return intervals[first:last]
+    gaps = list(subtract(union(windows), union(sweep.bars.get(sweep.main_lane, []))))
+    out.category_us[OTHER] = max(out.category_us[OTHER] - overlap(gaps, others), 0.0)
 
 
 def _shape_text(shapes) -> str:
@@ -705,60 +699,11 @@ def _attribute_device(device: list[_Ev], out: TraceSummary, sweep: _Sweep, windo
             unlinked.append((ev.start, ev.end))
         out.timeline.append(Span(f"GPU stream {ev.tid}", ev.start, dur, category, ev.name))
     out.matmul_fp32_device_calls = len(fp32_calls)
-    busy = _union(intervals)
-    steps_busy = _union(launched_in_steps + _intersection(_union(unlinked), _union(windows)))
+    busy = union(intervals)
+    steps_busy = union(launched_in_steps + list(intersection(union(unlinked), union(windows))))
     out.device_busy_us = sum(end - start for start, end in steps_busy)
-    data = _union(sweep.data_intervals)
-    out.data_exposed_us = sum(end - start for start, end in data) - _overlap(data, busy)
-
-
-def _union(intervals) -> list[tuple[float, float]]:
-    merged: list[list[float]] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return [(a, b) for a, b in merged]
-
-
-def _intersection(a, b) -> list[tuple[float, float]]:
-    """Where two sorted, disjoint interval lists overlap, as such a list."""
-    i = j = 0
-    out = []
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if hi > lo:
-            out.append((lo, hi))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
-
-
-def _overlap(a, b) -> float:
-    """Total length where two sorted, disjoint interval lists overlap."""
-    return sum(hi - lo for lo, hi in _intersection(a, b))
-
-
-def _subtract(a, b) -> list[tuple[float, float]]:
-    """Parts of sorted disjoint intervals ``a`` not covered by sorted disjoint ``b``."""
-    out = []
-    j = 0
-    for start, end in a:
-        cur = start
-        while j < len(b) and b[j][1] <= cur:
-            j += 1
-        k = j
-        while k < len(b) and b[k][0] < end:
-            if b[k][0] > cur:
-                out.append((cur, b[k][0]))
-            cur = max(cur, b[k][1])
-            k += 1
-        if cur < end:
-            out.append((cur, end))
-    return out
+    data = union(sweep.data_intervals)
+    out.data_exposed_us = sum(end - start for start, end in data) - overlap(data, busy)
 
 
 def _bound_timeline(out: TraceSummary) -> None:

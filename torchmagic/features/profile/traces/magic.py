@@ -6,10 +6,10 @@ from __future__ import annotations
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from ...core.devices import nccl_gpus
-from ...core.ipython import TorchMagicsBase, parse_argstring, raise_as_shown, refused, usage_error, user_frames_only
-from ...core.limits import SettingError
-from ...core.ranks import Node, RankFailed
+from ....core.devices import nccl_gpus
+from ....core.ipython import TorchMagicsBase, parse_argstring, raise_as_shown, refused, usage_error, user_frames_only
+from ....core.limits import SettingError
+from ....core.ranks import Node, RankFailed
 from .launch import RanksOptions, run_ranks
 from .reader import TraceFileError
 from .run import analyze_traces

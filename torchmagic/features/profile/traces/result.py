@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ...core.render.base import Result
-from ..profile.result import Finding, ProfileResult
+from ....core.render.base import Result
+from ..result import Finding, ProfileResult
 
 
 @dataclass

@@ -14,14 +14,14 @@ from collections import Counter
 
 from torch._C._autograd import DeviceType
 
-from ...core.devices.cuda import tensor_core_precision
+from ....core.devices.cuda import tensor_core_precision
 
-from ..profile.result import ProfileResult
-from ..profile.rules import RuleContext
-from ..profile.run import ProfileOptions, fill_from_summary
-from ..profile.kineto import (CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, external_id, is_runtime,
+from ..result import ProfileResult
+from ..rules import RuleContext
+from ..run import ProfileOptions, fill_from_summary
+from ..kineto import (CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, external_id, is_runtime,
                               unread_device)
-from ..profile.trace import summarize_trace
+from ..trace import summarize_trace
 from .rank import RankTrace
 from .reader import TraceReader
 

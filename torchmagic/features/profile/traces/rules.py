@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import statistics
 
-from ..profile.result import Finding
-from ..profile.rules import severity
+from ..result import Finding
+from ..rules import severity
 from .result import RankSummary
 
 THRESHOLDS = {

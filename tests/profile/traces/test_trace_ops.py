@@ -7,7 +7,7 @@ import os
 import pytest
 
 import torchmagic
-from torchmagic.features.traces import ops
+from torchmagic.features.profile.traces import ops
 
 from .synthetic import event, write_trace
 

@@ -24,9 +24,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..profile.kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, HOST_BACKENDS, KERNEL, OPTIMIZER_PREFIXES,
+from ..kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, HOST_BACKENDS, KERNEL, OPTIMIZER_PREFIXES,
                               STEP_PREFIX, USER_ANNOTATION, activity, is_backward_node, is_runtime)
-from .intervals import IntervalSet
+from ..intervals import IntervalSet
 
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")

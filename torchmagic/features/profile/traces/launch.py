@@ -15,17 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...core.interrupts import guards
-from ...core.limits import SettingError, check_count
-from ...core.ranks import Node, RankOutput, RankProcesses, choose_backend, failure_error, pickle_shared
-from ...core.ranks.output import show_rank_line
-from ...core.ranks.processes import POLL_S, threads_per_rank
-from ...core.ranks.share import shared_note
+from ....core.interrupts import guards
+from ....core.limits import SettingError, check_count
+from ....core.ranks import Node, RankOutput, RankProcesses, choose_backend, failure_error, pickle_shared
+from ....core.ranks.output import show_rank_line
+from ....core.ranks.processes import POLL_S, threads_per_rank
+from ....core.ranks.share import shared_note
 from .result import TraceAnalysis
 from .run import analyze_traces
 from .worker import EXIT_NO_TRACE
 
-WORKER = "torchmagic.features.traces.worker"
+WORKER = "torchmagic.features.profile.traces.worker"
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ import time
 import pytest
 
 import torchmagic
-from torchmagic.features.traces.reader import TraceFileError
+from torchmagic.features.profile.traces.reader import TraceFileError
 
-from ..conftest import run
-from ..processes import child_pids
+from ...conftest import run
+from ...processes import child_pids
 
 def test_the_slow_input_rank_is_the_straggler_and_the_other_waits(job_traces):
     r = torchmagic.analyze(job_traces)
@@ -239,7 +239,7 @@ def test_a_rank_that_cannot_start_stops_the_ones_that_did(monkeypatch):
     import subprocess as sp
 
     from torchmagic.core.ranks import processes
-    from torchmagic.features.traces import launch
+    from torchmagic.features.profile.traces import launch
 
     started = []
     real = sp.Popen

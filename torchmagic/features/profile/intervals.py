@@ -1,14 +1,91 @@
-"""Unions of time intervals built from a stream of events, in memory proportional to the union.
+"""Interval arithmetic on [start, end) times (µs), in one place: on sorted, disjoint lists of pairs
+for a profile held in memory (trace.py), and as :class:`IntervalSet` for traces read as streams
+(traces/), built from events in any order in memory proportional to the union.
 
 Trace events nest (an op inside its parent) and mostly arrive in start order per thread, so
 merging each new interval into the one being built keeps only the top-level spans; whatever
-arrives out of order is merged again when the set is closed.  Times are µs as in the trace.
+arrives out of order is merged again when the set is closed.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from array import array
+from collections.abc import Iterable, Iterator, Sequence
+
+Pairs = Sequence[tuple[float, float]]  # sorted and disjoint
+
+
+def union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Any intervals merged into a sorted, disjoint list."""
+    merged: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def intersection(a: Pairs, b: Pairs) -> Iterator[tuple[float, float]]:
+    """Where two sorted, disjoint lists overlap, in order."""
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            yield lo, hi
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+
+
+def overlap(a: Pairs, b: Pairs) -> float:
+    """Total length where two sorted, disjoint lists overlap."""
+    return sum(hi - lo for lo, hi in intersection(a, b))
+
+
+def subtract(a: Pairs, b: Pairs) -> Iterator[tuple[float, float]]:
+    """The parts of ``a`` that ``b`` does not cover, in order (both sorted and disjoint)."""
+    j = 0
+    for start, end in a:
+        cursor = start
+        while j < len(b) and b[j][1] <= cursor:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < end:
+            if b[k][0] > cursor:
+                yield cursor, b[k][0]
+            cursor = max(cursor, b[k][1])
+            k += 1
+        if cursor < end:
+            yield cursor, end
+
+
+def near(intervals: Pairs, start: float, end: float) -> Pairs:
+    """The members of a sorted, disjoint list that can overlap [start, end)."""
+    first = max(bisect.bisect_right(intervals, (start, math.inf)) - 1, 0)
+    last = bisect.bisect_left(intervals, (end, -math.inf))
+    return intervals[first:last]
+
+
+class _Pairs(Sequence):
+    """Parallel arrays of starts and ends seen as a sequence of pairs, without building one."""
+
+    __slots__ = ("starts", "ends")
+
+    def __init__(self, starts: array, ends: array):
+        self.starts, self.ends = starts, ends
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i):
+        return self.starts[i], self.ends[i]
+
+    def __iter__(self):
+        return zip(self.starts, self.ends)
 
 
 class IntervalSet:
@@ -74,20 +151,8 @@ class IntervalSet:
     def minus(self, other: IntervalSet) -> IntervalSet:
         """This union less ``other``'s."""
         result = IntervalSet()
-        a_starts, a_ends = self.merged()
-        b_starts, b_ends = other.merged()
-        j = 0
-        for start, end in zip(a_starts, a_ends):
-            while j < len(b_starts) and b_ends[j] <= start:
-                j += 1
-            k, cursor = j, start
-            while k < len(b_starts) and b_starts[k] < end:
-                if b_starts[k] > cursor:
-                    result.add(cursor, b_starts[k])
-                cursor = max(cursor, b_ends[k])
-                k += 1
-            if cursor < end:
-                result.add(cursor, end)
+        for start, end in subtract(_Pairs(*self.merged()), _Pairs(*other.merged())):
+            result.add(start, end)
         return result
 
     def union(self, *others: IntervalSet) -> IntervalSet:

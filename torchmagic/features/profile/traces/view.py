@@ -6,11 +6,11 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING
 
-from ...core.render.base import png_img, report_html, tabbed
-from ...core.render.format import fmt_bytes, fmt_s
-from ...core.render.plot import figure_png, new_figure
-from ...core.render.table import Column, Table
-from ..profile.view import findings_html, findings_lines, operator_lines, operators_html
+from ....core.render.base import png_img, report_html, tabbed
+from ....core.render.format import fmt_bytes, fmt_s
+from ....core.render.plot import figure_png, new_figure
+from ....core.render.table import Column, Table
+from ..view import findings_html, findings_lines, operator_lines, operators_html
 
 if TYPE_CHECKING:  # the result imports this view when it is shown, not the other way round
     from .result import TraceAnalysis

@@ -11,9 +11,9 @@ import pytest
 
 import torchmagic
 from torchmagic.features.profile import rules
-from torchmagic.features.traces import rules as cross_rules
+from torchmagic.features.profile.traces import rules as cross_rules
 
-HERE = os.path.join(os.path.dirname(__file__), "..", "data", "traces")
+HERE = os.path.join(os.path.dirname(__file__), "..", "..", "data", "traces")
 with open(os.path.join(HERE, "facts.json")) as f:
     CORPUS = json.load(f)
 FACTS, EXPECTED = CORPUS["facts"], CORPUS["expected_findings"]

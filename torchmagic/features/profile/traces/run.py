@@ -9,7 +9,7 @@ import re
 import time
 from collections.abc import Iterable
 
-from ..profile.kineto import timing_note, unread_note
+from ..kineto import timing_note, unread_note
 from .cross import find_straggler, match_collectives, representative_lanes, summarize_rank
 from .ops import too_big_to_table, trace_profile
 from .rank import RankTrace, read_rank

@@ -8,9 +8,9 @@ import random
 import pytest
 import torch
 
-from torchmagic.features.traces import reader as reader_module
-from torchmagic.features.traces.intervals import IntervalSet
-from torchmagic.features.traces.reader import TraceReader
+from torchmagic.features.profile.traces import reader as reader_module
+from torchmagic.features.profile.intervals import IntervalSet
+from torchmagic.features.profile.traces.reader import TraceReader
 
 
 @pytest.fixture(scope="module")

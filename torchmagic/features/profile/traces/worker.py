@@ -1,4 +1,4 @@
-"""One rank of ``%%torchprofile --ranks N``: ``python -m torchmagic.features.traces.worker PAYLOAD``.
+"""One rank of ``%%torchprofile --ranks N``: ``python -m torchmagic.features.profile.traces.worker PAYLOAD``.
 
 Started by launch.py with the environment torchrun gives its workers (RANK, LOCAL_RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT ...).  It joins the process group, loads the variables the
@@ -15,7 +15,7 @@ import os
 import sys
 import warnings
 
-from ...core.ranks.rank import (SetupFailed, cell_namespace, compile_cell, exit_rank, join_group, leave_group,
+from ....core.ranks.rank import (SetupFailed, cell_namespace, compile_cell, exit_rank, join_group, leave_group,
                                 read_payload, setup_failed, show_cell_error)
 
 CELL_FILENAME = "<%%torchprofile cell>"

@@ -20,7 +20,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .intervals import IntervalSet
+from ..intervals import IntervalSet
 from .rank import Collective, RankTrace, window_of
 from .result import RankSummary, StepLane
 
