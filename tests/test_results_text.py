@@ -15,7 +15,7 @@ from torchmagic.core.render.base import Result
 
 from .conftest import run
 from .fakes import FakeCudaDevice
-from .traces.synthetic import gpu_steps, write_trace
+from .profile.traces.synthetic import gpu_steps, write_trace
 
 MiB = 2**20
 RESULT_MODULES = ["profile.result", "profile.diff", "compare.result", "autobatch.result", "memory.result", "memory.watch_result",
