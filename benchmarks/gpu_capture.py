@@ -45,6 +45,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import torchmagic  # noqa: E402
+from benchmarks.gpu_figures import event_seconds  # noqa: E402
 
 STEPS, WARMUP = 4, 2
 
@@ -121,21 +122,6 @@ def workloads(device: str, width: int, batch: int):
     yield "dataloader_bound", loader_bound
 
 
-def event_seconds(step, calls: int = 10) -> float | None:
-    """The step's time by CUDA events, after a warm-up call, for comparison with the profile."""
-    if not torch.cuda.is_available():
-        return None
-    step()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        step()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3 / calls
-
-
 def capture_traces(device: str, folder: str, width: int, batch: int) -> dict:
     figures = {}
     for name, build in workloads(device, width, batch):
@@ -148,7 +134,8 @@ def capture_traces(device: str, folder: str, width: int, batch: int) -> dict:
             entry.update(seconds=round(time.perf_counter() - started, 2), step_s=result.step_s,
                          findings=[(f.rule, f.severity, f.title) for f in result.findings], notes=result.notes,
                          device_categories_s=result.device_categories_s, kernel_stats=result.kernel_stats,
-                         events=result.event_count, cuda_event_step_s=event_seconds(build()))
+                         events=result.event_count,
+                         cuda_event_step_s=event_seconds(build(), calls=10) if torch.cuda.is_available() else None)
             with open(path, "rb") as raw, gzip.open(path + ".gz", "wb") as packed:
                 packed.write(raw.read())
             os.remove(path)

@@ -19,7 +19,7 @@ from .profile.traces.synthetic import gpu_steps, write_trace
 
 MiB = 2**20
 RESULT_MODULES = ["profile.result", "profile.diff", "compare.result", "autobatch.result", "memory.result", "memory.watch_result",
-                  "loadertune.result", "traces.result"]
+                  "loadertune.result", "profile.traces.result"]
 
 
 def _profile():
