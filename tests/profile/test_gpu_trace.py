@@ -311,3 +311,30 @@ def test_kernels_go_to_their_compiled_graph_or_user_range_in_its_phase():
     assert c[trace.OTHER] == 0
     assert {span.category for span in s.timeline if span.lane == "GPU stream 7"} == {
         trace.FORWARD, trace.BACKWARD, trace.OPTIMIZER}
+
+
+def test_one_time_costs_are_start_up_and_out_of_the_steady_state():
+    """A step that creates the CUDA context, loads a kernel at its first launch and compiles a graph:
+    each is named, shown as start-up, and the rules judge shares of what is left (as torch 2.13 records
+    torch.compile's first call: 'dynamo' around its nested dynamo_timed ranges)."""
+    from torchmagic.features.profile.kineto import CUDA_CONTEXT, FIRST_COMPILE, LAZY_LOADING
+
+    events = [
+        Ev("ProfilerStep#0", 0, 100_000, kind="annotation"),
+        Ev("aten::to", 0, 30_000, corr=1),
+        Ev("cudaDeviceGetStreamPriorityRange", 10, 29_000, tid=99_001, linked=1),   # the context: 29 ms
+        Ev("dynamo", 30_000, 70_000),
+        Ev("_compile.compile_inner (dynamo_timed)", 30_100, 69_900),
+        Ev("aten::randn", 31_000, 32_000, corr=2),                                   # inductor's own work
+        Ev("aten::mm", 70_000, 90_000, corr=3, seq=1),
+        # CUPTI's id (50) joins the launch and its kernel; the first launch of that kernel: 15 ms
+        Ev("cudaLaunchKernel", 70_010, 85_010, tid=99_001, corr=50, linked=3),
+        Ev("ampere_sgemm_128x64_tn", 85_020, 89_000, device=CUDA, stream=7, corr=50, linked=3),
+    ]
+    s = trace.summarize_trace(events, T0)
+    assert s.one_time_us[CUDA_CONTEXT] == pytest.approx(28_990)
+    assert s.one_time_us[FIRST_COMPILE] == pytest.approx(40_000)  # the compile's whole subtree
+    assert s.one_time_us[LAZY_LOADING] == pytest.approx(15_000)
+    assert s.category_us[trace.START_UP] == pytest.approx(28_990 + 40_000 + 15_000)
+    assert s.steady_step_us == pytest.approx(100_000 - 83_990)
+    assert s.python_ops == 2  # aten::to and aten::mm: the compiler's own ops are not the user's

@@ -46,6 +46,10 @@ CONTEXT_CALLS = frozenset({"cudaDeviceGetStreamPriorityRange", "cuInit", "cuDevi
 SET_UP_CALLS = frozenset({"cudaStreamCreate", "cudaStreamCreateWithFlags", "cudaStreamCreateWithPriority", "cudaFree",
                           "cudaGetDeviceProperties", "cudaDeviceGetAttribute", "cudaEventCreateWithFlags",
                           "hipStreamCreate", "hipStreamCreateWithFlags", "hipFree", "hipGetDeviceProperties"})
+FIRST_COMPILE = "compiling graphs at their first call (torch.compile)"
+# torch.compile's compile of a frame, as dynamo_timed records it (the outermost of its nested ranges)
+_COMPILE_RANGES = frozenset({"dynamo", "entire_frame_compile", "_compile.compile_inner (dynamo_timed)",
+                             "_compile.compile_inner"})
 LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
                           "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel"})
 
@@ -77,6 +81,11 @@ def is_backward_node(name: str) -> bool:
     """An autograd node's run in backward: ``autograd::engine::evaluate_function: MmBackward0`` since
     torch 1.10; the node itself (``MmBackward``, ``torch::autograd::AccumulateGrad``) before."""
     return name.startswith(BACKWARD_PREFIX) or name == _ACCUMULATE_GRAD or bool(_AUTOGRAD_NODE.match(name))
+
+
+def is_compile(name: str) -> bool:
+    """A range torch.compile records around compiling a frame (at a graph's first call, or a recompile)."""
+    return name in _COMPILE_RANGES
 
 
 def one_time_cost(name: str, dur_us: float, first_call_of_its_op: bool, first_launch_of_its_kernel: bool) -> str | None:

@@ -32,8 +32,9 @@ from ...core.gc_pause import gc_paused
 from ...core.measure.timing import DEVICE_WAIT_MARKER
 from .activity import activity_reader, is_hidden
 from .intervals import intersection, near, overlap, subtract, union
-from .kineto import (COLLECTIVE_PREFIXES, CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, LAUNCH_CALLS, OPTIMIZER_PREFIXES, PYTHON_FUNCTION,
-                     START_UP_MIN_US, STEP_PREFIX, USER_ANNOTATION, is_backward_node, is_runtime, one_time_cost)
+from .kineto import (COLLECTIVE_PREFIXES, CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, FIRST_COMPILE, LAUNCH_CALLS,
+                     OPTIMIZER_PREFIXES, PYTHON_FUNCTION, START_UP_MIN_US, STEP_PREFIX, USER_ANNOTATION,
+                     is_backward_node, is_compile, is_runtime, one_time_cost)
 from .traffic import MATMUL_OPS, off_tensor_core_grain, tensor_traffic
 from .result import TimelineSpan as Span  # a bar: a step's top-level event, or a kernel
 
@@ -326,6 +327,8 @@ def _phase_of(name: str) -> str | None:
     for prefix, phase in _PHASE_PREFIXES:
         if name.startswith(prefix):
             return phase
+    if is_compile(name):
+        return START_UP
     return BACKWARD if is_backward_node(name) else None
 
 
@@ -451,7 +454,7 @@ class _Sweep:
             own_phase = _phase_of(name)
             if own_phase is not None:
                 self.last_python = None  # the time until the next Python op is this phase's, not Python's
-            if own_phase is not None and phase is None:
+            if own_phase is not None and (phase is None or own_phase == START_UP):  # a compile inside any phase
                 phase = own_phase
                 if own_phase == BACKWARD:
                     out.backward_events += 1
@@ -562,9 +565,11 @@ class _Sweep:
         one_time = self.one_time.get(id(ev)) if kind == _RUNTIME else None
         if one_time is not None:
             category = START_UP
-            out.one_time_us[one_time] = out.one_time_us.get(one_time, 0.0) + self_us
         else:
             category = OTHER if is_step else _category(kind, name, phase, in_sync, in_copy)
+            one_time = FIRST_COMPILE if category == START_UP else None
+        if one_time is not None:
+            out.one_time_us[one_time] = out.one_time_us.get(one_time, 0.0) + self_us
         out.category_us[category] += self_us
         if top is not None:
             top.cats[category] = top.cats.get(category, 0.0) + self_us
