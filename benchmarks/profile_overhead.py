@@ -379,7 +379,7 @@ def bench_analysis(min_events: int = 100_000, reps: int = 3, torch_parse: bool =
             # _build_result releases the profiler's events when done: hand it a stand-in that
             # holds the same results, so every rep (and torch's parse below) sees them
             holder = types.SimpleNamespace(profiler=types.SimpleNamespace(kineto_results=results))
-            ctx = rule_context(device, {}, None)
+            ctx = rule_context(device)
             result, took = _timed(lambda: _build_result(holder, ProfileOptions(), "%%torchprofile", device,
                                                         [], [body_s], None, ctx))
             build_s.append(took)

@@ -490,7 +490,7 @@ def copies(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     pageable_share = _share(s.pageable_h2d_us, s)
     pinning_pays = (pageable >= THRESHOLDS["pageable_h2d_per_step"]
                     and pageable_share >= THRESHOLDS["pageable_h2d_share"])
-    starved = gpu_waiting_share(s, ctx)
+    host_share, starved = share, gpu_waiting_share(s, ctx)
     if starved is not None:
         share = min(share, starved)  # a host-side copy costs a GPU step only the time the GPU waits for it
     if share < THRESHOLDS["copies_share"] and not pinning_pays:
@@ -502,10 +502,13 @@ def copies(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         parts.append(f"{s.layout_copies} .contiguous() layout conversions: keep one memory format "
                      "(channels_last for convolution models)")
     parts.append("move dtype/device conversions out of the loop: create tensors where and as they are used")
-    pinned = (f"{pageable:.0f} host-to-device cop{'y' if round(pageable) == 1 else 'ies'} per step from pageable "
+    pinned = (f"{_per_step(pageable)} host-to-device cop{'y' if pageable == 1 else 'ies'} per step from pageable "
               f"memory take {pageable_share:.0%} of the step on the GPU")
     if share >= THRESHOLDS["copies_share"]:
-        title = f"Copies and conversions take {share:.0%} of the step" + (f"; {pinned}" if pinning_pays else "")
+        title = f"Copies and conversions take {host_share:.0%} of the step"
+        if share < host_share:
+            title += f" on the host; the GPU waits on the host {share:.0%}"
+        title += f"; {pinned}" if pinning_pays else ""
     else:
         title = pinned[0].upper() + pinned[1:]
     return _finding(

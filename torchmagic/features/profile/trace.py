@@ -47,7 +47,7 @@ DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, COMMUNICATION, DEVICE_WAIT, S
     "syncs",
     "communication",  # collectives: gloo's and MPI's run on the host, NCCL's range only enqueues its kernels
     "device wait",  # the CPU waiting at step end for queued GPU work (GPU-bound: good)
-    "start-up",     # one-time costs (the CUDA context, lazy kernel loading): not the steady state
+    "start-up",     # one-time costs (the CUDA context, lazy kernel loading, a first compile): not the steady state
     "other",        # Python between ops, user annotations' own time
 )
 CATEGORIES = (DATA, FORWARD, BACKWARD, OPTIMIZER, COPIES, SYNCS, COMMUNICATION, DEVICE_WAIT, START_UP, OTHER)
