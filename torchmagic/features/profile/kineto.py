@@ -133,18 +133,20 @@ def is_read(activity_type: str) -> bool:
             or is_runtime(activity_type))
 
 
+def _unread(counts: dict[str, int]) -> dict[str, int]:
+    """The categories (with their event counts) that nothing here reads and none is set aside on purpose."""
+    return {cat: n for cat, n in counts.items() if not is_read(cat) and cat not in UNREAD_ON_PURPOSE}
+
+
 def unread_device(counts: dict[str, int]) -> str | None:
     """The accelerator whose work a trace holds in categories not read here ('mtia' for MTIA's
     ``mtia_ccp_events``), or None."""
-    for cat in counts:
-        if not is_read(cat) and cat not in UNREAD_ON_PURPOSE and "_" in cat:
-            return cat.split("_", 1)[0]
-    return None
+    return next((cat.split("_", 1)[0] for cat in _unread(counts) if "_" in cat), None)
 
 
 def unread_note(counts: dict[str, int]) -> str | None:
     """One line naming the categories of timed events a trace holds that nothing here reads, or None."""
-    unread = {cat: n for cat, n in counts.items() if not is_read(cat) and cat not in UNREAD_ON_PURPOSE}
+    unread = _unread(counts)
     if not unread:
         return None
     listed = ", ".join(f"{n:,} '{cat or '(none)'}'" for cat, n in sorted(unread.items(), key=lambda kv: -kv[1]))
