@@ -99,6 +99,9 @@ def test_an_exception_in_the_block_still_turns_it_off():
     assert not memory.recording and memory.calls[-1][0] is None
 
 
+END = 2**63  # no step ends before it
+
+
 def _profile_tree(step):
     step()
     with torch.profiler.profile(profile_memory=True, with_stack=True) as prof:
@@ -121,21 +124,21 @@ def test_the_allocators_stacks_name_the_line_that_allocated_matched_by_address_f
 
     tree, start = _profile_tree(step)
     ptr = kept[-1]
-    without = allocation_report(tree, start, {})[1][0]
+    without = allocation_report(tree, start, END, {})[1][0]
     assert without.bytes == 32 * MiB and without.stack[0].startswith("step  (")  # the tracer's: where step starts
     stdlib = os.path.join(sysconfig.get_paths()["stdlib"], "runpy.py")
     history = {"cpu": [HistoryAlloc(ptr, 32 * MiB, ("/home/user/train.py(207): make_buffer",
                                                     "/x/site-packages/torch/functional.py(3): f",
                                                     f"{stdlib}(88): _run_code")),
                        HistoryAlloc(0x1, 8, ("/home/user/train.py(9): other",))]}
-    top = allocation_report(tree, start, {}, history)[1][0]
+    top = allocation_report(tree, start, END, {}, history)[1][0]
     assert top.bytes == 32 * MiB and top.op == without.op
     assert top.stack == ("make_buffer  (user/train.py, line 207)",)  # torch's and the stdlib's left out
     # the ring buffer lost this address's older allocations: the last one still matches the last
     older = [HistoryAlloc(ptr, 32 * MiB, ("/home/user/train.py(1): stale",))]
-    assert allocation_report(tree, start, {}, {"cpu": older + history["cpu"]})[1][0].stack == top.stack
+    assert allocation_report(tree, start, END, {}, {"cpu": older + history["cpu"]})[1][0].stack == top.stack
     # an address the history never saw keeps the profiler's stack
-    assert allocation_report(tree, start, {}, {"cpu": history["cpu"][1:]})[1][0].stack == without.stack
+    assert allocation_report(tree, start, END, {}, {"cpu": history["cpu"][1:]})[1][0].stack == without.stack
 
 
 class RecordingCpu(CpuDevice):

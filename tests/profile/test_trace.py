@@ -76,3 +76,31 @@ def test_timeline_is_bounded_and_keeps_every_step(monkeypatch):
     assert any(span.start_us + span.dur_us > last_step_start for span in s.timeline)
     covered = sum(span.dur_us for span in s.timeline)
     assert covered <= s.total_step_us * 1.01
+
+
+def test_a_package_whose_path_holds_path_objects_is_read_as_installed(monkeypatch, tmp_path):
+    # transformers 5 puts PosixPath objects in its __path__: --stack and --memory crashed on them
+    import importlib.machinery
+    import pathlib
+    import sys
+    import types
+
+    site = tmp_path / "site-packages" / "pathpkg"
+    spec = importlib.machinery.ModuleSpec("pathpkg", None, is_package=True)
+    spec.submodule_search_locations = [pathlib.Path(site)]
+    module = types.ModuleType("pathpkg")
+    module.__spec__ = spec
+    monkeypatch.setitem(sys.modules, "pathpkg", module)
+    trace.installed_package.cache_clear()
+    trace.is_user_frame.cache_clear()
+    try:
+        assert trace.installed_package("pathpkg")
+        assert not trace.is_user_frame("pathpkg/models/gpt2.py(120): forward")
+        local = types.ModuleType("localpkg")
+        local.__spec__ = importlib.machinery.ModuleSpec("localpkg", None, is_package=True)
+        local.__spec__.submodule_search_locations = [pathlib.Path(tmp_path / "localpkg")]
+        monkeypatch.setitem(sys.modules, "localpkg", local)
+        assert not trace.installed_package("localpkg") and trace.is_user_frame("localpkg/train.py(3): run")
+    finally:
+        trace.installed_package.cache_clear()
+        trace.is_user_frame.cache_clear()

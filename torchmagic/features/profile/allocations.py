@@ -11,13 +11,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from .frames import frame_label
+from .modules import MODULE_MARK, node_name
 from .result import Allocation
 from .trace import is_user_frame
 
 MAX_TIMELINE_POINTS = 2000   # per device: the drawing is ~1000 pixels wide
 LARGEST_KEPT = 10
 MAX_FRAMES = 8               # of the user's frames above an allocation, innermost first
-MODULE_MARK = "nn.Module: "
 _LIBRARY_DIRS = tuple(sorted({os.path.join(path, "") for key in ("stdlib", "platstdlib", "purelib", "platlib")
                               if (path := sysconfig.get_paths().get(key))}))  # how the Python tracer names a module's forward call
 MAX_ALLOCATIONS = 1_000_000  # events read at most (about 0.5 s of walking per 100k events of the tree)
@@ -33,30 +33,38 @@ class _Event:
     node: object                 # the tree node, for its op and stack (read only for the largest)
 
 
-def allocation_report(tree, start_ns: int, cells: dict[str, int], history: dict[str, list] | None = None):
+def allocation_report(tree, start_ns: int, end_ns: int, cells: dict[str, int], history: dict[str, list] | None = None):
     """(timeline per device as (seconds, bytes allocated above the start, bytes the caching allocator
     reserved above its reserve at the first allocation, or None off CUDA),
-    the largest allocations alive at each device's peak, largest first), from ``start_ns`` on.
+    the largest allocations alive at each device's peak, largest first), over the steps from ``start_ns``
+    to ``end_ns``.  Memory recorded before the steps (a warm-up run: see run.py) sets the level they start
+    from and the frees of what it allocated, but not the peak.
     ``history``: the allocator's own record per device (CUDA's, core/devices/history.py), whose stacks
     name the line that allocated, where the profiler's name the line each function starts at."""
-    events = _allocation_events(tree)
+    events = [ev for ev in _allocation_events(tree) if ev.t_ns <= end_ns]
     stacks = _history_stacks(events, history or {})
     timeline: dict[str, list[tuple[float, int, int | None]]] = defaultdict(list)
     level: dict[str, int] = defaultdict(int)
+    base: dict[str, int] = {}   # the level at the first step's start
     peak: dict[str, tuple[int, int]] = {}  # device -> (level, index of the event that reached it)
     reserved_at_first: dict[str, int] = {}
     for i, ev in enumerate(events):
+        if ev.t_ns >= start_ns:
+            base.setdefault(ev.device, level[ev.device])
         level[ev.device] += ev.size
-        base = reserved_at_first.setdefault(ev.device, ev.reserved)  # CUDA's reserve, from its first reading
-        reserved = ev.reserved - base if ev.reserved else None
-        timeline[ev.device].append(((ev.t_ns - start_ns) / 1e9, level[ev.device], reserved))
-        if level[ev.device] > peak.get(ev.device, (0, -1))[0]:
-            peak[ev.device] = (level[ev.device], i)
+        if ev.t_ns < start_ns:
+            continue
+        above = level[ev.device] - base[ev.device]
+        base_reserved = reserved_at_first.setdefault(ev.device, ev.reserved)  # CUDA's reserve, from its first reading
+        reserved = ev.reserved - base_reserved if ev.reserved else None
+        timeline[ev.device].append(((ev.t_ns - start_ns) / 1e9, above, reserved))
+        if above > peak.get(ev.device, (0, -1))[0]:
+            peak[ev.device] = (above, i)
     largest = []
     for device, (_, at) in peak.items():
         live: dict[int, _Event] = {}
         for ev in events[: at + 1]:
-            if ev.device != device:
+            if ev.device != device or ev.t_ns < start_ns:  # what the steps allocated: the rise, not the base
                 continue
             if ev.size > 0:
                 live[ev.ptr] = ev
@@ -125,13 +133,13 @@ def _made_by(node, cells: dict[str, int]) -> tuple[str | None, tuple[str, ...], 
     op, frames, module = None, [], None
     parent = node.parent
     while parent is not None:
-        kind = parent.tag.name
+        kind, name = parent.tag.name, node_name(parent)
         if kind == "TorchOp" and op is None:
-            op = parent.name
-        elif kind == "PyCall" and parent.name.startswith(MODULE_MARK):
-            module = module or parent.name[len(MODULE_MARK):]
-        elif kind == "PyCall" and is_user_frame(parent.name):
-            label = frame_label(parent.name, cells)
+            op = name
+        elif kind == "PyCall" and name.startswith(MODULE_MARK):
+            module = module or name[len(MODULE_MARK):]
+        elif kind == "PyCall" and name and is_user_frame(name):
+            label = frame_label(name, cells)
             if not frames or frames[-1] != label:  # a cell run from a cell magic shows once
                 frames.append(label)
         parent = parent.parent

@@ -49,7 +49,8 @@ class OpRow:
     shapes: tuple[str, ...] = ()
     bytes: int = 0                  # --flops: what its tensors hold (inputs, and a matmul's or pointwise op's output)
     dtype: str | None = None        # --flops: its first input's dtype, as the trace writes it
-    estimated_flops: int = 0        # --flops: 1 per element of a pointwise op (torch counts matmuls and convs only)
+    estimated_flops: int = 0        # --flops: 1 per element of a pointwise op (FlopCounterMode counts matmuls, convs, attention)
+    flop_device_us: float = 0.0     # --flops: device time of the kernels an op with counted FLOPs launched, its children's too
 
 
 @dataclass(frozen=True)
@@ -67,13 +68,14 @@ class RooflineRow:
 
     name: str
     dtype: str                      # float32, bfloat16, float16: whose compute roof applies
-    flops: int                      # torch's count (matmul, conv), or the pointwise estimate
+    flops: int                      # FlopCounterMode's count (matmul, conv, attention), or the pointwise estimate
     bytes: int
     intensity: float                # FLOPs per byte
-    achieved_flops_per_s: float     # over its own time: self GPU time where it has kernels, else self CPU
+    achieved_flops_per_s: float     # over the time of its work: its calls' GPU kernels where it has them, else CPU
+                                    # time (an op with counted FLOPs: its children's included, where its kernels run)
     bound: str                      # "compute" or "memory": which side of the ridge its intensity is on
     fraction_of_roof: float         # achieved / the roof at its intensity
-    estimated: bool = False         # FLOPs estimated (pointwise), not counted by torch
+    estimated: bool = False         # FLOPs estimated (pointwise), not counted by a formula
 
 
 @dataclass(frozen=True)

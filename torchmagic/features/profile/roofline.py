@@ -20,8 +20,7 @@ HEAVY_SHARE = 0.01   # ops below this share of the FLOP-carrying ops' time are l
 def place_on_roofline(result: ProfileResult, device: Device) -> None:
     """Fill ``result``'s peaks, roofline rows and MFU (``--flops``)."""
     on_device = any(op.self_device_us for op in result.ops)
-    candidates = [op for op in result.ops if (op.flops or op.estimated_flops) and op.bytes
-                  and (op.self_device_us if on_device else op.self_cpu_us) > 0]
+    candidates = [op for op in result.ops if (op.flops or op.estimated_flops) and op.bytes and _us(op, on_device) > 0]
     if not candidates:
         result.notes.append("--flops: no operator with FLOPs and tensor sizes to place on a roofline.")
         return
@@ -69,4 +68,8 @@ def place_on_roofline(result: ProfileResult, device: Device) -> None:
 
 
 def _us(op, on_device: bool) -> float:
+    """The time of an op's work: an op with counted FLOPs is counted where the formula applies (aten::convolution),
+    above the ops that do the work (aten::mkldnn_convolution), so its time includes its children's."""
+    if op.flops:
+        return op.flop_device_us if on_device else op.total_cpu_us
     return op.self_device_us if on_device else op.self_cpu_us

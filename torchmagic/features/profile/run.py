@@ -8,6 +8,7 @@ ran is summarised, and the exception is handed back for the caller to re-raise.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import statistics
 import time
@@ -27,6 +28,7 @@ from ...core.render.format import fmt_us
 from ...core.state import names_reached
 from .activity import python_calls
 from .allocations import allocation_report
+from .modules import MODULE_MARK, module_labels
 from .roofline import place_on_roofline
 from .frames import frame_label, ipython_cell_files
 from .result import SORT_KEYS, OpRow, ProfileResult
@@ -84,8 +86,12 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
     step_s: list[float] = []
     value, error, prof, history = None, None, None, None
     energy: list[int | None] = [None, None]  # the device's energy counter (mJ) around the profiled steps
+    # With --memory the last warm-up run is recorded too (outside the steps' windows): torch's CPU profiler
+    # reports no free of a block allocated before it started, so the gradients the first step's zero_grad
+    # frees would stay in the level and the peak would read high by them.
+    recorded_warmup = 1 if options.memory and options.warmup else 0
     try:
-        for _ in range(options.warmup):
+        for _ in range(options.warmup - recorded_warmup):
             value, seconds = timed_call(step, device)
             warmup_s.append(seconds)
         prof = torch.profiler.profile(
@@ -99,6 +105,9 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
         with without_profiler_banner(), recorder as history:
             try:
                 prof.start()
+                for _ in range(recorded_warmup):
+                    value, seconds = timed_call(step, device)
+                    warmup_s.append(seconds)
                 energy[0] = device.energy_mj()
                 for i in range(options.steps):
                     value, seconds = timed_call(step, device, marker=f"{STEP_PREFIX}{i}")
@@ -155,6 +164,10 @@ def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: Ru
     if options.warmup == 0:
         notes.append("The first run includes one-time costs (lazy initialisation, allocator warm-up); "
                      "--warmup 1 leaves them out.")
+        if options.memory and not device.is_accelerator:
+            notes.append("--memory: torch's CPU profiler reports no free of memory allocated before it started, "
+                         "so the peak reads high by what the first step frees of earlier tensors (the gradients "
+                         "zero_grad drops); with --warmup 1 it is exact.")
     nvml = device.nvml()
     if isinstance(nvml, str):
         notes.append(nvml)
@@ -164,9 +177,10 @@ def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: Ru
         notes=notes, nvml=nvml.to_dict() if nvml is not None else None,
         error=_describe(error), options=options.to_dict(),
     )
-    if len(warmup_s) >= 2 and step_s:
+    unprofiled = warmup_s[:options.warmup - 1] if options.memory else warmup_s  # see recorded_warmup
+    if len(unprofiled) >= 2 and step_s:
         # the first warm-up run is cold; the others are the un-profiled baseline
-        result.overhead = statistics.median(step_s) / statistics.median(warmup_s[1:])
+        result.overhead = statistics.median(step_s) / statistics.median(unprofiled[1:])
     results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
     if results is None:
         if error is None:
@@ -176,13 +190,17 @@ def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: Ru
     summary = summarize_trace(results.events(), results.trace_start_ns(), shapes=options.record_shapes,
                               flops=options.flops, python_calls=python_calls(results) if options.stack else ())
     fill_from_summary(result, summary, ctx)
+    tree = results.experimental_event_tree() if options.memory or options.stack else None
     if options.memory and summary.step_start_us:
         first_step_ns = results.trace_start_ns() + round(summary.step_start_us[0] * 1000)
+        last_step_ns = results.trace_start_ns() + round((summary.step_start_us[-1] + summary.step_us[-1]) * 1000)
         result.memory_timeline, result.largest_allocations = allocation_report(
-            results.experimental_event_tree(), first_step_ns, ipython_cell_files(),
+            tree, first_step_ns, last_step_ns, ipython_cell_files(),
             history.allocations if history is not None else None)
         if history is not None and history.note:
             result.notes.append(history.note)
+    if tree is not None:
+        _name_modules(result, module_labels(tree, ctx.user.module_paths))
     if options.flops:
         place_on_roofline(result, device)
     result.analysis_s = time.perf_counter() - started
@@ -199,6 +217,14 @@ def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: Ru
     return result
 
 
+def _name_modules(result: ProfileResult, labels: dict[str, str]) -> None:
+    """The model's names for its modules where the tracer wrote "nn.Module: Linear_3" (modules.py)."""
+    result.hot_lines = [(labels.get(label, label), us) for label, us in result.hot_lines]
+    result.largest_allocations = [
+        dataclasses.replace(a, module=labels[MODULE_MARK + a.module][len(MODULE_MARK):])
+        if a.module and MODULE_MARK + a.module in labels else a for a in result.largest_allocations]
+
+
 def fill_from_summary(result: ProfileResult, s: TraceSummary, ctx: RuleContext) -> None:
     result.findings = diagnose(s, ctx)
     if note := missing_kernels_note(s, ctx):
@@ -212,7 +238,7 @@ def fill_from_summary(result: ProfileResult, s: TraceSummary, ctx: RuleContext) 
     result.ops = [
         OpRow(o.name, o.calls, o.self_cpu_us, o.total_cpu_us, o.self_device_us, o.flops,
               o.allocated_bytes, tuple(o.top_shapes()), bytes=o.bytes, dtype=o.dtype,
-              estimated_flops=o.estimated_flops)
+              estimated_flops=o.estimated_flops, flop_device_us=o.flop_device_us)
         for o in s.ops.values()
     ]
     # Python between ops shows as the step markers' own time: count it under "other"

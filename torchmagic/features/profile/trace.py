@@ -35,6 +35,7 @@ from .intervals import intersection, near, overlap, subtract, union
 from .kineto import (COLLECTIVE_PREFIXES, CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, FIRST_COMPILE, LAUNCH_CALLS,
                      OPTIMIZER_PREFIXES, PYTHON_FUNCTION, START_UP_MIN_US, STEP_PREFIX, USER_ANNOTATION,
                      is_backward_node, is_compile, is_runtime, one_time_cost)
+from .flops import counts_flops, op_flops
 from .traffic import MATMUL_OPS, off_tensor_core_grain, tensor_traffic
 from .result import TimelineSpan as Span  # a bar: a step's top-level event, or a kernel
 
@@ -102,6 +103,9 @@ class OpStats:
     bytes: int = 0
     dtype: str | None = None
     estimated_flops: int = 0
+    # with flops, for an op with counted FLOPs: the device time of the kernels its calls launched, its
+    # children's included (aten::convolution's FLOPs run in the kernels aten::cudnn_convolution launches)
+    flop_device_us: float = 0.0
 
     def top_shapes(self, n: int = 2) -> list[str]:
         return [s for s, _ in self.shapes.most_common(n)]
@@ -254,7 +258,7 @@ def _summarize(events, trace_start_ns: int, shapes: bool, flops: bool, python_ca
     for tid, evs in by_thread.items():
         sweep.run(evs, "CPU main thread" if tid == main_tid else f"CPU thread {tid}")
     _discount_waiting(out, sweep, windows)
-    _memory_levels(out, sweep.memory)
+    _memory_levels(out, sweep.memory, windows)
     _attribute_device(device, out, sweep, windows)
     _bound_timeline(out)
     return out
@@ -362,11 +366,13 @@ def installed_package(top: str) -> bool:
         return False
     try:
         spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
+    except Exception:  # noqa: BLE001 - an imported module's spec is whatever its package made it
         return False
-    where = (spec.origin or "") if spec else ""
-    where += " ".join(spec.submodule_search_locations or ()) if spec and spec.submodule_search_locations else ""
-    return "site-packages" in where or "dist-packages" in where
+    if spec is None:
+        return False
+    # transformers 5 puts PosixPath objects in its __path__: read every location as a path, not a str
+    where = [spec.origin or "", *(str(p) for p in spec.submodule_search_locations or ())]
+    return any("site-packages" in w or "dist-packages" in w for w in where)
 
 
 def _category(kind, name, phase, in_sync, in_copy) -> str:
@@ -420,6 +426,11 @@ class _Sweep:
         self.first_launches: set[int] = set()  # CUPTI correlation ids of each kernel's first launch
         self.device_reads: set[int] = set()  # ... of device-to-host copies
         self.op_calls: Counter = Counter()  # op name -> calls opened so far
+        # --flops (flops.py): id() of an event at or under the outermost op with a FLOP formula -> that op's
+        # name; the FLOPs of each such op's call; an op's correlation id -> the op its kernels' FLOPs are in
+        self.flop_owner: dict[int, str] = {}
+        self.call_flops: dict[int, int] = {}
+        self.flop_owner_of_corr: dict[int, str] = {}
 
     def run(self, evs: list[_Ev], lane: str) -> None:
         out = self.out
@@ -462,6 +473,8 @@ class _Sweep:
                     out.optimizer_names.add(name.split("#", 1)[1].split(".", 1)[0])
                 elif own_phase == DATA and step is not None:
                     self.data_intervals.append((ev.start, ev.end))
+            if self.flops:
+                self._count_flops(ev, parent)
             if kind == _PYTHON and is_user_frame(name):
                 frame, library = name, None
             elif kind == _PYTHON and frame is not None and library is None and is_library_frame(name):
@@ -495,6 +508,17 @@ class _Sweep:
             stack.append([ev, 0.0, phase, in_sync, in_copy, step, top, frame, under_op or kind == _OP, library])
         while stack:
             self._close(stack.pop(), lane)
+
+    def _count_flops(self, ev: _Ev, parent) -> None:
+        """Count an op's FLOPs at the outermost op with a formula, none beneath it (flops.py)."""
+        owner = self.flop_owner.get(id(parent[0])) if parent is not None else None
+        if owner is None and ev.kind == _OP and counts_flops(ev.name):
+            owner = ev.name
+            self.call_flops[id(ev)] = op_flops(ev.name, ev.raw.shapes(), ev.raw.concrete_inputs())
+        if owner is not None:
+            self.flop_owner[id(ev)] = owner
+            if ev.kind == _OP and ev.corr:
+                self.flop_owner_of_corr[ev.corr] = owner
 
     def _one_time(self, ev: _Ev, parent) -> None:
         """Mark a slow runtime call that is a one-time cost (kineto.one_time_cost)."""
@@ -556,6 +580,8 @@ class _Sweep:
 
     def _close(self, entry, lane: str) -> None:
         ev, child_us, phase, in_sync, in_copy, step, top, _, _, _ = entry
+        self.flop_owner.pop(id(ev), None)
+        flops = self.call_flops.pop(id(ev), 0)
         if step is None:
             return  # outside the profiled steps (profiler start and stop)
         out, name, kind = self.out, ev.name, ev.kind
@@ -605,7 +631,7 @@ class _Sweep:
         if ev.corr:
             self.op_of_corr[ev.corr] = (name, category, precision)
         if self.flops:
-            stats.flops += ev.raw.flops()
+            stats.flops += flops
             moved, dtype, pointwise_flops = tensor_traffic(name, ev.raw.shapes(), ev.raw.dtypes())
             stats.bytes += moved
             stats.dtype = stats.dtype or dtype
@@ -622,7 +648,7 @@ class _Sweep:
                   else f"{str(device_type).rsplit('.', 1)[-1].lower()}:{max(ev.raw.device_index(), 0)}")
         nbytes = ev.raw.nbytes()
         self.memory.append((ev.start, device, nbytes))
-        if nbytes > 0:
+        if nbytes > 0 and _window_of(self.windows, ev.start) is not None:
             out.allocated_total[device] = out.allocated_total.get(device, 0) + nbytes
             if parent is not None and parent[0].kind == _OP:
                 stats = out.ops.get(parent[0].name)
@@ -631,14 +657,26 @@ class _Sweep:
                 stats.allocated_bytes += nbytes
 
 
-def _memory_levels(out: TraceSummary, records: list[tuple[float, str, int]]) -> None:
-    """Peak and final allocation level per device above the profile's start, in time order across
-    threads: on CUDA, backward allocates on the autograd thread while the main thread's tensors live."""
+def _memory_levels(out: TraceSummary, records: list[tuple[float, str, int]], windows) -> None:
+    """Peak and final allocation level per device above the first step's start, in time order across
+    threads: on CUDA, backward allocates on the autograd thread while the main thread's tensors live.
+    Memory may be recorded from before the steps (run.py starts the profiler a warm-up step early: the
+    CPU profiler reports no free of a block allocated before it started, so the gradients zero_grad
+    frees would otherwise never leave the level); only the steps' records make the peak."""
+    if not windows:
+        return
     level: dict[str, int] = defaultdict(int)
-    for _, device, nbytes in sorted(records, key=lambda r: r[0]):
+    base: dict[str, int] = {}
+    start, end = windows[0][0], windows[-1][1]
+    for t, device, nbytes in sorted(records, key=lambda r: r[0]):
+        if t > end:
+            break
+        if t >= start:
+            base.setdefault(device, level[device])
         level[device] += nbytes
-        out.peak_allocated[device] = max(out.peak_allocated.get(device, 0), level[device])
-    out.allocated_net = dict(level)
+        if t >= start:
+            out.peak_allocated[device] = max(out.peak_allocated.get(device, 0), level[device] - base[device])
+    out.allocated_net = {device: level[device] - base[device] for device in base}
 
 
 def _discount_waiting(out: TraceSummary, sweep: _Sweep, windows) -> None:
@@ -678,6 +716,9 @@ def _attribute_device(device: list[_Ev], out: TraceSummary, sweep: _Sweep, windo
             if stats is None:
                 stats = out.ops[op] = OpStats(op)
             stats.self_device_us += dur
+        owner = sweep.flop_owner_of_corr.get(ev.corr)
+        if owner is not None and owner in out.ops:
+            out.ops[owner].flop_device_us += dur
         if precision == "low":
             out.matmul_low_device_us += dur
             shape = sweep.misaligned.get(ev.corr)

@@ -4,7 +4,7 @@ loader's batch size and workers), and the cores of the machine the profile ran o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # what a snippet calls an object the code does not name
@@ -22,6 +22,8 @@ class UserObjects:
     loader_iterable: bool = False         # over an IterableDataset (no sampler)
     cores: int | None = None              # usable cores where the profile ran; None: a trace from elsewhere
     threads: int | None = None            # torch's intra-op threads when it ran
+    # id() of each module inside the outermost ones -> its name as the code reaches it ("model.lm_head")
+    module_paths: dict[int, str] = field(default_factory=dict, compare=False, repr=False)
 
 
 def user_objects(named: dict[str, Any], cores: int | None) -> UserObjects:
@@ -42,7 +44,9 @@ def user_objects(named: dict[str, Any], cores: int | None) -> UserObjects:
         found=frozenset(role for role, found in names.items() if found),
         loader_batch_size=getattr(loader, "batch_size", None), loader_workers=getattr(loader, "num_workers", None),
         loader_iterable=isinstance(getattr(loader, "dataset", None), IterableDataset), cores=cores,
-        threads=torch.get_num_threads() if cores is not None else None)
+        threads=torch.get_num_threads() if cores is not None else None,
+        module_paths={id(sub): f"{name}.{path}" if path else name
+                      for name in reversed(modules) for path, sub in named[name].named_modules()})
 
 
 def _of_type(named: dict[str, Any], kind: type, conventional: str) -> list[str]:

@@ -9,6 +9,7 @@ steps as fit in ``OPS_EVENT_LIMIT`` events.
 
 from __future__ import annotations
 
+import ast
 import os
 from collections import Counter
 
@@ -26,7 +27,7 @@ from .rank import RankTrace
 from .reader import TraceReader
 
 OPS_EVENT_LIMIT = 300_000  # about 220 MB held, 6 s on the 2-core CPU machine
-_NO_DETAILS = (-1, (), (), 0, 0, (0, -1))
+_NO_DETAILS = (-1, (), (), (), 0, 0, (0, -1))
 
 
 class TraceEvent:
@@ -37,7 +38,7 @@ class TraceEvent:
     between themselves.  Categories are read as the current schema names them (kineto.py)."""
 
     __slots__ = ("_name", "_cat", "_linked", "_start", "_dur", "_tid", "_external", "_correlation", "_sequence",
-                 "_shapes", "_dtypes", "_flops", "_bytes", "_device")
+                 "_shapes", "_dtypes", "_concrete", "_flops", "_bytes", "_device")
 
     def __init__(self, event: dict, args: dict):
         self._name = event.get("name", "")
@@ -46,10 +47,11 @@ class TraceEvent:
         self._start, self._dur = round(event["ts"] * 1000), round(event.get("dur", 0) * 1000)
         self._tid = event.get("tid", 0)
         self._external, self._correlation = external_id(args), args.get("correlation", 0)
-        self._sequence, self._shapes, self._dtypes, self._flops, self._bytes, self._device = _NO_DETAILS
+        self._sequence, self._shapes, self._dtypes, self._concrete, self._flops, self._bytes, self._device = _NO_DETAILS
         if self._cat == CPU_OP:  # what the summary reads of an op; of a [memory] event, its size and device
             self._sequence = args.get("Sequence number", -1)
             self._shapes, self._dtypes = args.get("Input Dims", ()), args.get("Input type", ())
+            self._concrete = args.get("Concrete Inputs", ())
             self._flops = args.get("flops", 0)
         elif self._name == "[memory]":
             self._bytes, self._device = args.get("Bytes", 0), (args.get("Device Type", 0), args.get("Device Id", -1))
@@ -90,6 +92,10 @@ class TraceEvent:
     def dtypes(self):
         return self._dtypes
 
+    def concrete_inputs(self):
+        """The non-tensor arguments, as the trace writes them ("[2, 2]", "False", "" for a tensor)."""
+        return [_literal(value) for value in self._concrete]
+
     def flops(self):
         return self._flops
 
@@ -101,6 +107,15 @@ class TraceEvent:
 
     def device_index(self):
         return self._device[1]
+
+
+def _literal(text):
+    if not isinstance(text, str):
+        return text
+    try:
+        return ast.literal_eval(text) if text else None
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
 
 
 def trace_profile(trace: RankTrace) -> ProfileResult:
