@@ -10,6 +10,7 @@ import torch
 
 from .core.cell import Cell
 from .core.devices import Device, choose_device
+from .core.expectations import Expectation, as_expectation
 from .core.shell import current_shell
 from .core.limits import usable_cores
 from .core.state import names_used, referenced_values, values_named
@@ -45,9 +46,9 @@ def profile(fn: Callable[[], Any], *, steps: int = 1, warmup: int = 0, record_sh
 
 
 def _profile(fn: Callable[[], Any], options: ProfileOptions, label: str, device: Device,
-             user: UserObjects | None = None) -> ProfileResult:
+             user: UserObjects | None = None, code: str | None = None) -> ProfileResult:
     __tracebackhide__ = True  # noqa: F841
-    run = run_profile(fn, options, label=label, device=device, user=user)
+    run = run_profile(fn, options, label=label, device=device, user=user, code=code)
     if run.error is not None:
         _attach(run.error, run.result)
         raise run.error
@@ -69,7 +70,7 @@ def profile_code(code: str, namespace: dict[str, Any] | None = None, **options) 
 
     label, device = options.pop("label", None) or "code", options.pop("device", None)
     return _profile(step, ProfileOptions(**options), label, choose_device(device, values_named(cell.names, namespace)),
-                    user_objects(names_used(cell.names, namespace), usable_cores()))
+                    user_objects(names_used(cell.names, namespace), usable_cores()), code)
 
 
 def autobatch(step: Callable[[int], Any], *, budget: float | None = None, min: int = 1,  # noqa: A002
@@ -98,7 +99,7 @@ def compare(fn: Callable[..., Any], *, model: Any = None,
             variants: str | list[str | Variant] = DEFAULT_VARIANTS, runs: int | None = None,
             min_time: float = 1.0, warmup: int = 3, dtype: str | None = None, atol: float | None = None,
             rtol: float | None = None, restore: bool | list[Any] = True, device: Device | str | None = None,
-            label: str | None = None) -> CompareResult:
+            label: str | None = None, expect: str | Expectation | None = None) -> CompareResult:
     """Time ``fn`` under several execution variants and compare them with eager fp32.
 
     With ``model``, ``fn(m)`` is called with each variant's version of it (compiled, quantized,
@@ -108,14 +109,17 @@ def compare(fn: Callable[..., Any], *, model: Any = None,
     :class:`~torchmagic.features.compare.variants.Variant` objects.  Rounds interleave the variants;
     each speedup (the median of per-round ratios) comes with a 95% CI.  The model, the optimizers holding its
     parameters (found in ``fn``'s globals) and the RNG are restored before each variant and
-    afterwards; pass ``restore=[...]`` to name the objects, or ``False`` to skip it.
+    afterwards; pass ``restore=[...]`` to name the objects, or ``False`` to skip it.  ``expect``
+    ("1.15-1.30", a finding's prediction) needs one variant besides eager; ``.expectation_check``
+    and the report say whether its speedup agrees.
     """
     __tracebackhide__ = True  # noqa: F841
     if model is not None and not isinstance(model, torch.nn.Module):
         raise TypeError(f"model= takes the nn.Module the variants change, got a {type(model).__name__}; "
                         "to time something else, call it from fn (with model=None)")
     options = CompareOptions(variants=tuple(parse_variants(variants)), runs=runs, min_time=min_time,
-                             warmup=warmup, dtype=dtype, atol=atol, rtol=rtol, restore=restore is not False)
+                             warmup=warmup, dtype=dtype, atol=atol, rtol=rtol, restore=restore is not False,
+                             expect=as_expectation(expect))
     if isinstance(restore, list):
         state = restore
     else:
@@ -184,20 +188,23 @@ def watch_memory(interval: float = 1.0):
 
 def loadertune(loader: Any, *, workers: list[int] | None = None, batches: int | None = None,
                seconds: float = 0.5, rounds: int = 6, step: Callable[[Any], Any] | None = None,
-               restore: list[Any] | None = None, device: Device | str | None = None, **loader_kwargs):
+               restore: list[Any] | None = None, device: Device | str | None = None,
+               expect: str | Expectation | None = None, **loader_kwargs):
     """The DataLoader settings that feed batches fastest: worker counts compared with persistent
     workers, then the fastest without them and with a deeper prefetch (``pin_memory`` with a GPU).
 
     ``loader`` is a DataLoader, or a dataset with DataLoader keyword arguments.  A change is
     recommended only when it is faster than the current settings with 95% confidence.  With
     ``step`` (a function taking a batch), the step is timed too, alone and with the loaders;
-    the modules and optimizers it uses (or ``restore``) are put back afterwards.
+    the modules and optimizers it uses (or ``restore``) are put back afterwards.  ``expect``
+    ("1.10-1.40", a finding's prediction): ``.expectation_check`` and the report say whether the
+    recommended change (or, keeping the current settings, the fastest other) agrees.
     """
     from .features.loadertune.run import LoaderTuneOptions, as_loader, run_loadertune
     from .features.loadertune.run import objects_to_restore as restored_by_loadertune
 
     options = LoaderTuneOptions(workers=tuple(workers) if workers else None, batches=batches, seconds=seconds,
-                                rounds=rounds)
+                                rounds=rounds, expect=as_expectation(expect))
     state = restored_by_loadertune(step) if restore is None else restore
     device = choose_device(device, referenced_values(step) if step is not None else [])
     return run_loadertune(as_loader(loader, loader_kwargs), options, step=step, state=state, device=device,

@@ -25,13 +25,16 @@ def tuned(stages: list[dict[LoaderSettings, list[float]]]) -> LoaderTuneResult:
     best, speedup, ci = recommend(CURRENT, rows, order, samples)
     vs_current(CURRENT, rows, order, samples)
     return LoaderTuneResult(label="loader", device={"kind": "cpu"}, current=CURRENT, best=best,
-                            fastest=fastest_measured(CURRENT, rows), rows=list(rows.values()), speedup=speedup,
+                            fastest=fastest_measured(CURRENT, rows, order, samples), rows=list(rows.values()),
+                            speedup=speedup,
                             ci=ci, seconds=1.0, cpus=2, start_method="fork", loader_call="DataLoader(dataset)",
                             options={"rounds": 6})
 
 
 def table_fastest(r: LoaderTuneResult) -> LoaderSettings:
-    return max((row for row in r.rows if row.error is None), key=lambda row: row.median_batches_per_s).settings
+    """The row with the highest "× current" above 1, else the current settings."""
+    faster = [row for row in r.rows if row.error is None and row.speedup is not None and row.speedup > 1]
+    return max(faster, key=lambda row: row.speedup).settings if faster else r.current
 
 
 def table_line(r: LoaderTuneResult, settings: LoaderSettings) -> str:
@@ -127,3 +130,33 @@ def test_the_longest_settings_keep_their_mark_in_the_text_table():
     assert r.best == wide
     assert table_line(r, wide).strip().startswith(
         "num_workers=16, prefetch_factor=4, persistent_workers, pin_memory  ← recommended ")
+
+
+def test_a_slower_setting_is_never_the_fastest_when_the_load_changed_between_stages():
+    # the machine was twice as busy in the second stage: the current settings, which ran in both, pool to
+    # a median below that of num_workers=1, which ran only in the quiet first one at 0.92x of them
+    r = tuned([
+        {CURRENT: [10.0, 10.1, 9.9, 10.0, 10.0, 10.0], ONE: [9.2, 9.1, 9.3, 9.2, 9.2, 9.2], TWO: [9.0] * 6},
+        {CURRENT: [5.0, 5.1, 4.9, 5.0, 5.0, 5.0], TWO: [4.6] * 6, TWO_FRESH: [4.5] * 6, TWO_DEEP: [4.4] * 6},
+    ])
+    assert r.row(ONE).median_batches_per_s > r.row(CURRENT).median_batches_per_s  # what misled the old rule
+    assert r.row(ONE).speedup < 1
+    assert r.fastest == r.best == CURRENT and r.speedup is None and r.ci is None
+    assert r.headline() == "Keep the current settings (num_workers=0): they fed batches fastest"
+    assert "fastest measured" not in r.to_text()
+
+
+def test_the_expectation_is_judged_by_the_change_even_when_the_current_settings_stay():
+    from torchmagic.core.expectations import Expectation
+    from torchmagic.features.loadertune.view import expectation_line
+
+    r = tuned([{CURRENT: STEADY, ONE: [9.2, 9.1, 9.3, 9.2, 9.2, 9.2], TWO: [8.0] * 6}])
+    assert r.best == CURRENT and r.change.settings == ONE  # the best of the others, though slower
+    r.options["expect"] = "1.10-1.40x"
+    assert expectation_line(r).startswith("Not judged against the 1.10-1.40x")
+    r.expectation_check = r.change.measured(Expectation(1.1, 1.4))
+    assert expectation_line(r).startswith("num_workers=1, prefetch_factor=2, persistent_workers measured 0.92x "
+                                          "(95% CI ")
+    assert "slower than the 1.10-1.40x the finding predicted" in r.to_text().splitlines()[1]
+    faster = tuned([{CURRENT: STEADY, TWO: [20.0, 20.1, 19.9, 20.0, 20.2, 20.0]}])
+    assert faster.best == TWO and faster.change is faster.row(TWO)

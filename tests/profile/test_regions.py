@@ -104,3 +104,28 @@ def test_a_summary_built_from_numbers_is_one_part():
     assert regions.parts(s) is None
     f = rules.dispatch_bound(s, rules.RuleContext("cpu", False, None, ""))
     assert f.title.startswith("Overhead-bound: 200 ops") and "part" not in f.evidence  # judged as one step
+
+
+def test_metrics_logged_inside_training_are_not_an_evaluation_part():
+    # a training loop that logs perplexity and accuracy with .item(): the exp() makes a graph node no
+    # backward uses, yet it is no forward pass: the syncs are training's, not an evaluation loop's
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(100, 32), torch.nn.Linear(32, 32), torch.nn.GELU(),
+                                torch.nn.Linear(32, 100))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    tokens = torch.randint(0, 100, (8, 16))
+    log = []
+
+    def step():
+        logits = model(tokens[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 100), tokens[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        log.append((torch.exp(loss).item(), (logits.argmax(-1) == tokens[:, 1:]).float().mean().item()))
+
+    s = _summary(step)
+    assert s.sync_calls == 4  # two .item() a step
+    assert regions.parts(s) is None  # one part: training
+    finding = rules.sync(s, rules.RuleContext("cpu", False, None, ""))
+    assert finding is None or "evaluation part" not in finding.title

@@ -6,6 +6,7 @@ import torch
 import torchmagic
 from torchmagic.core.devices import CpuDevice
 from torchmagic.features.profile import rules
+from torchmagic.features.profile.run import ProfileOptions
 from torchmagic.features.profile.trace import TraceSummary
 from torchmagic.features.profile.user import UserObjects
 
@@ -63,14 +64,56 @@ def test_dispatch_bound_silent_on_large_matmuls():
     assert "dispatch_bound" not in rules_of(profile(w.big_matmul_inference_step()))
 
 
-def test_amp_fires_on_fp32_matmuls_when_bf16_is_fast():
-    f = profile(w.big_matmul_inference_step(), device=FastBf16Cpu(fast=True)).finding("amp")
+@pytest.fixture
+def bf16_measured(monkeypatch):
+    """Re-timed matmuls measure ``ratio`` (bf16 time over fp32) and pointwise ops ``pointwise``, whatever
+    the CPU under the test: CI's may have no bf16 instructions at all."""
+    from torchmagic.features.profile import amp_estimate
+
+    def declare(ratio, pointwise=1.0):
+        monkeypatch.setattr(amp_estimate, "call_ratios", lambda device, calls, dtype, budget: {c: ratio for c in calls})
+        monkeypatch.setattr(amp_estimate, "pointwise_ratio", lambda device, dtype, numel: pointwise)
+        monkeypatch.setattr(amp_estimate, "autocast_op_cost_us", lambda device, dtype: 0.0)
+    return declare
+
+
+def test_amp_fires_on_fp32_matmuls_where_bf16_measures_faster_and_predicts_the_step(bf16_measured):
+    bf16_measured(0.4)
+    r = profile(w.big_matmul_inference_step(), device=FastBf16Cpu(fast=True))
+    f = r.finding("amp")
     assert f is not None
-    assert f.evidence["fp32_matmul_share"] >= rules.THRESHOLDS["amp_fp32_matmul_share"]
+    share = f.evidence["fp32_matmul_share"]
+    assert share >= rules.THRESHOLDS["amp_fp32_matmul_share"]
     assert "torch.autocast('cpu', dtype=torch.bfloat16)" in f.snippet
+    # the matmuls' share at 0.4x their time, the rest unchanged (pointwise measured 1.0): one figure
+    assert f.expected is not None and f.expected.low == f.expected.high
+    assert f.expected.low == pytest.approx(1 / (1 - 0.6 * share), abs=0.02)
+    assert f.verify == f"%%amp_compare --variants eager,amp --expect {f.expected.low:.2f}-{f.expected.high:.2f}"
+    assert "predicted" in f.title and "re-timed here" in f.expected.basis
+    assert f"predicted: the step {f.expected.text()} faster" in r.to_text()
 
 
-def test_amp_snippet_fits_inference_or_training():
+def test_amp_is_not_raised_where_bf16_measures_slower_or_a_verify_measured_it_slower(bf16_measured):
+    from torchmagic.core import expectations
+    bf16_measured(3.0)  # an AVX512 CPU without native bf16: converted, emulated
+    assert "amp" not in rules_of(profile(w.big_matmul_inference_step(), device=FastBf16Cpu(fast=True)))
+    bf16_measured(0.4)
+    code = "x = 1"
+    expectations.remember("amp", expectations.code_key(code), expectations.Measured(0.9, (0.85, 0.95)))
+    try:
+        r = torchmagic.api._profile(w.big_matmul_inference_step(), ProfileOptions(steps=2, warmup=1), "t",
+                                    FastBf16Cpu(fast=True), code=code)
+        assert "amp" not in rules_of(r)  # what %%amp_compare measured on this code stands over the prediction
+        expectations.remember("amp", expectations.code_key(code), expectations.Measured(1.4, (1.3, 1.5)))
+        f = torchmagic.api._profile(w.big_matmul_inference_step(), ProfileOptions(steps=2, warmup=1), "t",
+                                    FastBf16Cpu(fast=True), code=code).finding("amp")
+        assert f.expected.low == 1.3 and "%%amp_compare measured autocast 1.40x on this code" in f.title
+    finally:
+        expectations._MEASURED.clear()
+
+
+def test_amp_snippet_fits_inference_or_training(bf16_measured):
+    bf16_measured(0.4)
     inference = profile(w.big_matmul_inference_step(), device=FastBf16Cpu(fast=True)).finding("amp")
     assert "inference_mode" in inference.snippet and "loss" not in inference.snippet
     training = profile(w.fast_data_step(), device=FastBf16Cpu(fast=True)).finding("amp")

@@ -7,10 +7,11 @@ from IPython.core.magic import cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from ...core.devices.profiler import ProfilerBusyError
+from ...core.expectations import code_key, parse_expect
 from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, refused, usage_error, user_frames_only
 from ...core.shell import is_internal
 from ...core.state import values_named
-from .run import CompareOptions, advance_notes, objects_to_restore, run_compare
+from .run import CompareOptions, advance_notes, objects_to_restore, remember_measured, run_compare
 from .variants import DEFAULT_VARIANTS, TECHNIQUES, parse_variants
 
 
@@ -35,6 +36,9 @@ class CompareMagics(TorchMagicsBase):
     @argument("--rtol", type=float, metavar="X",
               help="relative tolerance, times the largest |eager output| (default by precision: fp32 1e-4, "
                    "tf32 5e-3, fp16 1e-2, bf16 5e-2, int8 0.1)")
+    @argument("--expect", metavar="LOW-HIGH",
+              help="a finding's predicted speedup of the one variant besides eager, e.g. 1.15-1.30: the report "
+                   "says whether the measurement agrees")
     @argument("--no-restore", action="store_true",
               help="do not snapshot and restore the model and optimizer (saves host memory; the runs train them)")
     @DEVICE_ARGUMENT
@@ -60,7 +64,8 @@ class CompareMagics(TorchMagicsBase):
             options = CompareOptions(
                 variants=tuple(parse_variants(args.variants)), runs=args.runs, min_time=args.min_time,
                 warmup=args.warmup, dtype=args.dtype.lower() if args.dtype else None, atol=args.atol,
-                rtol=args.rtol, restore=not args.no_restore)
+                rtol=args.rtol, restore=not args.no_restore,
+                expect=parse_expect(args.expect) if args.expect is not None else None)
         except ValueError as exc:
             raise refused("%%amp_compare", exc) from None
         code = self.compile_cell(cell, "%%amp_compare")
@@ -113,6 +118,8 @@ class CompareMagics(TorchMagicsBase):
             for key in [k for k in namespace if k not in after_eager and not is_internal(k)]:
                 del namespace[key]
             namespace.update(after_eager)
+        if run.result is not None and run.error is None:  # for the profile rules: the next profile of this cell
+            remember_measured(run.result, code_key(cell))
         return self.cell_outcome(args, run.result, run.value, run.error)
 
     def _model_name(self, name: str | None, names: set[str]) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ...core.expectations import Expectation, Measured
 from ...core.render.base import Result
 
 
@@ -58,6 +59,10 @@ class VariantResult:
         """Ran, compiled when it says it compiles, and its output agrees with eager."""
         return self.ok and not self.fell_back and self.numerics_ok is not False
 
+    def measured(self, expected: Expectation | None = None) -> Measured | None:
+        """Its speedup with its 95% CI, as a finding's verify reads it; None without an interval."""
+        return None if self.speedup is None or self.ci is None else Measured(self.speedup, self.ci, expected)
+
     def flags(self) -> list[str]:
         out = []
         if self.fell_back:
@@ -85,6 +90,7 @@ class CompareResult(Result):
     amp_dtype: str = "bfloat16"
     options: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    expectation_check: Measured | None = None  # --expect: the one variant's speedup against the prediction
 
     @property
     def baseline(self) -> VariantResult:

@@ -26,6 +26,7 @@ from torch import nn
 
 from ...core.devices import Device, choose_device, is_out_of_memory
 from ...core.devices.profiler import ensure_profiler_free
+from ...core.expectations import Expectation, remember
 from ...core.gc_pause import gc_paused
 from ...core.interrupts import deliver_pending, guards, uninterruptible
 from ...core.limits import SettingError, check_count, check_seconds, describe_error
@@ -55,6 +56,7 @@ class CompareOptions:
     atol: float | None = None
     rtol: float | None = None
     restore: bool = True
+    expect: Expectation | None = None  # a finding's predicted speedup of the one variant besides eager
 
     def __post_init__(self):
         if self.runs is not None and self.runs < 2:
@@ -74,6 +76,9 @@ class CompareOptions:
                 raise SettingError(name, "must be a non-negative number")
         if not self.variants or not self.variants[0].is_baseline:
             raise ValueError("the first variant must be the eager baseline")
+        if self.expect is not None and len(self.variants) != 2:  # a prediction is of one fix
+            raise SettingError("expect", "judges one variant's speedup: give exactly one besides eager, "
+                                         "e.g. --variants eager,amp")
 
 
 @dataclass
@@ -176,6 +181,8 @@ class _Comparison:
                                    rounds=rounds.done, seconds=time.perf_counter() - started,
                                    amp_dtype=str(self.env.amp_dtype).removeprefix("torch."),
                                    options=_options_dict(self.options),
+                                   expectation_check=self.entries[-1].out.measured(self.options.expect)
+                                   if self.options.expect else None,
                                    notes=self._notes(run, rounds) + self.graph_notes)
         return run
 
@@ -372,6 +379,19 @@ class _Comparison:
         return _describe(exc, variant)
 
 
+# The %%torchprofile rule whose finding each variant verifies (other variants are kept under their own name)
+VERIFIED_RULE = {"amp": "amp", "compile": "dispatch_bound", "inference_mode": "inference_grad"}
+
+
+def remember_measured(result: CompareResult, key: str | None) -> None:
+    """Keep each variant's measured speedup for the profile rule that predicts it, so the next profile
+    of this code reads the measurement instead of repeating a prediction."""
+    expected = result.expectation_check.expected if result.expectation_check else None  # one variant then
+    for v in result.variants[1:]:
+        if (measured := v.measured(expected)) is not None:
+            remember(VERIFIED_RULE.get(v.name, v.name), key, measured)
+
+
 def _rounds_notes(run: Outcome, rounds: Rounds, variants: int) -> list[str]:
     """What the timed rounds that ran can say: too few for an interval, or cut short."""
     notes = []
@@ -503,4 +523,5 @@ def _release(device: Device) -> None:
 def _options_dict(options: CompareOptions) -> dict:
     return {"variants": [v.name for v in options.variants], "runs": options.runs, "min_time": options.min_time,
             "min_rounds": options.min_rounds, "warmup": options.warmup, "dtype": options.dtype,
-            "atol": options.atol, "rtol": options.rtol, "restore": options.restore}
+            "atol": options.atol, "rtol": options.rtol, "restore": options.restore,
+            "expect": options.expect.text() if options.expect else None}

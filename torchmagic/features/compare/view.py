@@ -6,6 +6,7 @@ import math
 from html import escape
 from typing import TYPE_CHECKING
 
+from ...core.expectations import judge
 from ...core.render.base import png_img, report_html, tabbed
 from ...core.render.format import fmt_bytes, fmt_s
 from ...core.render.plot import figure_png, new_figure
@@ -38,6 +39,18 @@ def headline(r: CompareResult) -> str:
         parts.append(f"pays off after {best.break_even_runs:,} runs" if best.break_even_runs is not None
                      else f"one-time cost {fmt_s(best.compile_s)}")
     return ", ".join(parts)
+
+
+def expectation_line(r: CompareResult) -> str | None:
+    """With --expect, the answer to the finding this run verifies: is the speedup inside its prediction?"""
+    expect = r.options.get("expect")
+    if not expect or len(r.variants) < 2:
+        return None
+    v = r.variants[1]  # --expect takes exactly one variant besides eager
+    if r.expectation_check is not None:
+        return judge(_named(v), r.expectation_check)
+    why = "it failed" if not v.ok else "too few rounds"
+    return f"Not judged against the {expect} the finding predicted: {v.name} has no 95% CI ({why})."
 
 
 def speed_words(speedup: float) -> str:
@@ -114,14 +127,17 @@ def _others_summary(measured: list[VariantResult]) -> str:
 
 # -- text ------------------------------------------------------------------------------
 def text(r: CompareResult) -> str:
-    return "\n".join([headline(r), "", _table(r).to_text(), "", *details(r)])
+    expected = expectation_line(r)
+    return "\n".join([headline(r), *([expected] if expected else []), "", _table(r).to_text(), "", *details(r)])
 
 
 # -- HTML ------------------------------------------------------------------------------
 def _summary_html(r: CompareResult) -> str:
     notes = "".join(f'<div class="tm-note">{escape(line)}</div>' for line in details(r))
+    expected = expectation_line(r)
     return (f'<div class="tm-headline">{escape(headline(r))}</div>'
-            f"{_table(r).to_html()}{notes}")
+            + (f"<div>{escape(expected)}</div>" if expected else "")
+            + f"{_table(r).to_html()}{notes}")
 
 
 def html(r: CompareResult) -> str:

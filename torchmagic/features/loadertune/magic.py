@@ -7,6 +7,7 @@ import ast
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from ...core.expectations import parse_expect, remember
 from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, refused, usage_error, user_frames_only
 from ...core.state import referenced_values
 from .run import MIN_PAIRED_ROUNDS, LoaderTuneOptions, as_loader, objects_to_restore, run_loadertune
@@ -21,6 +22,8 @@ class LoaderTuneMagics(TorchMagicsBase):
     @argument("--seconds", type=float, default=0.5, metavar="S", help="seconds timed per pass (default 0.5)")
     @argument("--rounds", type=int, default=MIN_PAIRED_ROUNDS, metavar="N",
               help=f"passes per setting, interleaved (default {MIN_PAIRED_ROUNDS}, the fewest that give a 95%% CI)")
+    @argument("--expect", metavar="LOW-HIGH", help="a finding's predicted speedup of the change, e.g. 1.10-1.40: "
+              "the report says whether the measurement agrees")
     @argument("--step", metavar="NAME", help="a function taking a batch (a training step): also time it with the "
               "loaders, to tell whether the loader or the model is the bottleneck")
     @DEVICE_ARGUMENT
@@ -54,7 +57,8 @@ class LoaderTuneMagics(TorchMagicsBase):
         except ValueError:
             raise usage_error(f"%loadertune: --workers takes counts such as 0,1,2,4; got {args.workers!r}") from None
         try:
-            options = LoaderTuneOptions(workers=workers, batches=args.batches, seconds=args.seconds, rounds=args.rounds)
+            options = LoaderTuneOptions(workers=workers, batches=args.batches, seconds=args.seconds, rounds=args.rounds,
+                                        expect=parse_expect(args.expect) if args.expect is not None else None)
             loader = as_loader(namespace[args.loader], self._loader_kwargs(args.loader_kwargs))
         except ValueError as exc:
             raise refused("%loadertune", exc) from None
@@ -74,6 +78,9 @@ class LoaderTuneMagics(TorchMagicsBase):
         finally:
             if progress:
                 progress.close()
+        # for the profile's dataloader rule: the next profile of a cell iterating this loader reads it
+        if (measured := result.expectation_check or (result.change.measured() if result.change else None)):
+            remember("dataloader", f"loader:{args.loader}", measured)
         return self.line_outcome(args, result)
 
     def _loader_kwargs(self, items: list[str]) -> dict:

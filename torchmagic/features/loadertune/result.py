@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ...core.expectations import Expectation, Measured
 from ...core.render.base import Result
 
 
@@ -46,6 +47,10 @@ class LoaderRow:
     speedup: float | None = None                # over the current settings, in the rounds that ran both
     ci: tuple[float, float] | None = None       # its 95% CI (order statistics of per-round ratios)
 
+    def measured(self, expected: Expectation | None = None) -> Measured | None:
+        """Its speedup over the current settings with its 95% CI, as a finding's verify reads it."""
+        return None if self.speedup is None or self.ci is None else Measured(self.speedup, self.ci, expected)
+
     @property
     def median_batches_per_s(self) -> float | None:
         return _median(self.batches_per_s)
@@ -61,7 +66,8 @@ class LoaderTuneResult(Result):
     device: dict[str, Any]
     current: LoaderSettings
     best: LoaderSettings              # recommended: the current settings unless a change is surely faster
-    fastest: LoaderSettings           # the settings with the highest median batches/s (the table's fastest)
+    fastest: LoaderSettings           # the highest speedup over the current settings in the rounds that ran
+                                      # both (the current settings when none measured faster)
     rows: list[LoaderRow]
     speedup: float | None             # best over current, steady batches/s; when best is current, the
                                       # fastest over current (None when the current settings are the fastest)
@@ -74,6 +80,7 @@ class LoaderTuneResult(Result):
     with_step: dict[str, float] = field(default_factory=dict)  # "current"/"best" -> steps/s with the loader
     notes: list[str] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
+    expectation_check: Measured | None = None  # --expect: the change's speedup against the prediction
 
     def row(self, settings: LoaderSettings) -> LoaderRow | None:
         return next((r for r in self.rows if r.settings == settings), None)
@@ -84,6 +91,15 @@ class LoaderTuneResult(Result):
         less DataLoader's own defaults (prefetch_factor=2, False flags) that need no writing."""
         now = {**DATALOADER_DEFAULTS, **{k: v for k, v in self.current.kwargs().items() if v is not None}}
         return {k: v for k, v in self.best.kwargs().items() if v is not None and now.get(k) != v}
+
+    @property
+    def change(self) -> LoaderRow | None:
+        """The change a finding's prediction is judged by: the recommended settings, or when those are the
+        current ones, the other setting that measured fastest against them (slower, maybe)."""
+        if self.best != self.current:
+            return self.row(self.best)
+        others = [row for row in self.rows if row.settings != self.current and row.speedup is not None]
+        return max(others, key=lambda row: row.speedup, default=None)
 
     # -- views: rendered by view.py ---------------------------------------------------
     def headline(self) -> str:

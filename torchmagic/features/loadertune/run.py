@@ -25,6 +25,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from ...core.devices import Device, choose_device
+from ...core.expectations import Expectation
 from ...core.interrupts import deliver_pending, guards, uninterruptible
 from ...core.limits import SettingError, check_count, check_seconds, check_workers, describe_error
 from ...core.measure import min_pairs, paired_ratio, summarize
@@ -46,6 +47,7 @@ class LoaderTuneOptions:
     batches: int | None = None              # batches timed per pass; default: as many as fit in ``seconds``
     seconds: float = 0.5                    # a pass times at least this long (and MIN_BATCHES batches)
     rounds: int = MIN_PAIRED_ROUNDS         # passes per setting, interleaved
+    expect: Expectation | None = None       # a finding's predicted speedup of the change
 
     def __post_init__(self):
         if self.workers is not None and (not self.workers or any(w < 0 for w in self.workers)):
@@ -162,12 +164,13 @@ class _Tuner:
         workers = self.options.workers or default_workers()
         counts = [self.current] + [s for s in (_settings(w, pin) for w in workers) if s != self.current]
         self._rounds(counts, "workers")
-        best = fastest_measured(self.current, {s: self.rows[s] for s in counts})  # the fastest worker count
+        # the fastest worker count
+        best = fastest_measured(self.current, {s: self.rows[s] for s in counts}, self.stages, self.samples)
         if best.num_workers > 0:  # then the two knobs that only exist with workers
             more = [replace(best, persistent_workers=False),
                     replace(best, prefetch_factor=2 * (best.prefetch_factor or 2))]
             # the current settings run again, so every candidate is paired with them in its own rounds
-            knobs = [self.current, best] + [s for s in more if s not in (self.current, best)]
+            knobs = list(dict.fromkeys([self.current, best, *more]))  # best may be the current settings
             self._rounds(knobs, "persistent workers and a deeper prefetch")
         if self.options.rounds < MIN_PAIRED_ROUNDS:
             self.notes.append(f"{self.options.rounds} rounds give no confidence interval (it takes "
@@ -345,15 +348,18 @@ class _Tuner:
         best, speedup, ci = self.recommendation() if recommend else (self.current, None, None)
         if recommend:  # a partial sweep's figures stand alone
             vs_current(self.current, self.rows, self.stages, self.samples)
-        return LoaderTuneResult(label=label, device=self.device.describe(), current=self.current, best=best,
-                                fastest=fastest_measured(self.current, self.rows), rows=list(self.rows.values()),
-                                speedup=speedup, ci=ci,
-                                seconds=seconds, cpus=os.cpu_count() or 1, start_method=self.start_method,
-                                loader_call=_loader_call(self.loader, best),
-                                step_s=self.step_s, with_step=dict(self.with_step_rows), notes=self.notes,
-                                options={"workers": list(self.options.workers or default_workers()),
-                                         "batches": self.options.batches, "seconds": self.options.seconds,
-                                         "rounds": self.options.rounds})
+        result = LoaderTuneResult(
+            label=label, device=self.device.describe(), current=self.current, best=best,
+            fastest=fastest_measured(self.current, self.rows, self.stages, self.samples),
+            rows=list(self.rows.values()), speedup=speedup, ci=ci, seconds=seconds, cpus=os.cpu_count() or 1,
+            start_method=self.start_method, loader_call=_loader_call(self.loader, best), step_s=self.step_s,
+            with_step=dict(self.with_step_rows), notes=self.notes,
+            options={"workers": list(self.options.workers or default_workers()), "batches": self.options.batches,
+                     "seconds": self.options.seconds, "rounds": self.options.rounds,
+                     "expect": self.options.expect.text() if self.options.expect else None})
+        if self.options.expect is not None and result.change is not None:
+            result.expectation_check = result.change.measured(self.options.expect)
+        return result
 
 
 def _paired(samples: dict, stages: list[list[LoaderSettings]], top: LoaderSettings, base: LoaderSettings):
@@ -384,10 +390,19 @@ def vs_current(current: LoaderSettings, rows: dict[LoaderSettings, LoaderRow],
             row.speedup, row.ci = _paired(samples, stages, s, current)
 
 
-def fastest_measured(current: LoaderSettings, rows: dict[LoaderSettings, LoaderRow]) -> LoaderSettings:
-    """The settings with the highest median batches/s: the table's fastest row."""
+def fastest_measured(current: LoaderSettings, rows: dict[LoaderSettings, LoaderRow],
+                     stages: list[list[LoaderSettings]], samples: dict) -> LoaderSettings:
+    """The settings with the highest speedup over the current ones (the table's "× current"), or the
+    current settings when none measured faster.  Not by median batches/s: the current settings run in
+    every stage and the others in one, so a load that changed between stages could make a slower
+    setting's median the highest.  With the current settings failing, the highest median."""
     measured = [s for s, row in rows.items() if row.error is None and row.batches_per_s]
-    return max(measured, key=lambda s: rows[s].median_batches_per_s) if measured else current
+    now = rows.get(current)
+    if now is None or now.error is not None or not now.batches_per_s:
+        return max(measured, key=lambda s: rows[s].median_batches_per_s) if measured else current
+    speedups = {s: _paired(samples, stages, s, current)[0] for s in measured if s != current}
+    faster = {s: x for s, x in speedups.items() if x is not None and x > 1}
+    return max(faster, key=faster.get) if faster else current
 
 
 def recommend(current: LoaderSettings, rows: dict[LoaderSettings, LoaderRow],
@@ -395,10 +410,10 @@ def recommend(current: LoaderSettings, rows: dict[LoaderSettings, LoaderRow],
               ) -> tuple[LoaderSettings, float | None, tuple[float, float] | None]:
     """The settings to use, always ones that were measured, with their speedup over the current
     settings and its CI.  Among the settings faster than the current ones with 95% confidence:
-    the one with the most batches/s in the table, or a simpler one it is not faster than with 95%
+    the one with the highest speedup over them, or a simpler one it is not faster than with 95%
     confidence.  None surely faster: the current settings, with the figures of the table's fastest
     (none when that is the current settings).  The view words its headline from these rules."""
-    fastest = fastest_measured(current, rows)
+    fastest = fastest_measured(current, rows, stages, samples)
     if rows[current].error is not None:  # what works beats what fails
         return fastest, None, None
     faster = {}
@@ -409,7 +424,7 @@ def recommend(current: LoaderSettings, rows: dict[LoaderSettings, LoaderRow],
                 faster[s] = (speedup, ci)
     if not faster:
         return (current, None, None) if fastest == current else (current, *_paired(samples, stages, fastest, current))
-    top = max(faster, key=lambda s: rows[s].median_batches_per_s)
+    top = max(faster, key=lambda s: faster[s][0])  # as fastest_measured ranks them
     for s in sorted(faster, key=_complexity):
         if _complexity(s) >= _complexity(top):
             break

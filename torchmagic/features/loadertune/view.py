@@ -7,6 +7,7 @@ from dataclasses import replace
 from html import escape
 from typing import TYPE_CHECKING
 
+from ...core.expectations import judge
 from ...core.render.base import png_img, report_html, tabbed
 from ...core.render.format import fmt_s
 from ...core.render.plot import figure_png, new_figure
@@ -17,7 +18,8 @@ if TYPE_CHECKING:  # the result imports this view when it is shown, not the othe
 
 
 def headline(r: LoaderTuneResult) -> str:
-    """The answer, in words the table bears out: "fastest" names the table's fastest row only.
+    """The answer, in words the table bears out: "fastest" names r.fastest only, the highest
+    "× current" above 1, or the current settings when no setting measured faster than them.
     The recommendation follows run.recommend: the fastest of the settings surely (95%) faster
     than the current ones, or a simpler one that it is not surely faster than."""
     ci = _fmt_ci(r.ci, " (95% CI {})")
@@ -38,6 +40,17 @@ def headline(r: LoaderTuneResult) -> str:
     if top.ci is not None and top.ci[0] > 1:  # surely faster than the current ones, not than this simpler one
         return f"{line}; {r.fastest.label()} measured faster, {measured}, but within noise of this simpler setting"
     return f"{line}; {r.fastest.label()} measured faster, {measured}, but within noise of the current settings"
+
+
+def expectation_line(r: LoaderTuneResult) -> str | None:
+    """With --expect, the answer to the finding this run verifies: is the change's speedup inside its prediction?"""
+    expect = r.options.get("expect")
+    if not expect:
+        return None
+    if r.expectation_check is not None:
+        return judge(r.change.settings.label(), r.expectation_check)
+    return (f"Not judged against the {expect} the finding predicted: no other setting has a 95% CI of its "
+            "speedup over the current ones (failed, or too few rounds).")
 
 
 def _measured(r: LoaderTuneResult, speedup: float | None, ci: str) -> str:
@@ -102,14 +115,18 @@ def _fmt_rate(per_s: float | None) -> str:
 def text(r: LoaderTuneResult) -> str:
     # wide enough for the longest settings and their mark: num_workers=16, prefetch_factor=4,
     # persistent_workers, pin_memory  ← recommended
-    return "\n".join([headline(r), *details(r), "", _table(r).to_text(max_name=84)])
+    expected = expectation_line(r)
+    return "\n".join([headline(r), *([expected] if expected else []), *details(r), "",
+                      _table(r).to_text(max_name=84)])
 
 
 # -- HTML ------------------------------------------------------------------------------
 def _body_html(r: LoaderTuneResult) -> str:
     notes = "".join(f'<div class="tm-note">{escape(line)}</div>' for line in details(r)[1:])
+    expected = expectation_line(r)
     return (f'<div class="tm-headline">{escape(headline(r))}</div>'
-            f"<pre>{escape(r.loader_call)}</pre>{notes}{_table(r).to_html()}")
+            + (f"<div>{escape(expected)}</div>" if expected else "")
+            + f"<pre>{escape(r.loader_call)}</pre>{notes}{_table(r).to_html()}")
 
 
 def html(r: LoaderTuneResult) -> str:

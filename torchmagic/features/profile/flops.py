@@ -61,6 +61,31 @@ def counts_flops(name: str) -> bool:
     return name in formulas()
 
 
+class FlopAttribution:
+    """The trace sweep's FLOP count: each op's FLOPs at the outermost op with a formula, none beneath it,
+    and which of those ops each launching op's kernels belong to (their GPU time is its time)."""
+
+    def __init__(self):
+        self.owner: dict[int, str] = {}          # id() of an event at or under a counted op -> that op's name
+        self.call_flops: dict[int, int] = {}     # id() of a counted op's call -> its FLOPs
+        self.owner_of_corr: dict[int, str] = {}  # an op's correlation id -> the counted op above it
+
+    def opened(self, ev, parent, is_op: bool) -> None:
+        owner = self.owner.get(id(parent)) if parent is not None else None
+        if owner is None and is_op and counts_flops(ev.name):
+            owner = ev.name
+            self.call_flops[id(ev)] = op_flops(ev.name, ev.raw.shapes(), ev.raw.concrete_inputs())
+        if owner is not None:
+            self.owner[id(ev)] = owner
+            if is_op and ev.corr:
+                self.owner_of_corr[ev.corr] = owner
+
+    def closed(self, ev) -> int:
+        """The FLOPs of a call that ends (0 for any but a counted op's)."""
+        self.owner.pop(id(ev), None)
+        return self.call_flops.pop(id(ev), 0)
+
+
 def op_flops(name: str, shapes: Sequence, concrete: Sequence) -> int:
     """FLOPs of one call of ``name`` from the trace's input shapes and concrete (non-tensor) arguments;
     0 where the arguments do not fit the formula (an overload the trace cannot tell apart)."""

@@ -92,7 +92,7 @@ class ProfileMagics(TorchMagicsBase):
 
         try:
             run = run_profile(step, options, label="%%torchprofile", device=device,
-                              user=user_objects(names_used(code.names, namespace), usable_cores()))
+                              user=user_objects(names_used(code.names, namespace), usable_cores()), code=cell)
         except ProfilerBusyError as exc:
             raise usage_error(f"%%torchprofile: {exc}") from None
         except KeyboardInterrupt as exc:  # held while the profiler stopped, raised as the run ended

@@ -5,7 +5,8 @@ ops are diluted by the training's (or blamed on it).  Each op called from Python
 sequence number: the graph node it made, or, making none, the number the next node will take.  A
 backward function carries the number of the forward node it differentiates.  So an op whose number a
 backward used belongs to training; one whose number no backward used, to a forward pass whose graph is
-never used: evaluation with grad on.  An op outside grad mode (number -1: ``no_grad``, the optimizer's
+never used: evaluation with grad on, if those ops are a forward pass (a few are logging inside training:
+``torch.exp(loss).item()``).  An op outside grad mode (number -1: ``no_grad``, the optimizer's
 own bookkeeping, gradient clipping) belongs to the part the op before it was in.  An evaluation under
 ``no_grad`` after training therefore counts with training: nothing in the trace marks it off.
 """
@@ -18,6 +19,8 @@ from dataclasses import dataclass, field
 from .trace import TraceSummary
 
 TRAINING, EVALUATION = "training", "evaluation"
+# the graph nodes an unused forward pass makes at least: fewer are a metric logged from training's outputs
+EVALUATION_MIN_NODES = 4
 
 
 @dataclass
@@ -48,11 +51,10 @@ def parts(s: TraceSummary) -> dict[str, Part] | None:
                                                == len(s.python_gap_us) == n):
         return None
     found = {TRAINING: Part(TRAINING), EVALUATION: Part(EVALUATION)}
-    current = found[TRAINING]
-    for us, node, sync, gap in zip(s.python_op_us, _nodes_made(s.python_op_nodes), s.python_op_sync,
+    nodes = _nodes_made(s.python_op_nodes)
+    for us, part, sync, gap in zip(s.python_op_us, _labels(nodes, s.backward_nodes), s.python_op_sync,
                                    s.python_gap_us):
-        if node >= 0:
-            current = found[TRAINING if node in s.backward_nodes else EVALUATION]
+        current = found[part]
         current.op_us.append(us)
         current.gap_us += gap
         if sync:
@@ -64,6 +66,26 @@ def parts(s: TraceSummary) -> dict[str, Part] | None:
     evaluation.time_us = sum(evaluation.op_us) + evaluation.gap_us
     found[TRAINING].time_us = max(s.total_step_us - evaluation.time_us, 0.0)  # with its backward and optimizer
     return found
+
+
+def _labels(nodes: list[int], used: set[int]) -> list[str]:
+    """Each op's part.  A run of ops whose nodes no backward used is evaluation only if it is a forward
+    pass, of EVALUATION_MIN_NODES nodes or more; a shorter one is logging inside training
+    (``torch.exp(loss).item()``, an accuracy read from the logits) and goes with training."""
+    labels, current = [], TRAINING
+    for node in nodes:
+        if node >= 0:
+            current = TRAINING if node in used else EVALUATION
+        labels.append(current)
+    start = None
+    for i, label in enumerate([*labels, TRAINING]):
+        if label == EVALUATION and start is None:
+            start = i
+        elif label != EVALUATION and start is not None:
+            if sum(1 for node in nodes[start:i] if node >= 0) < EVALUATION_MIN_NODES:
+                labels[start:i] = [TRAINING] * (i - start)
+            start = None
+    return labels
 
 
 def _nodes_made(numbers: list[int]) -> list[int]:

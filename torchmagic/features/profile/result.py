@@ -6,6 +6,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ...core.expectations import Expectation
 from ...core.render.base import Result
 
 SORT_KEYS = {
@@ -32,6 +33,9 @@ class Finding:
     snippet: str
     verify: str | None = None
     share: float = 0.0       # share of the step the rule's evidence accounts for
+    # the step's speedup the fix is predicted to bring on this machine, and what that rests on; the
+    # verify command carries it (--expect) and says whether what it measures falls inside
+    expected: Expectation | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -13,6 +13,9 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .amp_estimate import AmpEstimate
+from ...core.expectations import Expectation, measured
+from ...core.render.format import fmt_us
 from .result import Finding
 from .libraries import library_call, library_fix, possessive
 from .regions import EVALUATION, parts
@@ -36,6 +39,7 @@ THRESHOLDS = {
     # time on a GPU, where the host only launches them; its host time on CPU), the casts autocast adds
     # cost more than 16-bit kernels save (an 8x32 @ 32x32 matmul ran 15x slower in bf16 on CPU)
     "amp_min_matmul_us": 20.0,
+    "amp_min_speedup": 1.05,        # the amp finding is raised where even the pessimistic prediction beats this
     # copies: copy/conversion share of the step
     "copies_share": 0.10,
     "pageable_h2d_per_step": 1,
@@ -72,6 +76,7 @@ AVAILABLE_MAGICS = frozenset({"torchprofile", "autobatch", "amp_compare", "gpume
 # it ("loader" where it names none), {step} a step function for %autobatch.  A cell magic's command
 # goes on top of the profiled cell.
 VERIFY_NAMES = {"loader": "loader", "step": "step"}
+EXPECTING_MAGICS = frozenset({"amp_compare", "loadertune"})  # verify magics that judge an --expect range
 VERIFY = {
     "dataloader": "%loadertune {loader}",
     "batch_size": "%autobatch --throughput {step}",
@@ -112,6 +117,10 @@ class RuleContext:
     user: UserObjects = UserObjects()        # the code's model, optimizer and loader, the machine's cores
     alloc_retries: int = 0                   # allocator cache flushes during the profile (CUDA)
     allocator: AllocatorCounters | None = None  # for the profiled steps' peak (CUDA)
+    # a live profile's measurements on this device (features/profile/amp_estimate.py); None for a trace
+    amp_estimate: AmpEstimate | None = None
+    code: str | None = None                  # expectations.code_key of the profiled code: what verify commands
+                                             # measured for it (expectations.measured) stands over a prediction
 
 
 def step_peak(s: TraceSummary, ctx: RuleContext) -> tuple[int, int] | None:
@@ -144,18 +153,20 @@ def severity(share: float) -> str:
 
 
 def _finding(rule: str, ctx: RuleContext, share: float, title: str, evidence: dict,
-             fix: str, snippet: str) -> Finding:
+             fix: str, snippet: str, expected: Expectation | None = None) -> Finding:
     command = VERIFY.get(rule)
     magic = command.lstrip("%").split()[0] if command else None
     verify = (command.format(**{**VERIFY_NAMES, "loader": ctx.user.loader}) if magic in ctx.available_magics
               else None)
+    if verify is not None and expected is not None and magic in EXPECTING_MAGICS:
+        verify += f" {expected.option()}"
     return Finding(rule=rule, severity=severity(share), title=title, evidence=evidence,
-                   fix=fix, snippet=snippet, verify=verify, share=round(share, 4))
+                   fix=fix, snippet=snippet, verify=verify, share=round(share, 4), expected=expected)
 
 
 def _per_step(count: float) -> str:
-    """A count per step as it is: 4, or 3.5 where the steps differ."""
-    return f"{count:.1f}".removesuffix(".0")
+    """A count per step as it is: 4, or 3.5 where the steps differ (whole from 100 on: 1922)."""
+    return f"{count:.0f}" if count >= 100 else f"{count:.1f}".removesuffix(".0")
 
 
 def _share(part_us: float, s: TraceSummary) -> float:
@@ -177,19 +188,11 @@ def dataloader(s: TraceSummary, ctx: RuleContext) -> Finding | None:
                 "loading_ms_per_step": round(s.data_us / s.steps / 1e3, 3), "share_of_step": round(share, 4),
                 "workers_now": u.loader_workers, "workers_needed": needed, "cores": u.cores}
     if split is not None:
-        workers, threads, predicted_us, now_us = split
-        evidence["predicted_ms_per_step"] = round(predicted_us / 1e3, 3)
-        if workers == 0:
-            return _cheaper_loading(ctx, share, evidence, exposed / s.steps, now_us)
+        return _loading_on_own_cores(ctx, share, evidence, exposed / s.steps, split)
     fix = ("Load batches in background worker processes so the next batch is ready when the step needs it; "
            "keep workers alive between epochs; pin memory for fast, asynchronous copies to a GPU. ")
     plural = "s" if workers != 1 else ""
-    if split is not None:
-        fix += (f"On this CPU-only machine the workers take cores from the step: {workers} worker{plural} beside "
-                f"{threads} torch thread{'s' if threads != 1 else ''} (torch.set_num_threads({threads})) should bring "
-                f"the step from {now_us / 1e3:.1f} ms to {predicted_us / 1e3:.1f} ms or less (a bound: it assumes the "
-                "loading computes and the step's ops scale with threads).")
-    elif needed <= workers:
+    if needed <= workers:
         fix += f"{workers} worker{plural} would keep up with this step"
         fix += " (from the trace's times: check the cores of the machine it will run on)." if u.cores is None else "."
     elif (u.loader_workers or 0) >= workers:
@@ -253,26 +256,53 @@ def cpu_core_split(s: TraceSummary, ctx: RuleContext, exposed_us: float) -> tupl
     return best[0], best[1], best[2], now
 
 
-def _cheaper_loading(ctx: RuleContext, share: float, evidence: dict, loading_us: float, now_us: float) -> Finding:
-    """The dataloader finding where no workers would help: loading that computes, on cores the step uses."""
+def _loading_on_own_cores(ctx: RuleContext, share: float, evidence: dict, loading_us: float,
+                          split: tuple[int, int, float, float]) -> Finding:
+    """The dataloader finding on a CPU-only machine whose loader loads in the training process.
+
+    Whether workers help there is not in the trace: loading that waits (a disk, the network) or releases
+    the GIL runs beside the step on a worker, loading that computes takes the cores the step's threads
+    use, and other processes on the machine take their share.  So the finding predicts no figure: it gives
+    both cases, and what %loadertune measured on this loader, once it has (core/expectations.py)."""
     u = ctx.user
-    rest_ms = (now_us - loading_us) / 1e3
-    fix = (f"Loading takes {loading_us / 1e3:.1f} ms a step, and the rest of the step {rest_ms:.1f} ms on "
-           f"{u.threads} thread{'s' if u.threads != 1 else ''}. On this CPU-only machine of {u.cores} "
-           f"core{'s' if u.cores != 1 else ''}, a worker would take a core from that rest, and if the loading "
-           "computes (a transform, decoding) the step would not get faster: make each batch cheaper to load. "
-           "Apply per-item transforms to the whole batch at once, as tensor ops in a collate_fn, or precompute "
-           "them once before training. Workers help here only if the loading waits on a disk or the network: "
-           "measure.")
-    snippet = (f"collate = {u.loader}.collate_fn   # the loader's own\n\n"
-               "def collate_and_transform(items):   # one transform per batch, as tensor ops, not one per item\n"
-               "    batch = collate(items)\n"
-               "    return batch                     # apply the dataset's per-item transform here, batched\n\n"
-               f"{u.loader} = DataLoader({u.loader}.dataset, {_batching(u)},\n"
-               f"{' ' * (len(u.loader) + 14)}collate_fn=collate_and_transform)")
-    return _finding("dataloader", ctx, share,
-                    f"Input pipeline: {share:.0%} of the step waits on the DataLoader, loading on the step's own cores",
-                    evidence, fix, snippet)
+    workers, threads, pessimistic_us, now_us = split
+    rest_us = now_us - loading_us
+    verdict = measured("dataloader", f"loader:{u.loader}")
+    evidence.update(rest_ms_per_step=round(rest_us / 1e3, 3), computing_bound_ms_per_step=round(pessimistic_us / 1e3, 3))
+    workers = max(workers, 1)
+    threads = max(u.cores - workers, 1)
+    best = now_us / max(rest_us, loading_us / workers, 1e-9)
+    measures = (f"Loading takes {fmt_us(loading_us)} a step, the rest of the step {fmt_us(rest_us)} on {u.threads} "
+                f"thread{'s' if u.threads != 1 else ''}, on a CPU-only machine of {u.cores} "
+                f"core{'s' if u.cores != 1 else ''}. ")
+    cheaper = ("Loading that computes gets cheaper batched (transforms as tensor ops on the whole batch in a "
+               "collate_fn) or done once before training.")
+    if verdict is None:
+        fix = (measures + f"If the loading waits (a disk, the network) or releases the GIL, {workers} "
+               f"worker{'s' if workers != 1 else ''}, with torch.set_num_threads({threads}) leaving them the cores, would "
+               f"hide it: the step up to {best:.2f}x faster. If it computes "
+               "(decoding, per-item transforms in Python), workers take the cores the step's own threads use"
+               + (f" and the step gains little (at best {now_us / pessimistic_us:.2f}x)" if pessimistic_us < now_us
+                  else " and the step would not get faster")
+               + ", less where other processes keep the machine busy. The trace cannot tell which: measure the "
+               "loader with workers (the verify command), then profile again. " + cheaper)
+    else:
+        low, high = verdict.ci
+        evidence["loadertune_measured"] = [round(verdict.speedup, 3), round(low, 3), round(high, 3)]
+        fix = (f"%loadertune measured its best setting at {verdict.speedup:.2f}x the batches/s of {u.loader} as it "
+               f"is (95% CI {low:.2f}-{high:.2f}x): "
+               + ("workers hide this loading here; set them as below and profile again. " if low > 1.0 else
+                  "workers do not make this loader faster here: the loading computes on the step's own cores. ")
+               + measures + ("" if low > 1.0 else cheaper))
+    indent = " " * (len(u.loader) + 14)
+    snippet = (f"{u.loader} = DataLoader({u.loader}.dataset, {_batching(u)},\n"
+               f"{indent}collate_fn={u.loader}.collate_fn, worker_init_fn={u.loader}.worker_init_fn,\n"
+               f"{indent}multiprocessing_context={u.loader}.multiprocessing_context, num_workers={workers},\n"
+               f"{indent}persistent_workers=True)   # set it False if the loop breaks out early: each new\n"
+               f"{indent}# iter() would first drain the batches the workers prefetched\n"
+               f"torch.set_num_threads({threads})   # the cores the workers leave")
+    title = f"Input pipeline: {share:.0%} of the step waits on the DataLoader, loading on the step's own cores"
+    return _finding("dataloader", ctx, share, title, evidence, fix, snippet)
 
 
 def loader_workers(s: TraceSummary, ctx: RuleContext, exposed_us: float) -> tuple[int, int, int | None]:
@@ -324,13 +354,13 @@ def sync(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         package, function = inside
         fix, snippet = library_fix(package, function, ctx.user.model)
         evidence["inside"] = f"{package}.{function}"
-        return _finding("sync", ctx, share, f"{title}; {s.syncs_in_library.most_common(1)[0][1] / s.steps:.0f} of "
+        return _finding("sync", ctx, share, f"{title}; {_per_step(s.syncs_in_library.most_common(1)[0][1] / s.steps)} of "
                         f"them inside {possessive(package)} {function}", evidence, fix, snippet)
     split = parts(s)
     if split is not None and split[EVALUATION].sync_calls:
         by_part = {name: round(part.sync_calls / s.steps, 2) for name, part in split.items()}
         evidence["syncs_per_step_by_part"] = by_part
-        title += " ({:.0f} in the training part, {:.0f} in the evaluation part)".format(*by_part.values())
+        title += " ({} in the training part, {} in the evaluation part)".format(*map(_per_step, by_part.values()))
         if split[EVALUATION].sync_calls * 2 >= s.sync_calls:
             model, loader = ctx.user.model, ctx.user.loader
             return _finding(
@@ -379,7 +409,7 @@ def dispatch_bound(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         share = min(share, starved)
     target = "CUDA graphs (mode='reduce-overhead')" if ctx.captures_cuda_graphs else "fused kernels"
     where = f" {part.name} part" if part is not None else ""
-    title = f"Overhead-bound{where}: {per_step:.0f} ops per step from Python, median {median:.1f} µs each"
+    title = f"Overhead-bound{where}: {_per_step(per_step)} ops per step from Python, median {median:.1f} µs each"
     evidence = {"ops_per_step": round(per_step, 1), "median_op_us": round(median, 2),
                 "python_and_small_op_share": round(share, 4)}
     if starved is not None:
@@ -434,18 +464,20 @@ def _overhead(op_us: list[float], python_us: float, s: TraceSummary,
 
 def amp(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     if not ctx.low_precision_fast:
-        return None
+        return None  # no 16-bit matmul instructions (an AVX2-only CPU, a pre-Volta GPU): never faster
     if ctx.traces_kernels and not s.has_device_events:
         return None  # such an op's host time is its launch: without kernel times there is nothing to judge
     # on a GPU, by kernel time: share of all kernel time, and time per call (the host only launches)
     on_device = s.has_device_events
     fp32 = s.matmul_fp32_device_us if on_device else s.matmul_fp32_us
     calls = s.matmul_fp32_device_calls if on_device else s.matmul_fp32_calls
-    basis = sum(s.device_category_us.values()) if on_device else s.total_step_us
-    share = fp32 / basis if basis > 0 else 0.0
+    share = fp32_matmul_share(s)
     if share < THRESHOLDS["amp_fp32_matmul_share"]:
         return None
-    if calls and fp32 / calls < THRESHOLDS["amp_min_matmul_us"]:
+    expected, claim = _amp_expected(ctx)
+    if expected is None and (ctx.amp_estimate is not None or measured("amp", ctx.code) is not None):
+        return None  # predicted, or measured, to bring too little here
+    if expected is None and calls and fp32 / calls < THRESHOLDS["amp_min_matmul_us"]:
         return None
     dtype = ctx.low_precision_dtype or "bfloat16"
     device = ctx.device_type
@@ -469,17 +501,53 @@ def amp(s: TraceSummary, ctx: RuleContext) -> Finding | None:
                 + ("scale the loss with a GradScaler so small fp16 gradients do not flush to zero. "
                    if training else "it suits inference as is. "))
     per_call = fp32 / calls if calls else None
+    evidence = {"fp32_matmul_share": round(share, 4), "fp32_matmul_ms": round(fp32 / 1e3, 3),
+                "fp32_matmul_us_per_call": round(per_call, 1) if per_call is not None else None,
+                "low_precision_matmul_ms": round((s.matmul_low_device_us if on_device else s.matmul_low_us) / 1e3, 3),
+                "why": ctx.low_precision_reason}
+    if ctx.amp_estimate is not None:
+        e = ctx.amp_estimate
+        evidence.update(matmul_ratio_measured=round(e.matmul_ratio, 3), pointwise_ratio_measured=round(e.pointwise_ratio, 3),
+                        calls_retimed=e.calls_timed, calls=e.calls)
+    if expected is not None:
+        evidence.update(predicted_speedup=[expected.low, expected.high], predicted_from=expected.basis)
     return _finding(
         "amp", ctx, share,
-        f"{share:.0%} of the {'GPU kernel' if on_device else 'step'} time is fp32 matmul/conv; "
-        f"this device runs {dtype} faster",
-        {"fp32_matmul_share": round(share, 4), "fp32_matmul_ms": round(fp32 / 1e3, 3),
-         "fp32_matmul_us_per_call": round(per_call, 1) if per_call is not None else None,
-         "low_precision_matmul_ms": round((s.matmul_low_device_us if on_device else s.matmul_low_us) / 1e3, 3),
-         "why": ctx.low_precision_reason},
-        fix + "Check the accuracy of the result against fp32 (%%amp_compare does).",
-        snippet,
-    )
+        f"{share:.0%} of the {'GPU kernel' if on_device else 'step'} time is fp32 matmul/conv; {claim}",
+        evidence, fix + "Check the accuracy of the result against fp32 (%%amp_compare does).", snippet,
+        expected=expected)
+
+
+def fp32_matmul_share(s: TraceSummary) -> float:
+    """The fp32 matmuls' and convolutions' share: of the GPU's kernel time where the trace has kernels, else
+    of the steps."""
+    fp32 = s.matmul_fp32_device_us if s.has_device_events else s.matmul_fp32_us
+    basis = sum(s.device_category_us.values()) if s.has_device_events else s.total_step_us
+    return fp32 / basis if basis > 0 else 0.0
+
+
+def amp_worth_estimating(s: TraceSummary) -> bool:
+    return fp32_matmul_share(s) >= THRESHOLDS["amp_fp32_matmul_share"]
+
+
+def _amp_expected(ctx: RuleContext) -> tuple[Expectation | None, str]:
+    """The amp fix's predicted step speedup and the title's claim: from what %%amp_compare measured on this
+    code where it has, else re-timed here (amp_estimate.py), else (a trace from elsewhere) the device's
+    known capability alone, with no figure.  None where what is known says it would bring too little."""
+    dtype = ctx.low_precision_dtype or "bfloat16"
+    verdict = measured("amp", ctx.code)
+    if verdict is not None:
+        low, high = verdict.ci
+        if low < THRESHOLDS["amp_min_speedup"]:
+            return None, ""
+        return (Expectation(round(low, 2), round(high, 2), "%%amp_compare measured it on this code"),
+                f"%%amp_compare measured autocast {verdict.speedup:.2f}x on this code")
+    e = ctx.amp_estimate
+    if e is not None:
+        if e.expectation.low < THRESHOLDS["amp_min_speedup"]:
+            return None, ""
+        return e.expectation, f"{dtype} autocast predicted {e.expectation.text()} faster here"
+    return None, f"this device runs {dtype} faster"
 
 
 def copies(s: TraceSummary, ctx: RuleContext) -> Finding | None:
@@ -539,13 +607,13 @@ def inference_grad(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     share = 0.1 * _share(unused_us or s.category_us["forward"], s)  # what autograd's bookkeeping costs
     model = ctx.user.model
     if s.backward_events:  # the cell also trains: this is its evaluation
-        title = (f"Evaluation with autograd on: {per_step:.0f} graph nodes per step come from a forward pass "
+        title = (f"Evaluation with autograd on: {_per_step(per_step)} graph nodes per step come from a forward pass "
                  f"no backward uses ({_share(unused_us, s):.0%} of the step)")
         fix = ("Run the evaluation part under torch.inference_mode() (torch.no_grad() if its outputs go back "
                "into training), with the model in eval mode: no graph, no saved activations.")
         snippet = f"{model}.eval()\nwith torch.inference_mode():\n    out = {model}(x)   # the evaluation pass\n{model}.train()"
     else:
-        title = f"Inference with autograd on: {per_step:.0f} graph nodes per step are recorded and no backward uses them"
+        title = f"Inference with autograd on: {_per_step(per_step)} graph nodes per step are recorded and no backward uses them"
         fix = "Run inference under torch.inference_mode(): no graph, no saved activations, less memory and time."
         snippet = f"with torch.inference_mode():\n    out = {model}(x)"
     return _finding(
@@ -566,7 +634,7 @@ def optimizer(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     name = sorted(s.optimizer_names)[0] if s.optimizer_names else "AdamW"
     return _finding(
         "optimizer", ctx, share,
-        f"{names} takes {share:.0%} of the step, one small op per parameter ({ops_per_step:.0f} ops per step)",
+        f"{names} takes {share:.0%} of the step, one small op per parameter ({_per_step(ops_per_step)} ops per step)",
         {"optimizer_ms_per_step": round(s.optimizer_us / s.steps / 1e3, 3), "share_of_step": round(share, 4),
          "ops_per_step": round(ops_per_step, 1)},
         "Use the multi-tensor (foreach) or fused implementation: one kernel over all parameters "

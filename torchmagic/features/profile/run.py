@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ...core.devices import Device, choose_device
+from ...core.expectations import code_key
 from ...core.devices.profiler import ensure_profiler_free, stop_profiler, without_profiler_banner
 from ...core.interrupts import guards
 from ...core.limits import SettingError, check_count, describe_error, usable_cores
@@ -32,7 +33,9 @@ from .modules import MODULE_MARK, module_labels
 from .roofline import place_on_roofline
 from .frames import frame_label, ipython_cell_files
 from .result import SORT_KEYS, OpRow, ProfileResult
-from .rules import AllocatorCounters, RuleContext, diagnose, kernel_stats, missing_kernels_note
+from .amp_estimate import estimate_amp
+from .rules import (AllocatorCounters, RuleContext, amp_worth_estimating, diagnose, kernel_stats,
+                    missing_kernels_note)
 from .kineto import STEP_PREFIX
 from .trace import TraceSummary, summarize_trace
 from .user import UserObjects, user_objects
@@ -75,9 +78,10 @@ class ProfileOptions:
 @guards
 def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOptions(), *,
                 label: str = "profile", device: Device | None = None,
-                user: UserObjects | None = None) -> Outcome[ProfileResult]:
+                user: UserObjects | None = None, code: str | None = None) -> Outcome[ProfileResult]:
     """Profile ``step``; the fixes name ``user``'s objects (default: those ``step`` reaches, by the
-    names its code uses) and fit this machine's cores."""
+    names its code uses) and fit this machine's cores.  ``code``: the step's source (a cell's), whose
+    verify commands' measurements (core/expectations.py) the rules read."""
     __tracebackhide__ = True  # noqa: F841
     ensure_profiler_free()
     device = device or choose_device()
@@ -118,6 +122,7 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
     except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt too: summarise, then re-raise)
         error = exc
     ctx = rule_context(device, user or user_objects(names_reached(step), usable_cores()), memory_before)
+    ctx = dataclasses.replace(ctx, code=code_key(code) if code is not None else None)
     result = _build_result(prof, options, label, device, warmup_s, step_s, error, ctx, history)
     _energy(result, *energy)
     return Outcome(result, value, error)  # the value: the last completed step's
@@ -189,6 +194,13 @@ def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: Ru
     started = time.perf_counter()
     summary = summarize_trace(results.events(), results.trace_start_ns(), shapes=options.record_shapes,
                               flops=options.flops, python_calls=python_calls(results) if options.stack else ())
+    if ctx.low_precision_fast and amp_worth_estimating(summary):  # the flags allow it: measure whether it is
+        dtype = getattr(torch, ctx.low_precision_dtype or "bfloat16")
+        try:
+            ctx = dataclasses.replace(ctx, amp_estimate=estimate_amp(summary, device, dtype))
+        except Exception as exc:  # noqa: BLE001 - the device refused the re-timing: the finding goes unpredicted
+            result.notes.append(f"amp: the step's matmuls could not be re-timed in {dtype} here "
+                                f"({describe_error(exc)}): no predicted speedup.")
     fill_from_summary(result, summary, ctx)
     tree = results.experimental_event_tree() if options.memory or options.stack else None
     if options.memory and summary.step_start_us:

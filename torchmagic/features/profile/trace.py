@@ -29,13 +29,14 @@ from dataclasses import dataclass, field
 from torch.autograd import DeviceType
 
 from ...core.gc_pause import gc_paused
+from ...core.measure.low_precision import OpCall, freeze
 from ...core.measure.timing import DEVICE_WAIT_MARKER
 from .activity import activity_reader, is_hidden
 from .intervals import intersection, near, overlap, subtract, union
 from .kineto import (COLLECTIVE_PREFIXES, CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, FIRST_COMPILE, LAUNCH_CALLS,
                      OPTIMIZER_PREFIXES, PYTHON_FUNCTION, START_UP_MIN_US, STEP_PREFIX, USER_ANNOTATION,
                      is_backward_node, is_compile, is_runtime, one_time_cost)
-from .flops import counts_flops, op_flops
+from .flops import FlopAttribution
 from .traffic import MATMUL_OPS, off_tensor_core_grain, tensor_traffic
 from .result import TimelineSpan as Span  # a bar: a step's top-level event, or a kernel
 
@@ -83,6 +84,7 @@ _SKIPPED_NAMES = frozenset({"profiler::_record_function_enter", "profiler::_reco
 _NOT_USER_CODE = ("torch/", "torchmagic/", "IPython/", "ipykernel/", "<built-in", "site-packages/",
                   "dist-packages/", "<frozen", "contextlib.py", "typing.py", "functools.py")
 
+MAX_MATMUL_CALLS = 4096  # distinct fp32 matmul calls kept (shapes that vary every step would grow it unbounded)
 MAX_BARS_PER_LANE = 1000  # the drawing is ~1000 pixels wide
 
 
@@ -149,6 +151,9 @@ class TraceSummary:
     # matmul/conv time by precision (self CPU µs on CPU traces, device µs on GPU traces)
     matmul_fp32_us: float = 0.0
     matmul_fp32_calls: int = 0
+    # each distinct fp32 matmul/conv call (op, shapes, arguments) -> [calls, self CPU µs, GPU µs]: what the
+    # amp rule re-times in 16 bits on this device (core/measure/low_precision.py)
+    fp32_matmuls: dict[OpCall, list[float]] = field(default_factory=dict)
     matmul_low_us: float = 0.0
     matmul_fp32_device_us: float = 0.0
     matmul_fp32_device_calls: int = 0  # fp32 matmul/conv calls whose kernels are in the trace
@@ -396,6 +401,14 @@ def _matmul_precision(raw) -> str | None:
     return "fp32" if dtypes[0] == "float" else None
 
 
+def _op_call(ev: _Ev) -> OpCall:
+    raw = ev.raw
+    concrete = getattr(raw, "concrete_inputs", None)
+    shapes = freeze(raw.shapes())
+    return OpCall(ev.name, shapes, freeze(raw.dtypes()),
+                  freeze(concrete()) if concrete is not None else (None,) * len(shapes))
+
+
 def _window_of(windows: list[tuple[float, float]], t: float) -> int | None:
     i = bisect.bisect_right(windows, (t, math.inf)) - 1
     return i if i >= 0 and windows[i][0] <= t < windows[i][1] else None
@@ -407,7 +420,6 @@ class _Sweep:
     def __init__(self, out: TraceSummary, windows, marker_index: dict[int, int], *, shapes: bool, flops: bool):
         self.out = out
         self.shapes = shapes
-        self.flops = flops
         self.windows = windows
         self.marker_index = marker_index
         self.op_of_corr: dict[int, tuple[str, str, str | None]] = {}  # corr -> (op, category, precision)
@@ -426,11 +438,8 @@ class _Sweep:
         self.first_launches: set[int] = set()  # CUPTI correlation ids of each kernel's first launch
         self.device_reads: set[int] = set()  # ... of device-to-host copies
         self.op_calls: Counter = Counter()  # op name -> calls opened so far
-        # --flops (flops.py): id() of an event at or under the outermost op with a FLOP formula -> that op's
-        # name; the FLOPs of each such op's call; an op's correlation id -> the op its kernels' FLOPs are in
-        self.flop_owner: dict[int, str] = {}
-        self.call_flops: dict[int, int] = {}
-        self.flop_owner_of_corr: dict[int, str] = {}
+        self.flop_counts = FlopAttribution() if flops else None  # --flops (flops.py)
+        self.fp32_call_of_corr: dict[int, OpCall] = {}  # an fp32 matmul's correlation id -> its call
 
     def run(self, evs: list[_Ev], lane: str) -> None:
         out = self.out
@@ -473,8 +482,8 @@ class _Sweep:
                     out.optimizer_names.add(name.split("#", 1)[1].split(".", 1)[0])
                 elif own_phase == DATA and step is not None:
                     self.data_intervals.append((ev.start, ev.end))
-            if self.flops:
-                self._count_flops(ev, parent)
+            if self.flop_counts is not None:
+                self.flop_counts.opened(ev, parent[0] if parent is not None else None, ev.kind == _OP)
             if kind == _PYTHON and is_user_frame(name):
                 frame, library = name, None
             elif kind == _PYTHON and frame is not None and library is None and is_library_frame(name):
@@ -508,17 +517,6 @@ class _Sweep:
             stack.append([ev, 0.0, phase, in_sync, in_copy, step, top, frame, under_op or kind == _OP, library])
         while stack:
             self._close(stack.pop(), lane)
-
-    def _count_flops(self, ev: _Ev, parent) -> None:
-        """Count an op's FLOPs at the outermost op with a formula, none beneath it (flops.py)."""
-        owner = self.flop_owner.get(id(parent[0])) if parent is not None else None
-        if owner is None and ev.kind == _OP and counts_flops(ev.name):
-            owner = ev.name
-            self.call_flops[id(ev)] = op_flops(ev.name, ev.raw.shapes(), ev.raw.concrete_inputs())
-        if owner is not None:
-            self.flop_owner[id(ev)] = owner
-            if ev.kind == _OP and ev.corr:
-                self.flop_owner_of_corr[ev.corr] = owner
 
     def _one_time(self, ev: _Ev, parent) -> None:
         """Mark a slow runtime call that is a one-time cost (kineto.one_time_cost)."""
@@ -580,8 +578,7 @@ class _Sweep:
 
     def _close(self, entry, lane: str) -> None:
         ev, child_us, phase, in_sync, in_copy, step, top, _, _, _ = entry
-        self.flop_owner.pop(id(ev), None)
-        flops = self.call_flops.pop(id(ev), 0)
+        flops = self.flop_counts.closed(ev) if self.flop_counts is not None else 0
         if step is None:
             return  # outside the profiled steps (profiler start and stop)
         out, name, kind = self.out, ev.name, ev.kind
@@ -628,9 +625,18 @@ class _Sweep:
         elif precision == "fp32":
             out.matmul_fp32_us += self_us
             out.matmul_fp32_calls += 1
+            call = _op_call(ev)
+            totals = out.fp32_matmuls.get(call)
+            if totals is None and len(out.fp32_matmuls) < MAX_MATMUL_CALLS:
+                totals = out.fp32_matmuls[call] = [0, 0.0, 0.0]
+            if totals is not None:
+                totals[0] += 1
+                totals[1] += self_us
+                if ev.corr:
+                    self.fp32_call_of_corr[ev.corr] = call
         if ev.corr:
             self.op_of_corr[ev.corr] = (name, category, precision)
-        if self.flops:
+        if self.flop_counts is not None:
             stats.flops += flops
             moved, dtype, pointwise_flops = tensor_traffic(name, ev.raw.shapes(), ev.raw.dtypes())
             stats.bytes += moved
@@ -716,7 +722,7 @@ def _attribute_device(device: list[_Ev], out: TraceSummary, sweep: _Sweep, windo
             if stats is None:
                 stats = out.ops[op] = OpStats(op)
             stats.self_device_us += dur
-        owner = sweep.flop_owner_of_corr.get(ev.corr)
+        owner = sweep.flop_counts.owner_of_corr.get(ev.corr) if sweep.flop_counts is not None else None
         if owner is not None and owner in out.ops:
             out.ops[owner].flop_device_us += dur
         if precision == "low":
@@ -728,6 +734,9 @@ def _attribute_device(device: list[_Ev], out: TraceSummary, sweep: _Sweep, windo
         elif precision == "fp32":
             out.matmul_fp32_device_us += dur
             fp32_calls.add(ev.corr)
+            call = sweep.fp32_call_of_corr.get(ev.corr)
+            if call is not None:
+                out.fp32_matmuls[call][2] += dur
         out.kernel_us.append(dur)
         launched = sweep.launch_end.get(ev.raw.correlation_id())
         if launched is not None:

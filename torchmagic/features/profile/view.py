@@ -196,7 +196,7 @@ def _peak_lines(r: ProfileResult) -> list[str]:
         t, level, _ = max(points, key=lambda p: p[1])
         step = sum(1 for s in r.step_starts_us if (s - r.step_starts_us[0]) / 1e6 <= t) - 1
         lines.append(f"{device}: allocations peak at {fmt_bytes(level)} above the profile's start, "
-                     f"{t * 1e3:.1f} ms into the profiled steps (step {max(step, 0)})")
+                     f"{fmt_s(t)} into the profiled steps (step {max(step, 0)})")
     return lines
 
 
@@ -281,6 +281,9 @@ def findings_lines(findings) -> list[str]:
                              subsequent_indent="    ")
         out += textwrap.wrap(f"fix: {f.fix}", 100, initial_indent="    ", subsequent_indent="         ")
         out += [f"      {line}" for line in f.snippet.splitlines()]
+        if f.expected is not None:
+            out += textwrap.wrap(f"predicted: the step {f.expected.text()} faster ({f.expected.basis})", 100,
+                                 initial_indent="    ", subsequent_indent="               ")
         if f.verify:
             out.append(f"    verify: {f.verify}")
     return out
@@ -296,6 +299,9 @@ def findings_html(findings) -> str:
     items = []
     for f in findings:
         verify = (f'<div>verify: <code>{escape(f.verify)}</code></div>' if f.verify else "")
+        if f.expected is not None:
+            verify = (f'<div>predicted: the step {escape(f.expected.text())} faster '
+                      f'<span class="tm-note">({escape(f.expected.basis)})</span></div>') + verify
         items.append(
             f'<div class="tm-finding {f.severity}"><span class="tm-sev {f.severity}">{f.severity}</span> '
             f'<b>{escape(f.rule)}</b>: {escape(f.title)}'

@@ -20,6 +20,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
+from ....core.render.format import fmt_s
 from ..intervals import IntervalSet
 from .rank import Collective, RankTrace, window_of
 from .result import RankSummary, StepLane
@@ -191,4 +192,4 @@ def representative_lanes(traces: list[RankTrace]) -> tuple[int | None, list[Step
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.1f} ms"
+    return fmt_s(seconds)

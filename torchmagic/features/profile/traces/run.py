@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import Iterable
 
+from ....core.render.format import fmt_s
 from ..kineto import timing_note, unread_note
 from .cross import find_straggler, match_collectives, representative_lanes, summarize_rank
 from .ops import too_big_to_table, trace_profile
@@ -72,7 +73,7 @@ def analyze_traces(source, *, label: str | None = None, operators: bool = True) 
     if ahead:
         r = max(ahead, key=lambda r: r.compute_s / r.step_s)
         notes.append(f"{'rank ' + str(r.rank) + ': ' if len(ranks) > 1 else ''}each step launched "
-                     f"{r.compute_s * 1e3:.1f} ms of GPU work against {r.step_s * 1e3:.1f} ms of host time per step"
+                     f"{fmt_s(r.compute_s)} of GPU work against {fmt_s(r.step_s)} of host time per step"
                      f"{' (and likewise on ' + str(len(ahead) - 1) + ' other rank(s))' if len(ahead) > 1 else ''}: "
                      "the host runs ahead of a busy GPU (GPU-bound), and the last steps' kernels ran after the "
                      "profiled window; compute counts what each step launched")

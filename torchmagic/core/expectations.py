@@ -1,0 +1,108 @@
+"""A finding's prediction and what its verify command measured: the closed loop.
+
+A finding that can say what its fix will do predicts a range for the step's speedup on this machine
+(``Expectation``); its verify command carries it (``--expect 1.15-1.30``), measures, and says whether the
+measurement falls inside (``judge``).  What was measured is kept for the rest of the process
+(``remember``), keyed by the rule and the code it was measured on, so the rule that predicted can read
+it the next time it sees that code (``measured``) instead of repeating a prediction a measurement
+contradicted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass
+
+from .limits import SettingError
+
+_RANGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*-\s*(\d+(?:\.\d+)?)\s*x?\s*$")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """A predicted speedup of the step (time now / time after the fix), as a range, and what it rests on."""
+
+    low: float
+    high: float
+    basis: str = ""
+
+    def text(self) -> str:
+        return f"{self.low:.2f}-{self.high:.2f}x"
+
+    def option(self) -> str:
+        return f"--expect {self.low:.2f}-{self.high:.2f}"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A speedup a verify command measured, with its 95% confidence interval."""
+
+    speedup: float
+    ci: tuple[float, float]
+    expected: Expectation | None = None
+
+    @property
+    def inside(self) -> bool | None:
+        """Whether the measurement agrees with the prediction: its CI meets the predicted range."""
+        if self.expected is None:
+            return None
+        low, high = self.ci
+        return high >= self.expected.low and low <= self.expected.high
+
+
+def parse_expect(text: str) -> Expectation:
+    """``--expect 1.15-1.30``: a speedup range, low first, both finite and positive."""
+    match = _RANGE.match(text or "")
+    if match is None:
+        raise SettingError("expect", f"takes a speedup range such as 1.15-1.30, got {text!r}")
+    low, high = float(match[1]), float(match[2])
+    if not (0 < low <= high) or not math.isfinite(high):
+        raise SettingError("expect", f"the range must be positive, low first: got {text!r}")
+    return Expectation(low, high)
+
+
+def as_expectation(value: str | Expectation | None) -> Expectation | None:
+    """The API's ``expect=``: a range written as ``--expect`` takes it, or an Expectation."""
+    if value is None or isinstance(value, Expectation):
+        return value
+    if not isinstance(value, str):
+        raise SettingError("expect", f"takes a range such as '1.15-1.30' or an Expectation, "
+                                     f"got a {type(value).__name__}")
+    return parse_expect(value)
+
+
+def judge(what: str, measured: Measured) -> str | None:
+    """One sentence: the measured speedup against the prediction, or None without a prediction."""
+    if measured.expected is None:
+        return None
+    e, (low, high) = measured.expected, measured.ci
+    figure = f"{what} measured {_x(measured.speedup)}x (95% CI {_x(low)}-{_x(high)}x)"
+    if measured.inside:
+        return f"{figure}: inside the {e.text()} the finding predicted."
+    direction = "slower" if high < e.low else "faster"
+    return f"{figure}: {direction} than the {e.text()} the finding predicted; the finding is contradicted here."
+
+
+def _x(speedup: float) -> str:
+    """Two decimals, and two significant figures below 0.1: a 900x slowdown is not "0.00x"."""
+    return f"{speedup:.2f}" if speedup >= 0.1 else f"{speedup:.2g}"
+
+
+_MEASURED: dict[tuple[str, str], Measured] = {}
+
+
+def code_key(code: str) -> str:
+    """The identity of a cell's (or function's) code: its text, whitespace at the ends ignored."""
+    return hashlib.sha1(code.strip().encode()).hexdigest()
+
+
+def remember(rule: str, key: str | None, measured: Measured) -> None:
+    if key is not None:
+        _MEASURED[(rule, key)] = measured
+
+
+def measured(rule: str, key: str | None) -> Measured | None:
+    """What a verify command last measured for ``rule``'s fix on this code, in this process."""
+    return _MEASURED.get((rule, key)) if key is not None else None
