@@ -6,6 +6,7 @@ import torch
 import torchmagic
 from torchmagic.core.devices import CpuDevice
 from torchmagic.features.profile import rules
+from torchmagic.core.measure.low_precision import Retimed
 from torchmagic.features.profile.run import ProfileOptions
 from torchmagic.features.profile.trace import TraceSummary
 from torchmagic.features.profile.user import UserObjects
@@ -70,8 +71,9 @@ def bf16_measured(monkeypatch):
     the CPU under the test: CI's may have no bf16 instructions at all."""
     from torchmagic.features.profile import amp_estimate
 
-    def declare(ratio, pointwise=1.0):
-        monkeypatch.setattr(amp_estimate, "call_ratios", lambda device, calls, dtype, budget: {c: ratio for c in calls})
+    def declare(ratio, pointwise=1.0, conversion=0.0):
+        monkeypatch.setattr(amp_estimate, "call_ratios",
+                            lambda device, calls, dtype, budget: {c: Retimed(ratio, conversion) for c in calls})
         monkeypatch.setattr(amp_estimate, "pointwise_ratio", lambda device, dtype, numel: pointwise)
         monkeypatch.setattr(amp_estimate, "autocast_op_cost_us", lambda device, dtype: 0.0)
     return declare

@@ -41,10 +41,18 @@ def freeze(value):
     return tuple(freeze(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
-def call_ratios(device: Device, calls: list[OpCall], dtype: torch.dtype, budget_s: float) -> dict[OpCall, float]:
-    """Time in ``dtype`` (inputs converted within the call) over time in fp32, per call, heaviest first,
-    as many as ``budget_s`` allows.  A call that cannot be rebuilt or does not fit is left out."""
-    ratios: dict[OpCall, float] = {}
+@dataclass(frozen=True)
+class Retimed:
+    """A call's time in 16 bits and its inputs' conversion alone, each over its time in fp32."""
+
+    ratio: float        # the call in 16 bits, its inputs converted within it (as autocast converts them)
+    conversion: float   # converting its inputs alone: in training, their gradients come back converted too
+
+
+def call_ratios(device: Device, calls: list[OpCall], dtype: torch.dtype, budget_s: float) -> dict[OpCall, Retimed]:
+    """Each call re-timed in ``dtype`` against fp32, heaviest first, as many as ``budget_s`` allows.  A call
+    that cannot be rebuilt or does not fit is left out."""
+    ratios: dict[OpCall, Retimed] = {}
     generator = torch.Generator(device=device.label).manual_seed(0)
     started = time.perf_counter()
     for call in calls:
@@ -55,17 +63,18 @@ def call_ratios(device: Device, calls: list[OpCall], dtype: torch.dtype, budget_
         if time.perf_counter() - started > budget_s:
             continue  # those measured before may still be known
         try:
-            fp32, low = _rebuild(call, device, dtype, generator)
+            fp32, low, convert = _rebuild(call, device, dtype, generator)
             if fp32 is None:
                 continue
-            ratios[call] = _measured[key] = _time(low, device) / _time(fp32, device)
+            base = _time(fp32, device)
+            ratios[call] = _measured[key] = Retimed(_time(low, device) / base, _time(convert, device) / base)
         except Exception as exc:  # noqa: BLE001 - an argument the trace records differently: skip the call
             if is_out_of_memory(exc):
                 break
     return ratios
 
 
-_measured: dict[tuple, float] = {}  # (device, threads, dtype, call) -> ratio, for the process: profiles repeat
+_measured: dict[tuple, Retimed] = {}  # (device, threads, dtype, call) -> ratio, for the process: profiles repeat
 
 
 def pointwise_ratio(device: Device, dtype: torch.dtype, numel: int) -> float:
@@ -95,24 +104,25 @@ def autocast_op_cost_us(device: Device, dtype: torch.dtype) -> float:
 
 
 def _rebuild(call: OpCall, device: Device, dtype: torch.dtype, generator):
-    """(fp32 call, low-precision call) of ``call``'s aten op on random inputs of its shapes."""
+    """(fp32 call, low-precision call, the conversion alone) of ``call``'s aten op on random inputs of its
+    shapes."""
     namespace, _, op_name = call.name.partition("::")
     op = getattr(getattr(torch.ops, namespace, None), op_name, None)
     if op is None:
-        return None, None
+        return None, None, None
     args, tensors = [], []
     for shape, kind, value in zip(call.shapes, call.dtypes, call.concrete):
         if value is not None:
             args.append(list(value) if isinstance(value, tuple) else value)
         elif kind in ELEMENT_DTYPES:
             if math.prod(shape) > MAX_ELEMENTS:
-                return None, None
+                return None, None, None
             tensors.append(len(args))
             args.append(torch.rand(shape, generator=generator, device=device.label) - 0.5)
         else:
             args.append(None)  # an optional tensor the call did not pass
     if not tensors:
-        return None, None
+        return None, None, None
     # the trace lists keyword-only arguments (addmm's beta and alpha) in order with the others
     overload = getattr(op, "default", None)
     schema = overload._schema.arguments if overload is not None else ()
@@ -128,9 +138,13 @@ def _rebuild(call: OpCall, device: Device, dtype: torch.dtype, generator):
             converted[i] = args[i].to(dtype)
         return run(converted)
 
+    def convert():
+        for i in tensors:
+            args[i].to(dtype)
+
     run(args)  # warm: kernels chosen, pages touched; raises here if the call cannot be rebuilt
     low()
-    return (lambda: run(args)), low
+    return (lambda: run(args)), low, convert
 
 
 def _time(fn, device: Device) -> float:

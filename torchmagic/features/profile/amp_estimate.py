@@ -5,11 +5,13 @@ re-run at their shapes in 16 bits with the conversions autocast adds; the pointw
 them in 16 bits; and the cost autocast adds to every op it sees.  The step's time is then predicted as a
 range, from what the trace says each part took:
 
-    after = rest + Σ matmul time × its measured ratio + other forward/backward time × (1 .. pointwise ratio)
+    after = rest + Σ matmul time × its measured ratio (+ its inputs' conversion again, for a forward call in
+            training: the worst case) + other forward/backward time × (1 .. pointwise ratio)
             + ops per step × autocast's cost per op
 
-The range is as wide as what is not known: calls not re-timed (the budget ran out) take the measured
-calls' best and worst ratios, and the other ops anywhere between unchanged and the pointwise ratio.
+The range is as wide as what is not known: whether the gradients' conversions back cost what the
+inputs' did, calls not re-timed (the budget ran out: the timed calls' best and worst), and the other ops
+anywhere between unchanged and the pointwise ratio.
 On a GPU only the time the GPU is busy can shrink: the host-bound part of the step stays.
 """
 
@@ -58,32 +60,38 @@ def estimate_amp(s: TraceSummary, device: Device, dtype: torch.dtype) -> AmpEsti
             break
         heaviest.append(call)
         covered += matmul[call]
-    ratios = call_ratios(device, heaviest, dtype, BUDGET_S)
-    if not ratios:
+    retimed = call_ratios(device, heaviest, dtype, BUDGET_S)
+    if not retimed:
         return None
-    timed = sum(matmul[c] for c in ratios)
-    after = sum(matmul[c] * r for c, r in ratios.items())
-    rest_best, rest_worst = (total - timed) * min(ratios.values()), (total - timed) * max(ratios.values())
+    # in training each converted input's gradient is converted back: the worst case pays that again
+    forward = {c: s.fp32_matmuls[c][3] / s.fp32_matmuls[c][0] for c in retimed}
+    best = {c: r.ratio for c, r in retimed.items()}
+    worst = {c: r.ratio + forward[c] * r.conversion for c, r in retimed.items()}
+    timed = sum(matmul[c] for c in retimed)
+    untimed = total - timed  # calls the budget left: the timed ones' best and worst
+    after_best = sum(matmul[c] * best[c] for c in retimed) + untimed * min(best.values())
+    after_worst = sum(matmul[c] * worst[c] for c in retimed) + untimed * max(worst.values())
     categories = s.device_category_us if on_device else s.category_us
     low_us = s.matmul_low_device_us if on_device else s.matmul_low_us
     others = max(categories.get(FORWARD, 0.0) + categories.get(BACKWARD, 0.0) - total * s.steps
                  - low_us, 0.0) / s.steps
-    largest = max((max((_numel(shape) for shape in call.shapes), default=0) for call in ratios), default=0)
+    largest = max((max((_numel(shape) for shape in call.shapes), default=0) for call in retimed), default=0)
     pointwise = pointwise_ratio(device, dtype, largest)
     per_op = autocast_op_cost_us(device, dtype) * s.python_ops / s.steps
-    saved_best = total - (after + rest_best) + others * (1 - min(pointwise, 1.0)) - per_op
-    saved_worst = total - (after + rest_worst) + others * (1 - max(pointwise, 1.0)) - per_op
+    saved_best = total - after_best + others * (1 - min(pointwise, 1.0)) - per_op
+    saved_worst = total - after_worst + others * (1 - max(pointwise, 1.0)) - per_op
     if on_device:  # kernels saved shorten a step only as far as the GPU is what it waits for
         busy = min(s.device_busy_us / s.steps / step_us, 1.0) if step_us else 1.0
         saved_worst = saved_worst * busy if saved_worst > 0 else saved_worst
     high, low = step_us / max(step_us - saved_best, 1e-9), step_us / max(step_us - saved_worst, 1e-9)
-    ratio = (after + (total - timed) * after / timed) / total
+    ratio = sum(matmul[c] * best[c] for c in retimed) / timed
     basis = (f"the {total / step_us:.0%} of the step in fp32 matmul/conv ran {_speed(ratio)} in "
-             f"{str(dtype).removeprefix('torch.')} when re-timed here at the step's shapes ({len(ratios)} of "
-             f"{len(matmul)} calls, conversions included); the other forward and backward ops ({others / step_us:.0%}) "
-             f"between unchanged and {_speed(pointwise)}; autocast's cost on {s.python_ops / s.steps:.0f} ops a step")
+             f"{str(dtype).removeprefix('torch.')} when re-timed here at the step's shapes ({len(retimed)} of "
+             f"{len(matmul)} calls, conversions included, and at worst their gradients' conversions back too); the "
+             f"other forward and backward ops ({others / step_us:.0%}) between unchanged and {_speed(pointwise)}; "
+             f"autocast's cost on {s.python_ops / s.steps:.0f} ops a step")
     return AmpEstimate(Expectation(round(min(low, high), 2), round(max(low, high), 2), basis), total / step_us,
-                       ratio, pointwise, len(ratios), len(matmul), time.perf_counter() - started)
+                       ratio, pointwise, len(retimed), len(matmul), time.perf_counter() - started)
 
 
 def _speed(ratio: float) -> str:

@@ -151,8 +151,8 @@ class TraceSummary:
     # matmul/conv time by precision (self CPU µs on CPU traces, device µs on GPU traces)
     matmul_fp32_us: float = 0.0
     matmul_fp32_calls: int = 0
-    # each distinct fp32 matmul/conv call (op, shapes, arguments) -> [calls, self CPU µs, GPU µs]: what the
-    # amp rule re-times in 16 bits on this device (core/measure/low_precision.py)
+    # each distinct fp32 matmul/conv call (op, shapes, arguments) -> [calls, self CPU µs, GPU µs, calls in the
+    # forward]: what the amp rule re-times in 16 bits on this device (core/measure/low_precision.py)
     fp32_matmuls: dict[OpCall, list[float]] = field(default_factory=dict)
     matmul_low_us: float = 0.0
     matmul_fp32_device_us: float = 0.0
@@ -628,10 +628,11 @@ class _Sweep:
             call = _op_call(ev)
             totals = out.fp32_matmuls.get(call)
             if totals is None and len(out.fp32_matmuls) < MAX_MATMUL_CALLS:
-                totals = out.fp32_matmuls[call] = [0, 0.0, 0.0]
+                totals = out.fp32_matmuls[call] = [0, 0.0, 0.0, 0]
             if totals is not None:
                 totals[0] += 1
                 totals[1] += self_us
+                totals[3] += category == FORWARD
                 if ev.corr:
                     self.fp32_call_of_corr[ev.corr] = call
         if ev.corr:
