@@ -344,3 +344,22 @@ def test_the_evaluation_part_is_found_in_a_trace_file_too(tmp_path):
             prof.step()
     found = torchmagic.analyze(tmp_path / "mixed.json").profile.finding("inference_grad")
     assert found is not None and found.title.startswith("Evaluation with autograd on: ")
+
+
+def test_inference_grad_predicts_a_bound_its_verify_can_judge():
+    f = profile(w.grad_inference_step()).finding("inference_grad")
+    assert f.expected is not None and f.expected.low == 1.0 < f.expected.high  # it only removes work
+    assert f.verify.endswith(f"--expect 1.00-{f.expected.high:.2f}") and "only removes work" in f.expected.basis
+
+
+def test_dispatch_bound_reads_what_amp_compare_measured_compile_at_on_that_code():
+    from torchmagic.core import expectations
+    code = "for _ in range(60): small(x)"
+    expectations.remember("dispatch_bound", expectations.code_key(code), expectations.Measured(0.46, (0.42, 0.51)))
+    try:
+        f = torchmagic.api._profile(w.tiny_ops_step(), ProfileOptions(steps=2, warmup=1), "t", CpuDevice(),
+                                    code=code).finding("dispatch_bound")
+    finally:
+        expectations._MEASURED.clear()
+    assert "torch.compile measured 0.46x on this code" in f.fix and "torch.compile(" not in f.snippet
+    assert f.evidence["compile_measured"] == [0.46, 0.42, 0.51]

@@ -305,7 +305,7 @@ def findings_html(findings) -> str:
         items.append(
             f'<div class="tm-finding {f.severity}"><span class="tm-sev {f.severity}">{f.severity}</span> '
             f'<b>{escape(f.rule)}</b>: {escape(f.title)}'
-            f'<div>{escape(f.fix)}</div><pre>{escape(f.snippet)}</pre>{verify}</div>'
+            f'<div>{escape(f.fix)}</div>' + (f'<pre>{escape(f.snippet)}</pre>' if f.snippet else '') + f'{verify}</div>'
         )
     return "<h4>Findings, most costly first</h4>" + "".join(items)
 

@@ -1,0 +1,79 @@
+"""The findings on planted problems in models nobody here wrote (tests/corpus/planted.py): Hugging Face
+transformers' GPT-2, BERT, ViT, MobileNetV2 and ConvNeXt from small configs with random weights, each with
+one problem written the way users write it (host reads logged every step, a for-loop AdamW, inference with
+autograd on, a DataLoader with a per-item Python transform, and none), profiled on this CPU after one
+warm-up step.  Per case: the findings that fired (rule:severity), the rules that must fire and those that
+must stay silent, and what the verify measured when it applies the finding's fix as the finding says
+(the optimizer's share of the step profiled again, %%amp_compare's inference_mode speedup, the loader
+snippet run and %loadertune); then precision and recall over the judged rules of all cases.
+
+    python -m benchmarks.corpus_findings
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def main() -> int:
+    warnings.filterwarnings("ignore")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    from benchmarks.machine import machine_line
+    from tests.corpus.planted import CASES, known_issue_applies, run_case, scores, verify_case
+
+    print(machine_line())
+    started = time.perf_counter()
+    outcomes, rows = [], []
+    for case in CASES.values():
+        t = time.perf_counter()
+        outcome = run_case(case)
+        verdict = verify_case(outcome)
+        outcomes.append(outcome)
+        problems = outcome.case.check(outcome.result)
+        if outcome.missed:
+            problems.append(f"missed {', '.join(sorted(outcome.missed))}")
+        if outcome.wrongly_fired:
+            problems.append(f"fired wrongly {', '.join(sorted(outcome.wrongly_fired))}")
+        if verdict is None:
+            verify = "–"
+        else:
+            verify = ("confirmed" if verdict.confirmed else
+                      "NOT confirmed" + (" (known bug)" if known_issue_applies(outcome) else "")) + ": " + verdict.detail
+        rows.append((case, outcome, verify, problems, time.perf_counter() - t))
+
+    print(f"\n{len(rows)} planted cases in {time.perf_counter() - started:.1f} s\n")
+    print(f"{'model':13} {'fired (rule:severity)':38} {'must fire':15} {'must not fire':44} {'ok':3}")
+    for case, outcome, _, problems, _ in rows:
+        fired = ", ".join(f"{f.rule}:{f.severity}" for f in outcome.result.findings) or "–"
+        print(f"{case.model:13} {fired:38} {', '.join(sorted(case.must_fire)) or '–':15} "
+              f"{', '.join(sorted(case.must_not)):44} {'yes' if not problems else 'NO'}")
+    print("\nper case: planted problem, titles, verify")
+    for case, outcome, verify, problems, seconds in rows:
+        print(f"{case.model} ({seconds:.1f} s): {case.problem}")
+        for f in outcome.result.findings:
+            expected = f"; expected {f.expected.text()}" if f.expected else "; expected: no figure"
+            print(textwrap.fill(f"{f.rule}:{f.severity}: {f.title}{expected}", 118, initial_indent="  ",
+                                subsequent_indent="      "))
+        print(textwrap.fill(f"verify: {verify}", 118, initial_indent="  ", subsequent_indent="      "))
+        for problem in problems:
+            print(f"  PROBLEM: {problem}")
+    s = scores(outcomes)
+    print(f"\noverall: precision {s['precision']:.2f}, recall {s['recall']:.2f} ({s['hits']} hits, {s['misses']} "
+          f"misses, {s['false_alarms']} false alarms among {s['quiet_due']} rules due quiet; "
+          f"quiet where due {s['quiet_rate']:.2f})")
+    verified = [(verify.startswith("confirmed")) for _, _, verify, _, _ in rows if verify != "–"]
+    print(f"verifies confirming their finding: {sum(verified)}/{len(verified)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
