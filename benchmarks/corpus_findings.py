@@ -2,10 +2,11 @@
 transformers' GPT-2, BERT, ViT, MobileNetV2 and ConvNeXt from small configs with random weights, each with
 one problem written the way users write it (host reads logged every step, a for-loop AdamW, inference with
 autograd on, a DataLoader with a per-item Python transform, and none), profiled on this CPU after one
-warm-up step.  Per case: the findings that fired (rule:severity), the rules that must fire and those that
-must stay silent, and what the verify measured when it applies the finding's fix as the finding says
-(the optimizer's share of the step profiled again, %%amp_compare's inference_mode speedup, the loader
-snippet run and %loadertune); then precision and recall over the judged rules of all cases.
+warm-up step, with one torch thread (steady on a loaded machine).  Per case: the findings that fired
+(rule:severity), the rules that must fire and those that must stay silent, and what the verify measured
+when it applies the finding's fix as the finding says (the optimizer's share of the step profiled again,
+%%amp_compare's inference_mode speedup, the loader snippet run and %loadertune); then precision and
+recall over the judged rules of all cases.
 
     python -m benchmarks.corpus_findings
 """
@@ -28,7 +29,7 @@ def main() -> int:
     warnings.filterwarnings("ignore")
     logging.getLogger("transformers").setLevel(logging.ERROR)
     from benchmarks.machine import machine_line
-    from tests.corpus.planted import CASES, known_issue_applies, run_case, scores, verify_case
+    from tests.corpus.planted import CASES, THREADS, known_issue_applies, run_case, scores, verify_case
 
     print(machine_line())
     started = time.perf_counter()
@@ -46,16 +47,17 @@ def main() -> int:
         if verdict is None:
             verify = "–"
         else:
-            verify = ("confirmed" if verdict.confirmed else
-                      "NOT confirmed" + (" (known bug)" if known_issue_applies(outcome) else "")) + ": " + verdict.detail
+            known = " (known bug)" if known_issue_applies(outcome) else ""
+            verify = ("confirmed" if verdict.confirmed else "NOT confirmed" + known) + ": " + verdict.detail
         rows.append((case, outcome, verify, problems, time.perf_counter() - t))
 
-    print(f"\n{len(rows)} planted cases in {time.perf_counter() - started:.1f} s\n")
-    print(f"{'model':13} {'fired (rule:severity)':38} {'must fire':15} {'must not fire':44} {'ok':3}")
+    print(f"\n{len(rows)} planted cases in {time.perf_counter() - started:.1f} s, each profiled and verified with "
+          f"{THREADS} torch thread{'s' if THREADS != 1 else ''} (tests/corpus/planted.py says why)\n")
+    print(f"{'model':13} {'fired (rule:severity)':38} {'must fire':15} {'must not fire':52} {'ok':3}")
     for case, outcome, _, problems, _ in rows:
         fired = ", ".join(f"{f.rule}:{f.severity}" for f in outcome.result.findings) or "–"
         print(f"{case.model:13} {fired:38} {', '.join(sorted(case.must_fire)) or '–':15} "
-              f"{', '.join(sorted(case.must_not)):44} {'yes' if not problems else 'NO'}")
+              f"{', '.join(sorted(case.must_not)):52} {'yes' if not problems else 'NO'}")
     print("\nper case: planted problem, titles, verify")
     for case, outcome, verify, problems, seconds in rows:
         print(f"{case.model} ({seconds:.1f} s): {case.problem}")

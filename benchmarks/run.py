@@ -56,6 +56,8 @@ BENCHMARKS = [
     Benchmark("trace_analysis", "torchmagic.analyze on big traces: MB/s and peak memory (and HTA's, if installed)",
               ("--sizes", "50,250"), limit_s=240),
     Benchmark("corpus_rules", "Each rule on traces of real jobs: fires where due, quiet where not", limit_s=120),
+    Benchmark("corpus_findings", "Planted problems in transformers models: findings fired, precision, recall, verifies",
+              limit_s=120),
     Benchmark("holdout_diagnosis", "The deeper diagnosis on hold-out models: evaluation, loader fix, allocations, "
               "roofline, diff", limit_s=180),
 ]

@@ -75,7 +75,7 @@ def test_the_magic_diffs_against_a_stored_profile_and_the_verify_button_does_too
         "UsageError: %%torchprofile: --diff nothing: not defined, not a profile with a step to compare "
         "(store one with %%torchprofile -o nothing)")
     finding = shell.user_ns["before"].finding("inference_grad")
-    assert finding.verify == "%%amp_compare --variants eager,inference_mode"
+    assert finding.verify == f"%%amp_compare --variants eager,inference_mode {finding.expected.option()}"
     from IPython.utils.capture import capture_output
 
     with capture_output() as clicked:

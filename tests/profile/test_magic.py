@@ -245,8 +245,9 @@ def test_a_cell_magic_verify_button_runs_on_top_of_the_profiled_cell(shell):
     shell.run_cell("from tests import workloads as w\nstep = w.grad_inference_step()")
     run(shell, "%%torchprofile -q -o prof\nstep()")
     prof = shell.user_ns["prof"]
-    command = prof.finding("inference_grad").verify
-    assert command == "%%amp_compare --variants eager,inference_mode"
+    finding = prof.finding("inference_grad")
+    command = finding.verify  # with the finding's prediction, which the verify judges
+    assert command == f"%%amp_compare --variants eager,inference_mode {finding.expected.option()}"
     executed = []
     original = shell.run_cell
     shell.run_cell = lambda source, **kw: executed.append(source)
@@ -254,7 +255,7 @@ def test_a_cell_magic_verify_button_runs_on_top_of_the_profiled_cell(shell):
         prof.verify_runner(command)
     finally:
         shell.run_cell = original
-    assert executed == ["%%amp_compare --variants eager,inference_mode\nstep()\n"]
+    assert executed == [f"{command}\nstep()\n"]
 
 
 @pytest.mark.parametrize("key, field", [("calls", "calls"), ("total_cpu", "total_cpu_us"),

@@ -13,9 +13,9 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .amp_estimate import AmpEstimate
 from ...core.expectations import Expectation, measured
 from ...core.render.format import fmt_us
+from .amp_estimate import AmpEstimate
 from .result import Finding
 from .libraries import library_call, library_fix, possessive
 from .regions import EVALUATION, parts
