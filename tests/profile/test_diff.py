@@ -53,6 +53,8 @@ def test_diff_of_a_fix_reports_the_ratio_and_what_went_away():
     assert math.isclose(d.speedup, 1 / d.ratio)
     text = d.to_text()
     assert text.startswith("After / before: ") and "gone: inference_grad" in text
+    # the fixed finding's prediction, judged against the step time the fix brought
+    assert "inference_grad: its fix gone, the step measured" in text and "the finding predicted" in text
     assert "Operators by the change in their self CPU time per step:" in text
     assert "<h4>Findings</h4>" in d.to_html() and d.to_dict()["findings_gone"][0]["rule"] == "inference_grad"
     assert repr(d).startswith("<ProfileDiff: After / before: ")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ...core.expectations import Measured, judge
 from ...core.measure.stats import unpaired_ratio
 from ...core.render.base import Result
 from .result import Finding, ProfileResult
@@ -104,6 +105,11 @@ def diff_profiles(before: ProfileResult, after: ProfileResult, labels: tuple[str
                      f"(--steps 4), these have {before.steps} and {after.steps}.")
     notes.append("The two profiles ran one after the other: a change in the machine's load between them moves the "
                  "ratio too (%%amp_compare interleaves its variants in rounds to cancel that).")
+    gone = [f for rule, f in rules_before.items() if rule not in rules_after]
+    speedups = (1 / ratio.ci[1], 1 / ratio.ci[0]) if ratio.ci else (1 / ratio.estimate,) * 2
+    for f in gone:  # a fixed finding's prediction, against the step time the fix brought
+        if f.expected is not None and ratio.estimate > 0:
+            notes.append(judge(f"{f.rule}: its fix gone, the step", Measured(1 / ratio.estimate, speedups, f.expected)))
     if before.device.get("kind") != after.device.get("kind"):
         notes.append(f"The profiles ran on different devices ({before.device.get('kind')} and "
                      f"{after.device.get('kind')}).")
@@ -112,7 +118,7 @@ def diff_profiles(before: ProfileResult, after: ProfileResult, labels: tuple[str
         step_before_s=before.median_step_s,
         step_after_s=after.median_step_s, ratio=ratio.estimate, ratio_ci=ratio.ci, confidence=ratio.confidence,
         steps=(before.steps, after.steps), time_basis="GPU" if on_gpu else "CPU", ops=ops, categories=categories,
-        findings_gone=[f for rule, f in rules_before.items() if rule not in rules_after],
+        findings_gone=gone,
         findings_new=[f for rule, f in rules_after.items() if rule not in rules_before],
         findings_kept=[(f, rules_after[rule]) for rule, f in rules_before.items() if rule in rules_after],
         notes=notes)
