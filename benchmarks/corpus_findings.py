@@ -5,8 +5,8 @@ autograd on, a DataLoader with a per-item Python transform, and none), profiled 
 warm-up step, with one torch thread (steady on a loaded machine).  Per case: the findings that fired
 (rule:severity), the rules that must fire and those that must stay silent, and what the verify measured
 when it applies the finding's fix as the finding says (the optimizer's share of the step profiled again,
-%%amp_compare's inference_mode speedup, the loader snippet run and %loadertune); then precision and
-recall over the judged rules of all cases.
+%%amp_compare's inference_mode speedup, the loader snippet run and %loadertune; and where amp fires on
+this CPU, %%amp_compare against its prediction); then precision and recall over the judged rules of all cases.
 
     python -m benchmarks.corpus_findings
 """
@@ -29,7 +29,7 @@ def main() -> int:
     warnings.filterwarnings("ignore")
     logging.getLogger("transformers").setLevel(logging.ERROR)
     from benchmarks.machine import machine_line
-    from tests.corpus.planted import CASES, THREADS, known_issue_applies, run_case, scores, verify_case
+    from tests.corpus.planted import CASES, THREADS, run_case, scores, verify_case
 
     print(machine_line())
     started = time.perf_counter()
@@ -47,8 +47,10 @@ def main() -> int:
         if verdict is None:
             verify = "–"
         else:
-            known = " (known bug)" if known_issue_applies(outcome) else ""
-            verify = ("confirmed" if verdict.confirmed else "NOT confirmed" + known) + ": " + verdict.detail
+            verify = ("confirmed" if verdict.confirmed else "NOT confirmed") + ": " + verdict.detail
+        amp = outcome.fired.get("amp")
+        if amp is not None and amp.expected is not None and outcome.planted.step is not None:
+            verify += "; " + _amp_verify(outcome.planted.step, amp)
         rows.append((case, outcome, verify, problems, time.perf_counter() - t))
 
     print(f"\n{len(rows)} planted cases in {time.perf_counter() - started:.1f} s, each profiled and verified with "
@@ -75,6 +77,19 @@ def main() -> int:
     verified = [(verify.startswith("confirmed")) for _, _, verify, _, _ in rows if verify != "–"]
     print(f"verifies confirming their finding: {sum(verified)}/{len(verified)}")
     return 0
+
+
+def _amp_verify(step, finding) -> str:
+    """The amp finding's verify, %%amp_compare --variants eager,amp --expect, on the case's step (the CPU decides
+    whether amp fires at all: the cases plant no amp problem)."""
+    import torchmagic
+    from torchmagic.core.expectations import judge
+    from tests.corpus.planted import torch_threads
+
+    with torch_threads():
+        result = torchmagic.compare(step, variants="eager,amp", expect=finding.expected, min_time=2.0, restore=True)
+    check = result.expectation_check
+    return judge("amp", check) if check is not None else "amp: not judged (no interval)"
 
 
 if __name__ == "__main__":

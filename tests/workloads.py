@@ -119,9 +119,9 @@ def grad_inference_step(inference_mode: bool = False):
     return step
 
 
-def many_params_step(foreach: bool):
+def many_params_step(foreach: bool, fused: bool = False):
     params = nn.ParameterList([nn.Parameter(torch.randn(16)) for _ in range(150)])
-    opt = torch.optim.Adam(params, lr=1e-3, foreach=foreach)
+    opt = torch.optim.Adam(params, lr=1e-3, foreach=foreach, fused=fused or None)
 
     def step():
         loss = sum((p * p).sum() for p in params)

@@ -86,9 +86,11 @@ def test_every_rules_snippet_names_the_cells_objects_and_runs(fp16, optimizer):
         ran = _namespace()
         ran["opt"] = getattr(torch.optim, optimizer)(ran["net"].parameters(), lr=0.05)
         exec(compile(snippet, f"<{rule} fix>", "exec"), ran)  # a fix that does not run is no fix
-        if rule == "optimizer":  # it takes effect: the next step runs the foreach implementation
-            ran["train_step"](ran["x"], ran["y"])
-            assert all(group["foreach"] for group in ran["opt"].param_groups)
+        if rule == "optimizer":  # it takes effect: the next step runs the fused implementation (a CPU context)
+            with torch.profiler.profile() as prof:
+                ran["train_step"](ran["x"], ran["y"])
+            assert all(group["fused"] and not group["foreach"] for group in ran["opt"].param_groups)
+            assert any(e.name.startswith("aten::_fused_") for e in prof.events())
         if rule == "dataloader":
             assert isinstance(ran["train_loader"], DataLoader) and ran["train_loader"].batch_size == 16
             assert ran["train_loader"].num_workers == 1 and torch.get_num_threads() == 1  # 3 ms of 10 ms

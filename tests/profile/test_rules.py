@@ -1,5 +1,7 @@
 """Each diagnosis rule, on a real CPU profile that triggers it and one that does not."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -176,11 +178,21 @@ def test_optimizer_fires_on_per_parameter_loop():
     f = profile(w.many_params_step(foreach=False)).finding("optimizer")
     assert f is not None
     assert f.evidence["share_of_step"] >= rules.THRESHOLDS["optimizer_share"]
-    assert "group['foreach'] = True" in f.snippet and "Adam" in f.fix
+    assert "group['fused'] = True" in f.snippet and "group['foreach'] = False" in f.snippet  # on the CPU
 
 
-def test_optimizer_silent_with_foreach():
-    assert "optimizer" not in rules_of(profile(w.many_params_step(foreach=True)))
+def test_optimizer_on_the_cpu_asks_for_fused_even_with_foreach_and_is_silent_once_fused():
+    # on the CPU foreach ops still loop over the tensors: only the fused kernel is one pass
+    f = profile(w.many_params_step(foreach=True)).finding("optimizer")
+    assert f is not None and "group['fused'] = True" in f.snippet and "still loops over the tensors" in f.fix
+    assert "optimizer" not in rules_of(profile(w.many_params_step(foreach=False, fused=True)))
+
+
+def test_optimizer_on_a_gpu_takes_foreach_as_the_fix():
+    s = TraceSummary(step_us=[10_000.0], optimizer_us=3_000.0, optimizer_ops=40, optimizer_names={"AdamW"})
+    f = rules.optimizer(s, cuda_context())
+    assert "group['foreach'] = True" in f.snippet
+    assert rules.optimizer(dataclasses.replace(s, optimizer_foreach=True), cuda_context()) is None
 
 
 # gpu_idle needs device events, which only a real GPU produces: the rule is checked on

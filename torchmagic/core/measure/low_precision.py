@@ -74,16 +74,19 @@ def call_ratios(device: Device, calls: list[OpCall], dtype: torch.dtype, budget_
     return ratios
 
 
-_measured: dict[tuple, Retimed] = {}  # (device, threads, dtype, call) -> ratio, for the process: profiles repeat
+_measured: dict[tuple, Retimed | float] = {}  # (device, threads, dtype, call or size) -> ratios, for the process
 
 
 def pointwise_ratio(device: Device, dtype: torch.dtype, numel: int) -> float:
     """Time of a pointwise op (x * y + x, GELU's kind of work) in ``dtype`` over fp32, at ``numel``."""
     numel = max(min(numel, MAX_ELEMENTS // 4), 1024)
-    generator = torch.Generator(device=device.label).manual_seed(0)
-    x, y = (torch.rand(numel, generator=generator, device=device.label) for _ in range(2))
-    lx, ly = x.to(dtype), y.to(dtype)
-    return _time(lambda: torch.addcmul(ly, lx, ly), device) / _time(lambda: torch.addcmul(y, x, y), device)
+    key = (device.label, torch.get_num_threads(), dtype, "pointwise", numel)
+    if key not in _measured:
+        generator = torch.Generator(device=device.label).manual_seed(0)
+        x, y = (torch.rand(numel, generator=generator, device=device.label) for _ in range(2))
+        lx, ly = x.to(dtype), y.to(dtype)
+        _measured[key] = _time(lambda: torch.addcmul(ly, lx, ly), device) / _time(lambda: torch.addcmul(y, x, y), device)
+    return _measured[key]
 
 
 def autocast_op_cost_us(device: Device, dtype: torch.dtype) -> float:

@@ -6,12 +6,13 @@ them in 16 bits; and the cost autocast adds to every op it sees.  The step's tim
 range, from what the trace says each part took:
 
     after = rest + Σ matmul time × its measured ratio (+ its inputs' conversion again, for a forward call in
-            training: the worst case) + other forward/backward time × (1 .. pointwise ratio)
+            training: the worst case) + other forward/backward time × (1 .. pointwise ratios)
             + ops per step × autocast's cost per op
 
 The range is as wide as what is not known: whether the gradients' conversions back cost what the
 inputs' did, calls not re-timed (the budget ran out: the timed calls' best and worst), and the other ops
-anywhere between unchanged and the pointwise ratio.
+anywhere between unchanged and a pointwise op's 16-bit ratios at the smallest and largest of the step's
+tensor sizes (16 bits is faster on large tensors and slower on small ones).
 On a GPU only the time the GPU is busy can shrink: the host-bound part of the step stays.
 """
 
@@ -30,6 +31,7 @@ from .trace import BACKWARD, FORWARD, TraceSummary
 BUDGET_S = 0.6          # re-timing the step's calls: at most this long, heaviest first
 COVERED_SHARE = 0.95    # re-time calls until they cover this share of the fp32 matmul time
 MIN_SHARE = 0.05        # no estimate for a step whose fp32 matmuls take less than this
+POINTWISE_MIN_ELEMENTS = 4096
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class AmpEstimate:
     expectation: Expectation        # the step's predicted speedup under autocast, with its basis
     matmul_share: float             # of the step: the fp32 matmuls and convolutions
     matmul_ratio: float             # their time in 16 bits over fp32, as measured (time-weighted)
-    pointwise_ratio: float
+    pointwise_ratio: float          # the worst of a pointwise op's 16-bit ratios at the step's sizes
     calls_timed: int
     calls: int
     seconds: float                  # what measuring took
@@ -75,11 +77,14 @@ def estimate_amp(s: TraceSummary, device: Device, dtype: torch.dtype) -> AmpEsti
     low_us = s.matmul_low_device_us if on_device else s.matmul_low_us
     others = max(categories.get(FORWARD, 0.0) + categories.get(BACKWARD, 0.0) - total * s.steps
                  - low_us, 0.0) / s.steps
-    largest = max((max((_numel(shape) for shape in call.shapes), default=0) for call in retimed), default=0)
-    pointwise = pointwise_ratio(device, dtype, largest)
+    # pointwise ops in 16 bits: faster on large tensors, slower on small ones (an AMX Xeon: 0.7x at 1.5M
+    # elements, 1.9x at 130k): timed at the smallest and the largest tensor the step's matmuls take
+    sizes = [n for call in retimed for n in map(_numel, call.shapes) if n >= POINTWISE_MIN_ELEMENTS]
+    pointwise = [pointwise_ratio(device, dtype, n) for n in {min(sizes, default=POINTWISE_MIN_ELEMENTS),
+                                                             max(sizes, default=POINTWISE_MIN_ELEMENTS)}]
     per_op = autocast_op_cost_us(device, dtype) * s.python_ops / s.steps
-    saved_best = total - after_best + others * (1 - min(pointwise, 1.0)) - per_op
-    saved_worst = total - after_worst + others * (1 - max(pointwise, 1.0)) - per_op
+    saved_best = total - after_best + others * (1 - min(*pointwise, 1.0)) - per_op
+    saved_worst = total - after_worst + others * (1 - max(*pointwise, 1.0)) - per_op
     if on_device:  # kernels saved shorten a step only as far as the GPU is what it waits for
         busy = min(s.device_busy_us / s.steps / step_us, 1.0) if step_us else 1.0
         saved_worst = saved_worst * busy if saved_worst > 0 else saved_worst
@@ -88,15 +93,18 @@ def estimate_amp(s: TraceSummary, device: Device, dtype: torch.dtype) -> AmpEsti
     basis = (f"the {total / step_us:.0%} of the step in fp32 matmul/conv ran {_speed(ratio)} in "
              f"{str(dtype).removeprefix('torch.')} when re-timed here at the step's shapes ({len(retimed)} of "
              f"{len(matmul)} calls, conversions included, and at worst their gradients' conversions back too); the "
-             f"other forward and backward ops ({others / step_us:.0%}) between unchanged and {_speed(pointwise)}; "
+             f"other forward and backward ops ({others / step_us:.0%}) from {_speed(min(*pointwise, 1.0))} to "
+             f"{_speed(max(*pointwise, 1.0))} (a pointwise op timed at the step's sizes); "
              f"autocast's cost on {s.python_ops / s.steps:.0f} ops a step")
     return AmpEstimate(Expectation(round(min(low, high), 2), round(max(low, high), 2), basis), total / step_us,
-                       ratio, pointwise, len(retimed), len(matmul), time.perf_counter() - started)
+                       ratio, max(pointwise), len(retimed), len(matmul), time.perf_counter() - started)
 
 
 def _speed(ratio: float) -> str:
-    """A time ratio (16-bit over fp32) as a speed: "2.1x faster", "1.4x slower"."""
-    return f"{1 / ratio:.2g}x faster" if ratio <= 1 else f"{ratio:.2g}x slower"
+    """A time ratio (16-bit over fp32) as a speed: "2.1x faster", "1.4x slower", "unchanged"."""
+    if ratio == 1.0:
+        return "unchanged"
+    return f"{1 / ratio:.2g}x faster" if ratio < 1 else f"{ratio:.2g}x slower"
 
 
 def _numel(shape) -> int:

@@ -172,7 +172,8 @@ class TraceSummary:
     # optimizer
     optimizer_us: float = 0.0
     optimizer_ops: int = 0
-    optimizer_vectorised: bool = False
+    optimizer_foreach: bool = False   # multi-tensor ops (_foreach_*): one kernel per op on a GPU, a loop on the CPU
+    optimizer_fused: bool = False     # one fused kernel for the whole update (_fused_adamw_ ...)
     optimizer_names: set = field(default_factory=set)
     # data loading: CPU time in DataLoader __next__, and the part of it the device sat idle
     data_us: float = 0.0
@@ -571,8 +572,10 @@ class _Sweep:
                 out.backward_nodes.add(seq)
         if phase == OPTIMIZER:
             out.optimizer_ops += 1
-            if "_foreach_" in name or "_fused_" in name:
-                out.optimizer_vectorised = True
+            if "_fused_" in name:
+                out.optimizer_fused = True
+            elif "_foreach_" in name:
+                out.optimizer_foreach = True
         if name == "aten::contiguous":
             out.layout_copies += 1
 
