@@ -8,6 +8,16 @@ torch.manual_seed(0)
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _forget_verify_measurements():
+    """What a verify measured is kept for the session (core/expectations.py) and read by the next profile of
+    the same code or loader: one test's measurements must not decide another's findings."""
+    yield
+    from torchmagic.core import expectations
+
+    expectations._MEASURED.clear()
+
+
 @pytest.fixture(scope="session")
 def ipython():
     """A real IPython InteractiveShell with torchmagic loaded, shared by the magic tests."""
