@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ..devices import Device, is_out_of_memory
+from .timing import timed_block
 
 ELEMENT_DTYPES = {"float": torch.float32}   # the trace's names of the inputs this converts
 MIN_BLOCK_S = 0.004                        # calls per timing until a block takes this long
@@ -153,15 +154,6 @@ def _rebuild(call: OpCall, device: Device, dtype: torch.dtype, generator):
 def _time(fn, device: Device) -> float:
     """Seconds per call: the best of REPEATS blocks, each of enough calls to take MIN_BLOCK_S."""
     calls = 1
-    while _block(fn, calls, device) < MIN_BLOCK_S and calls < 1 << 12:
+    while timed_block(fn, calls, device) < MIN_BLOCK_S and calls < 1 << 12:
         calls *= 2
-    return min(_block(fn, calls, device) for _ in range(REPEATS)) / calls
-
-
-def _block(fn, calls: int, device: Device) -> float:
-    device.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    device.synchronize()
-    return time.perf_counter() - start
+    return min(timed_block(fn, calls, device) for _ in range(REPEATS)) / calls

@@ -18,6 +18,7 @@ On a GPU only the time the GPU is busy can shrink: the host-bound part of the st
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -70,8 +71,9 @@ def estimate_amp(s: TraceSummary, device: Device, dtype: torch.dtype) -> AmpEsti
     best = {c: r.ratio for c, r in retimed.items()}
     worst = {c: r.ratio + forward[c] * r.conversion for c, r in retimed.items()}
     timed = sum(matmul[c] for c in retimed)
+    timed_after = sum(matmul[c] * best[c] for c in retimed)
     untimed = total - timed  # calls the budget left: the timed ones' best and worst
-    after_best = sum(matmul[c] * best[c] for c in retimed) + untimed * min(best.values())
+    after_best = timed_after + untimed * min(best.values())
     after_worst = sum(matmul[c] * worst[c] for c in retimed) + untimed * max(worst.values())
     categories = s.device_category_us if on_device else s.category_us
     low_us = s.matmul_low_device_us if on_device else s.matmul_low_us
@@ -89,7 +91,7 @@ def estimate_amp(s: TraceSummary, device: Device, dtype: torch.dtype) -> AmpEsti
         busy = min(s.device_busy_us / s.steps / step_us, 1.0) if step_us else 1.0
         saved_worst = saved_worst * busy if saved_worst > 0 else saved_worst
     high, low = step_us / max(step_us - saved_best, 1e-9), step_us / max(step_us - saved_worst, 1e-9)
-    ratio = sum(matmul[c] * best[c] for c in retimed) / timed
+    ratio = timed_after / timed
     basis = (f"the {total / step_us:.0%} of the step in fp32 matmul/conv ran {_speed(ratio)} in "
              f"{str(dtype).removeprefix('torch.')} when re-timed here at the step's shapes ({len(retimed)} of "
              f"{len(matmul)} calls, conversions included, and at worst their gradients' conversions back too); the "
@@ -108,9 +110,5 @@ def _speed(ratio: float) -> str:
 
 
 def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        if not isinstance(d, int):
-            return 0
-        n *= d
-    return n if shape else 0
+    """A tensor input's elements; 0 for a non-tensor argument (an empty shape)."""
+    return math.prod(shape) if shape and all(isinstance(d, int) for d in shape) else 0

@@ -121,8 +121,7 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
                 stop_profiler(prof)
     except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt too: summarise, then re-raise)
         error = exc
-    ctx = rule_context(device, user or user_objects(names_reached(step), usable_cores()), memory_before)
-    ctx = dataclasses.replace(ctx, code=code_key(code) if code is not None else None)
+    ctx = rule_context(device, user or user_objects(names_reached(step), usable_cores()), memory_before, code)
     result = _build_result(prof, options, label, device, warmup_s, step_s, error, ctx, history)
     _energy(result, *energy)
     return Outcome(result, value, error)  # the value: the last completed step's
@@ -142,9 +141,10 @@ def _energy(result: ProfileResult, before: int | None, after: int | None) -> Non
                             "refreshed every few to tens of ms: profile more steps for a figure to trust.")
 
 
-def rule_context(device: Device, user: UserObjects = UserObjects(), before=None) -> RuleContext:
+def rule_context(device: Device, user: UserObjects = UserObjects(), before=None,
+                 code: str | None = None) -> RuleContext:
     """What the rules may know of the device: its capabilities and, with the allocator's counters
-    from ``before`` the steps, their memory."""
+    from ``before`` the steps, their memory; with the profiled ``code``, what its verifies measured."""
     low = device.low_precision()
     after = device.allocator_stats()
     retries, counters = 0, None
@@ -160,7 +160,8 @@ def rule_context(device: Device, user: UserObjects = UserObjects(), before=None)
                        low_precision_reason=low.reason, accelerator=device.is_accelerator,
                        traces_kernels=device.traces_kernels,
                        captures_cuda_graphs=device.captures_cuda_graphs, autocast_keeps=device.autocast_keeps,
-                       user=user, alloc_retries=retries, allocator=counters)
+                       user=user, alloc_retries=retries, allocator=counters,
+                       code=code_key(code) if code is not None else None)
 
 
 def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: RuleContext,
