@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from .limits import SettingError
 
+MOST_REMOVED = 0.95   # a removal bound's largest share: no fix leaves a step 1/20 of itself by removing one part
 _RANGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*-\s*(\d+(?:\.\d+)?)\s*x?\s*$")
 
 
@@ -33,6 +34,14 @@ class Expectation:
 
     def option(self) -> str:
         return f"--expect {self.low:.2f}-{self.high:.2f}"
+
+    @classmethod
+    def removing(cls, share: float, what: str) -> "Expectation":
+        """A fix that only takes work away (``what``, ``share`` of the step): the step is no slower, and at
+        most as much faster as that share's removal makes it.  A bound, not a figure: the fix's own cost
+        (a fused update still updates) lands it between."""
+        share = min(max(share, 0.0), MOST_REMOVED)
+        return cls(1.0, math.ceil(100 / (1 - share) - 1e-9) / 100, f"the fix removes at most {what}: {share:.0%} of the step")
 
 
 @dataclass(frozen=True)
