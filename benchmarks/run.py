@@ -55,9 +55,13 @@ BENCHMARKS = [
     Benchmark("tutorial_speedups", "The tutorials' techniques, measured side by side", limit_s=180),
     Benchmark("trace_analysis", "torchmagic.analyze on big traces: MB/s and peak memory (and HTA's, if installed)",
               ("--sizes", "50,250"), limit_s=240),
+    Benchmark("hostile_traces", "torchmagic.analyze on hostile traces: gzip bombs, 60 M-character strings, "
+              "thousands of rank files", limit_s=300),
     Benchmark("corpus_rules", "Each rule on traces of real jobs: fires where due, quiet where not", limit_s=120),
     Benchmark("corpus_findings", "Planted problems in transformers models: findings fired, precision, recall, verifies",
               limit_s=120),
+    Benchmark("growth", "Memory growth per 50 runs of each magic and analyze in one shell", ("--warmup", "60"),
+              limit_s=360),
     Benchmark("holdout_diagnosis", "The deeper diagnosis on hold-out models: evaluation, loader fix, allocations, "
               "roofline, diff", limit_s=180),
 ]

@@ -19,7 +19,7 @@ _API = {"profile": "api", "profile_code": "api", "autobatch": "api", "compare": 
         "Technique": "features.compare.variants", "AutobatchResult": "features.autobatch.result",
         "MemoryResult": "features.memory.result", "LoaderTuneResult": "features.loadertune.result",
         "use_device": "core.devices", "choose_device": "core.devices"}
-__all__ = ["__version__", "load_ipython_extension", *_API]
+__all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", *_API]
 
 
 def load_ipython_extension(ipython) -> None:
@@ -37,6 +37,14 @@ def load_ipython_extension(ipython) -> None:
     for magics in features:
         ipython.register_magics(magics)
     help_for_cell_magics(ipython, features)  # %torchprofile? as %%torchprofile?
+
+
+def unload_ipython_extension(ipython) -> None:
+    """``%unload_ext torchmagic`` (and ``%reload_ext``): stop what the magics left running (a
+    ``%gpumem --watch``), as no command could reach it afterwards."""
+    from .features.memory.magic import stop_watch
+
+    stop_watch(ipython)
 
 
 def __getattr__(name: str):

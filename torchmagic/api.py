@@ -226,6 +226,7 @@ def analyze(source, *, label: str | None = None, operators: bool = True):
     unless ``operators=False``: it reads the file a second time.  A file that is not a trace raises
     ``TraceFileError`` (a ValueError) naming it.
     """
+    __tracebackhide__ = True  # noqa: F841
     from .features.profile.traces.run import analyze_traces
 
     return analyze_traces(source, label=label, operators=operators)

@@ -81,7 +81,7 @@ def test_user_error_in_step_shows_the_users_traceback(shell):
 
 
 @pytest.mark.parametrize("text, value", [("8GiB", 8 * 2**30), ("512MiB", 512 * 2**20), ("2e9", 2e9),
-                                         ("0.9", 0.9), ("1.5 GB", 1.5e9), ("100kb", 1e5)])
+                                         ("0.9", 0.9), ("1.5 GB", 1.5e9), ("100mb", 1e8)])
 def test_parse_budget(text, value):
     assert parse_budget(text) == pytest.approx(value)
 

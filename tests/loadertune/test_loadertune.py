@@ -209,3 +209,58 @@ def test_bad_arguments_give_a_one_line_usage_error(shell, line, message):
     result, captured = run(shell, f"%loadertune {line}")
     text = captured.stderr + captured.stdout
     assert message in text and "Traceback" not in text and len(text.strip().splitlines()) == 1
+
+
+class Augmented(Dataset):
+    """Items flipped at random with Python's own generator, as hand-written augmentations often are."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        import random
+        item = torch.full((4,), float(i))
+        return item.flip(0) if random.random() < 0.5 else item
+
+
+def _pipes() -> int:
+    import os
+    fds = os.listdir("/proc/self/fd")
+    return sum(os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:") for fd in fds
+               if os.path.exists(f"/proc/self/fd/{fd}"))
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/fd"), reason="reads /proc")
+def test_an_interrupted_sweep_kept_in_a_traceback_holds_no_pipe_and_puts_the_generators_back():
+    # IPython keeps the last traceback: an interrupt that passed through a pass with a worker running
+    # kept its iterator's queues and the worker's sentinel (+4 pipes a run), and Python's generator,
+    # which the workers=0 pass drew from, was not put back
+    import random
+    import signal
+    import sys
+    from torchmagic.features.loadertune import run as loadertune_run
+
+    loader = DataLoader(Augmented(), batch_size=8)
+    code = loadertune_run._Tuner._steady.__code__
+    kept = []
+    random.seed(3)
+    python_rng, pipes = random.getstate(), _pipes()
+    for _ in range(3):
+        passes = []
+
+        def tracer(frame, event, arg):  # a Ctrl-C in the second pass (1 worker), once its iterator runs
+            if frame.f_code is code and event == "call":
+                passes.append(frame)
+                if len(passes) == 2:
+                    signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
+            return None
+
+        sys.settrace(tracer)
+        try:
+            with pytest.raises(KeyboardInterrupt) as caught:
+                torchmagic.loadertune(loader, workers=[0, 1], rounds=2, batches=2, device=CPU)
+        finally:
+            sys.settrace(None)
+        kept.append(caught.value)  # as IPython keeps sys.last_value
+        assert random.getstate() == python_rng, "Python's random generator was not put back"
+    assert _pipes() <= pipes, f"pipes grew from {pipes} to {_pipes()} with the interrupts kept"

@@ -94,7 +94,7 @@ def test_an_error_in_the_cell_shows_the_figures_then_the_users_traceback(shell):
 @pytest.mark.parametrize("line, message", [
     ("--top 0", "--top must be at least 1"),
     ("--free nothere", "not defined: nothere"),
-    ("--watch -1", "the interval must be a positive number"),
+    ("--watch -1", "--watch: must be between 0.01 and 3600 seconds, got -1"),
     ("--watch fast", "invalid float value"),
     ("--stop", "no watch is running"),
     ("--reset --stop", "use one of --reset, --stop at a time"),

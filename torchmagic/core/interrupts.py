@@ -84,10 +84,13 @@ class guarded:
         _depth -= 1
         if _depth:
             return
+        # Everything is given back before the handler: once Python's is in place again a Ctrl-C raises at the
+        # next check point, so what came after it could be skipped (the unraisable hook was, when the swap
+        # was followed by a call).  Until the swap, ours holds a Ctrl-C and it is raised below, once.
+        _unhook_unraisable()
         previous, _previous = _previous, None
         if signal.getsignal(signal.SIGINT) is _handler:  # the user's code may have set its own
             signal.signal(signal.SIGINT, previous)
-        _unhook_unraisable()
         if _pending:
             if kind is not None and issubclass(kind, KeyboardInterrupt):
                 _pending = False  # already interrupting

@@ -280,6 +280,7 @@ def raise_as_shown(interrupt: KeyboardInterrupt):
     traceback from their first frame on); else a bare KeyboardInterrupt (it landed in our code:
     between their runs, in a restore)."""
     __tracebackhide__ = True  # noqa: F841
+    release_our_frames(interrupt)
     tb = interrupt.__traceback__
     while tb is not None and _ours(tb):
         tb = tb.tb_next
@@ -292,11 +293,30 @@ def raise_as_shown(interrupt: KeyboardInterrupt):
             landed_in_ours, rest = _ours(rest), rest.tb_next
         if not landed_in_ours:
             raise interrupt.with_traceback(tb) from None
+    release_our_frames(interrupt, everything=True)  # none of it is shown: nothing in it is the user's to inspect
     try:
         exec(_BARE_INTERRUPT, {})
     except KeyboardInterrupt as bare:
         bare.__suppress_context__ = True
         raise
+
+
+def release_our_frames(exc: BaseException, everything: bool = False) -> None:
+    """Free the locals of torchmagic's finished frames in ``exc``'s traceback (``everything``: all its
+    finished frames, torch's and the standard library's under ours too).  IPython keeps the last
+    traceback, and its frames keep what our code held when the exception passed: a loader's iterator
+    with its workers' pipes and shared-memory batches, a 512 MiB pickle buffer, a profiler's events.
+    Unless ``everything``, the user's frames are left whole (for %debug); frames still running (the
+    magic's own) cannot be cleared.  Only for a traceback whose cleared frames are not shown: a cleared
+    frame loses its ``__tracebackhide__`` too, and IPython would show it."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if everything or _ours(tb):
+            try:
+                tb.tb_frame.clear()
+            except RuntimeError:  # still executing
+                pass
+        tb = tb.tb_next
 
 
 def _drop_signal_handler_frame(tb) -> None:

@@ -40,8 +40,14 @@ def _fp32_for_a_moment(values: dict[Node, str], own: dict[Node, str]) -> Iterato
             _set_fp32(*node, value)
         yield
     finally:
-        for node in values:
-            _set_fp32(*node, own[node])
+        _put_fp32_back(own, values)
+
+
+@uninterruptible
+def _put_fp32_back(own: dict[Node, str], nodes) -> None:
+    for node in nodes:
+        _set_fp32(*node, own[node])
+    deliver_pending()
 
 
 def _fp32_tree() -> dict[Node, str]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import random
+import sys
 from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
@@ -40,9 +42,29 @@ def is_stateful(value) -> bool:
     return isinstance(value, nn.Module | torch.optim.Optimizer) or _other_stateful(value)
 
 
+class Generators:
+    """The random generators a user's code draws from: torch's on the device (and the CPU), Python's
+    ``random`` and NumPy's global one where NumPy is loaded (a dataset's augmentations often use them)."""
+
+    def __init__(self, device: Device):
+        self.device = device
+        self._torch = device.rng_state()
+        self._python = random.getstate()
+        numpy = sys.modules.get("numpy")
+        self._numpy = numpy.random.get_state() if numpy is not None else None
+
+    @uninterruptible
+    def restore(self) -> None:
+        self.device.set_rng_state(self._torch)
+        random.setstate(self._python)
+        if self._numpy is not None:
+            sys.modules["numpy"].random.set_state(self._numpy)
+        deliver_pending()
+
+
 class Snapshot:
     """Weights, buffers, gradients and optimizer state of the given objects (and the state of
-    learning-rate schedulers and gradient scalers among them), plus RNG state."""
+    learning-rate schedulers and gradient scalers among them), plus the random generators."""
 
     def __init__(self, objects: Iterable[Any], device: Device):
         objects = list(objects)
@@ -53,7 +75,7 @@ class Snapshot:
                          for m in self.modules]
         self._optimizers = [(o, _to_cpu(o.state_dict())) for o in self.optimizers]
         self._others = [(o, _to_cpu(o.state_dict())) for o in objects if _other_stateful(o)]
-        self._rng = device.rng_state()
+        self._generators = Generators(device)
 
     @uninterruptible
     def restore(self) -> None:
@@ -74,7 +96,7 @@ class Snapshot:
             optimizer.load_state_dict(copy.deepcopy(state))  # also drops state the probes created lazily
         for other, state in self._others:
             other.load_state_dict(copy.deepcopy(state))
-        self.device.set_rng_state(self._rng)
+        self._generators.restore()
         deliver_pending()
 
 

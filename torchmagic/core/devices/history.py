@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..interrupts import deliver_pending, uninterruptible
+
 # Entries kept at most while we record (a ring buffer: the oldest go first, and allocations are matched
 # from the last); each holds a Python stack (torch says several KB) and costs about 2 µs to record.
 MAX_ENTRIES = 50_000
@@ -61,16 +63,23 @@ def cuda_allocation_history(memory=None, is_recording=None):
         yield history
     finally:
         if recording:
-            try:
-                traces = memory._snapshot()["device_traces"]
-                since = started_us if history.theirs else None  # ours: all of it, cleared when we began
-                history.allocations = {f"cuda:{index}": _allocations(entries, since)
-                                       for index, entries in enumerate(traces) if entries}
-            except Exception as exc:  # noqa: BLE001
-                history.note = f"CUDA's allocator history could not be read ({exc}); stacks come from the profiler."
-            finally:
-                if not history.theirs:
-                    _stop(memory, history)
+            _read_and_stop(memory, history, started_us)
+
+
+@uninterruptible
+def _read_and_stop(memory, history: AllocationHistory, started_us: int) -> None:
+    """Read what the allocator recorded, then stop the recording if it was ours."""
+    try:
+        traces = memory._snapshot()["device_traces"]
+        since = started_us if history.theirs else None  # ours: all of it, cleared when we began
+        history.allocations = {f"cuda:{index}": _allocations(entries, since)
+                               for index, entries in enumerate(traces) if entries}
+    except Exception as exc:  # noqa: BLE001
+        history.note = f"CUDA's allocator history could not be read ({exc}); stacks come from the profiler."
+    finally:
+        if not history.theirs:
+            _stop(memory, history)
+    deliver_pending()
 
 
 def _start(memory) -> None:

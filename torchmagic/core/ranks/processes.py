@@ -22,6 +22,9 @@ POLL_S = 0.05             # how often the ranks' output and exits are looked at 
 RANKS_PER_CORE = 4        # CPU ranks beyond this many per usable core only contend
 EXIT_SETUP_FAILED = 2     # a rank could not load what was shared with it
 CONTROL_ENV = "TORCHMAGIC_CONTROL_FDS"  # "COMMANDS,REPLIES": the rank's ends of its control pipes
+JOB_ENV = "TORCHMAGIC_RANKS_JOB"  # the job's folder: every process the ranks start inherits it
+SCRATCH_PATH_MAX = 64  # multiprocessing puts sockets in TMPDIR/pymp-*/: a Unix socket's path holds 107 bytes
+MAX_WORLD_SIZE = 1 << 17  # ranks x nodes: rank 0 keeps state per peer (~140 bytes each in gloo: 14 GB at 10^8)
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
@@ -78,6 +81,9 @@ class Node:
             raise SettingError("nnodes", f"must be at least 1, got {self.nnodes}")
         if not 0 <= self.node_rank < self.nnodes:
             raise SettingError("node_rank", f"must be from 0 to nnodes - 1 ({self.nnodes - 1}), got {self.node_rank}")
+        if self.nnodes > MAX_WORLD_SIZE:
+            raise SettingError("nnodes", f"must be at most {MAX_WORLD_SIZE:,} (ranks x nodes at most that), "
+                                         f"got {self.nnodes:,}")
         if self.nnodes > 1 and self.master is None:
             raise SettingError("master", "is needed with nnodes > 1: HOST:PORT of node 0, where rank 0 listens")
         if self.master is not None:
@@ -91,6 +97,11 @@ class Node:
 
     def first_rank(self, ranks: int) -> int:
         return self.node_rank * ranks
+
+    def check_world(self, ranks: int) -> None:
+        if ranks * self.nnodes > MAX_WORLD_SIZE:
+            raise SettingError("nnodes", f"times --ranks must be at most {MAX_WORLD_SIZE:,} ranks in all, got "
+                                         f"{self.nnodes:,} x {ranks:,}")
 
 
 def rank_environment(local_rank: int, ranks: int, node: Node, host: str, port: int, threads: int) -> dict[str, str]:
@@ -119,15 +130,17 @@ class RankProcesses(HeldScope):
     must stay as they are.  With ``control``, each rank also gets two pipes (control.py)."""
 
     def __init__(self, module: str, payload: Callable[[str], bytes], ranks: int, threads: int,
-                 keep_dir: str | None = None, control: bool = False, node: Node = Node()):
+                 control: bool = False, node: Node = Node()):
         """``payload(out_dir)``: what each rank reads (the code, shared variables, options); ``out_dir``
-        is where ranks write files for the notebook (``keep_dir``, else a temporary directory)."""
+        is where ranks write files for the notebook, in the job's temporary folder."""
+        node.check_world(ranks)
         self.module, self.payload, self.ranks, self.threads = module, payload, ranks, threads
-        self.keep_dir, self.control, self.node = keep_dir, control, node
+        self.control, self.node = control, node
         self.processes: list[subprocess.Popen] = []
         self.logs: list[tuple[int, str, bool]] = []    # (rank, path, is stderr), every start's
         self.channels: list[tuple[int, int]] = []      # per rank: (commands fd to write, replies fd to read)
         self.workdir: str | None = None
+        self.scratch: str | None = None
         self.out_dir = ""
         self.starts = 0
         self._stopped = False
@@ -135,8 +148,13 @@ class RankProcesses(HeldScope):
     def acquire(self) -> RankProcesses:
         try:
             self.workdir = tempfile.mkdtemp(prefix="torchmagic-ranks-")
-            self.out_dir = self.keep_dir or os.path.join(self.workdir, "out")
-            os.makedirs(self.out_dir, exist_ok=True)
+            self.out_dir = os.path.join(self.workdir, "out")
+            os.makedirs(self.out_dir)
+            self.scratch = os.path.join(self.workdir, "tmp")  # the ranks' TMPDIR: DataLoader's pymp-*, torch's own
+            if len(self.scratch) > SCRATCH_PATH_MAX and os.path.isdir("/tmp"):
+                self.scratch = tempfile.mkdtemp(prefix="torchmagic-", dir="/tmp")
+            else:
+                os.makedirs(self.scratch)
             self._payload_path = os.path.join(self.workdir, "payload.pkl")
             with open(self._payload_path, "wb") as f:
                 f.write(self.payload(self.out_dir))
@@ -155,6 +173,7 @@ class RankProcesses(HeldScope):
             shown_as = self.node.first_rank(self.ranks) + rank  # the job's rank, as RANK says
             self.logs += [(shown_as, out, False), (shown_as, err, True)]
             env = {**os.environ, **rank_environment(rank, self.ranks, self.node, host, port, self.threads)}
+            env.update(TMPDIR=self.scratch, TMP=self.scratch, TEMP=self.scratch, **{JOB_ENV: self.workdir})
             theirs: tuple[int, ...] = ()
             if self.control:
                 commands, replies = os.pipe(), os.pipe()
@@ -167,8 +186,7 @@ class RankProcesses(HeldScope):
                         [sys.executable, "-m", self.module, self._payload_path], env=env, pass_fds=theirs,
                         stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True))
             finally:
-                for fd in theirs:
-                    os.close(fd)
+                _close_all(theirs)  # the rank has its copies (or never started)
 
     def failed(self) -> tuple[int, int] | None:
         """(rank in the job, exit code) of a rank that ended with an error, if one has."""
@@ -190,8 +208,9 @@ class RankProcesses(HeldScope):
         deliver_pending()
 
     def stop(self) -> None:
-        """Stop every rank and its DataLoader workers (its process group): SIGTERM, then SIGKILL
-        after the grace period.  Once; the output files stay until release."""
+        """Stop every rank and its DataLoader workers (its process group), and any process a rank
+        started in a session of its own (found by the job's mark in its environment): SIGTERM, then
+        SIGKILL after the grace period.  Once; the output files stay until release."""
         if self._stopped:
             return
         self._stopped = True
@@ -202,9 +221,12 @@ class RankProcesses(HeldScope):
                 process.wait(max(deadline - time.monotonic(), 0.01))
             except subprocess.TimeoutExpired:
                 pass
+        while self._escaped() and time.monotonic() < deadline:
+            time.sleep(POLL_S)
         self._signal(signal.SIGKILL)
         for process in self.processes:
             process.wait()
+        _wait_gone(self._escaped(), STOP_GRACE_S)
         for fds in self.channels:
             for fd in fds:
                 os.close(fd)
@@ -214,8 +236,9 @@ class RankProcesses(HeldScope):
         try:
             self.stop()
         finally:
-            if self.workdir is not None:
-                shutil.rmtree(self.workdir, ignore_errors=True)
+            for folder in (self.workdir, self.scratch):
+                if folder is not None:
+                    shutil.rmtree(folder, ignore_errors=True)
 
     def _signal(self, sig: signal.Signals) -> None:
         for process in self.processes:
@@ -223,6 +246,51 @@ class RankProcesses(HeldScope):
                 os.killpg(process.pid, sig)
             except (ProcessLookupError, PermissionError):  # the group is gone: nothing left of it
                 pass
+        for pid in self._escaped():
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _escaped(self) -> list[int]:
+        """Live processes (not zombies) carrying this job's mark: ranks' helpers wherever they went."""
+        if self.workdir is None or not os.path.isdir("/proc"):
+            return []
+        mark = f"\0{JOB_ENV}={self.workdir}\0".encode()
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    marked = mark in b"\0" + f.read() + b"\0"
+                if marked and _alive(int(entry)):
+                    found.append(int(entry))
+            except OSError:  # gone, or not ours to read
+                continue
+        return found
+
+
+@uninterruptible
+def _close_all(fds: tuple[int, ...]) -> None:
+    for fd in fds:
+        os.close(fd)
+    deliver_pending()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
+
+
+def _wait_gone(pids: list[int], seconds: float) -> None:
+    """Processes not ours to wait for (their parent is init now): until each is gone or a zombie."""
+    deadline = time.monotonic() + seconds
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def failure_error(ranks: RankProcesses, output: RankOutput, failure: tuple[int, int]) -> Exception:

@@ -25,16 +25,26 @@ _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6,
 _MISSING = object()
 
 
+MIN_BUDGET_BYTES = 2**20  # below a MiB no step of a model runs: such a budget is a slip (1B for 1GB)
+
+
 def parse_budget(text: str, magic: str = "%autobatch") -> float:
-    """'8GiB', '512MB', '2e9' (bytes) or '0.9' (a fraction of memory)."""
+    """'8GiB', '512MB', '2e9' (bytes) or '0.9' (a fraction of memory, up to 1).  A size with a unit
+    is a size, however small: '1B' is one byte (refused), never the fraction 1."""
     match = _SIZE.match(text)
     if not match:
         raise usage_error(f"{magic}: --budget takes bytes such as 8GiB or 512MiB, or a fraction such as 0.9; "
                           f"got {text!r}")
-    value = float(match.group(1)) * _UNITS[(match.group(2) or "").lower()]
-    if value <= 0:
+    number, unit = float(match.group(1)), (match.group(2) or "").lower()
+    if number <= 0:
         raise usage_error(f"{magic}: --budget must be positive, got {text!r}")
-    return value
+    if not unit and number <= 1:
+        return number  # a fraction of the memory
+    size = number * _UNITS[unit]
+    if size < MIN_BUDGET_BYTES:
+        raise usage_error(f"{magic}: --budget {text} is {size:,.0f} byte(s): too small to run any step (a size is "
+                          f"at least 1MiB; a fraction of memory is written without a unit, such as 0.5)")
+    return size
 
 
 @magics_class
@@ -142,21 +152,24 @@ class AutobatchMagics(TorchMagicsBase):
                 compile(expression, "<%%autobatch step>", "exec")
             except SyntaxError as exc:
                 raise usage_error(f"{magic}: the expression after -- is not Python: {exc.msg}") from None
-        progress = self.progress(magic, args.quiet)
+        progress, error = self.progress(magic, args.quiet), None
         try:
             result = run_autobatch_ranks(
                 self.shell.transform_cell(cell), args.step, shared, options,
                 ranks=args.ranks, backend=args.backend, gpus=nccl_gpus(), expression=expression,
                 on_probe=progress.probe if progress else None, label=args.step or expression)
         except SettingError as exc:
-            raise refused(magic, exc) from None
+            error = refused(magic, exc)
         except (RankFailed, RanksUnsteady, StepMissing) as exc:
-            raise usage_error(f"{magic}: {exc}") from None
+            error = usage_error(f"{magic}: {exc}")
         except KeyboardInterrupt as exc:
             self.interrupted(args, exc)
         finally:
             if progress:
                 progress.close()
+        if error is not None:  # outside the except, without the shared values: IPython keeps the traceback
+            del shared
+            raise error
         self.keep_and_show(args, result)
         return None
 

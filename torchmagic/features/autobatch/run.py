@@ -16,7 +16,7 @@ from typing import Any
 
 from ...core.devices import Device, choose_device, is_out_of_memory
 from ...core.devices.profiler import ensure_profiler_free
-from ...core.interrupts import guards
+from ...core.interrupts import deliver_pending, guards, uninterruptible
 from ...core.limits import SettingError, describe_error
 from ...core.measure import timed_call
 from ...core.state import Snapshot, objects_used_by, referenced_values
@@ -109,8 +109,7 @@ def run_autobatch(step: Callable[[int], Any], options: AutobatchOptions = Autoba
         result = _search(step, options, space, device, label, before, started, on_probe or (lambda probe: None),
                          state)
     finally:
-        snapshot.restore()
-        _release(device)
+        _put_back(snapshot, device)
     result.memory_after_bytes = device.memory_in_use()
     return result
 
@@ -251,6 +250,14 @@ def _notes(outcome, budget: int, state, device: Device) -> list[str]:
         notes.append("torch.backends.cudnn.benchmark is on: cuDNN may pick a different algorithm, with a "
                      "different workspace, for each size; leave headroom (--margin).")
     return notes
+
+
+@uninterruptible
+def _put_back(snapshot: Snapshot, device: Device) -> None:
+    """The user's weights, optimizer and generators, then the memory the trials left cached."""
+    snapshot.restore()
+    _release(device)
+    deliver_pending()
 
 
 def _release(device: Device, collect: bool = True) -> None:

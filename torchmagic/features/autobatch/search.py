@@ -133,11 +133,13 @@ MAX_FIT_POINTS = 8
 def search(run: Callable[[int], Probe], limit_bytes: int, space: SearchSpace,
            estimate: Callable[[int], Probe | None] | None = None) -> SearchOutcome:
     """Find the largest allowed batch size whose real run peaks under ``limit_bytes``."""
+    __tracebackhide__ = True  # noqa: F841  (an error in a probe is the user's step's: IPython shows their frames)
     out = SearchOutcome(None, limit_bytes, None)
     state = _Bounds()
     real_points: list[tuple[int, int]] = []
 
     def trial(size: int) -> Probe:
+        __tracebackhide__ = True  # noqa: F841
         probe = run(size)
         out.probes.append(probe)
         if probe.peak_bytes is not None:
@@ -173,6 +175,7 @@ def _measured_points(space: SearchSpace, trial, state: _Bounds, measured: dict[i
                      ) -> list[tuple[int, int]]:
     """Real runs at sizes that grow, ever faster, until the peak grows with them (a size
     already ``measured``, by a calibration run, is not run again)."""
+    __tracebackhide__ = True  # noqa: F841
     points: list[tuple[int, int]] = []
     size, growth = space.smallest, 2
     for _ in range(MAX_FIT_POINTS):
@@ -205,6 +208,7 @@ def _estimated_points(estimate, space: SearchSpace, limit: int, trial, out: Sear
     (bisection where they stall) narrow it.  One real run at the smallest size calibrates them:
     fake tensors miss the allocator's and kernels' scratch memory, which grows with the batch
     (a ratio), and what the process holds besides torch's allocations (a constant)."""
+    __tracebackhide__ = True  # noqa: F841
     smallest = space.smallest
     first = estimate(smallest)
     if first is None or not first.peak_bytes:
@@ -218,6 +222,7 @@ def _estimated_points(estimate, space: SearchSpace, limit: int, trial, out: Sear
     beyond = real.peak_bytes - allocated
 
     def predicted(size: int) -> int | None:
+        __tracebackhide__ = True  # noqa: F841
         probe = estimate(size)
         if probe is None or probe.peak_bytes is None:
             return None

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
+
+from ...core.interrupts import deliver_pending, uninterruptible
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -78,7 +80,14 @@ def loud_recompile_limit(compiled_variants: int) -> Iterator[int]:
     try:
         yield saved[0]
     finally:
-        config.recompile_limit, config.fail_on_recompile_limit_hit = saved
+        _put_limit_back(config, saved)
+
+
+@uninterruptible
+def _put_limit_back(config, saved: tuple) -> None:
+    # two settings, each set through the config module's own (Python) __setattr__: a Ctrl-C between them waits
+    config.recompile_limit, config.fail_on_recompile_limit_hit = saved
+    deliver_pending()
 
 
 def is_recompile_limit(error: BaseException) -> bool:

@@ -113,6 +113,10 @@ class CompareMagics(TorchMagicsBase):
         finally:
             if progress:
                 progress.close()
+        if isinstance(run.error, KeyboardInterrupt):  # what was cleaned up: one line each, however it is shown
+            for note in getattr(run.error, "__notes__", ()):
+                print(note)
+            run.error.__notes__ = []
         if after_eager:  # the variables as eager's first run left them, not as the last variant did
             # (internal names stay: removing dynamo's helper globals would make it recompile)
             for key in [k for k in namespace if k not in after_eager and not is_internal(k)]:

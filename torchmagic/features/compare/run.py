@@ -37,6 +37,7 @@ from ...core.settings import TorchSettings
 from ...core.state import Snapshot, objects_for_model, objects_used_by, outermost
 from . import numerics
 from .compile_watch import CompileCounts, compile_counts, is_recompile_limit, loud_recompile_limit
+from .interrupted_compile import CompileLeftovers, hide_torch_frames
 from .result import CompareResult, VariantResult
 from .variants import CudaGraphs, Env, Variant, graph_steps
 
@@ -144,6 +145,7 @@ class _Comparison:
         self.reference: numerics.Reference | None = None
         self.recompile_limit: int | None = None  # the user's setting (raised while comparing)
         self.graph_notes: list[str] = []
+        self.cleanup_notes: list[str] = []  # partial files an interrupted compile left, removed
 
     @property
     def device(self) -> Device:
@@ -159,6 +161,8 @@ class _Comparison:
         pools_at_start = self.device.graph_pool_bytes() if graphs.active else None
         run: Outcome[CompareResult] = Outcome(None)  # value: the baseline's first run's (the cell's)
         rounds, measured = None, []
+        leftovers = CompileLeftovers() if compiled else None  # what a compile cut short must not leave
+        finished = False
         try:
             with loud_recompile_limit(compiled) if compiled else contextlib.nullcontext() as limit:
                 self.recompile_limit = limit
@@ -170,10 +174,15 @@ class _Comparison:
                 rounds = Rounds([self._block(e) for e in measured], rounds=self.options.runs,
                                 min_time=self.options.min_time, min_rounds=self.options.min_rounds)
                 self._timed_rounds(rounds, measured)
+            finished = True
         except BaseException as exc:  # noqa: BLE001  eager's own error or an interrupt: the caller re-raises it
             run.error = exc
         finally:
-            self._put_back(settings, graphs, pools_at_start)
+            self._put_back(settings, graphs, pools_at_start, None if finished else leftovers)
+        if isinstance(run.error, KeyboardInterrupt):
+            hide_torch_frames(run.error)  # e.g. in a compile: the user's frames, not 700 lines of dynamo and inductor
+            for note in self.cleanup_notes:
+                run.error.add_note(note)
         if rounds is None:  # eager failed on its first run (the user's code is broken), or an interrupt came first
             return run
         _summarise(measured, rounds)
@@ -318,32 +327,21 @@ class _Comparison:
                              "as ordinary kernel launches")
 
     @uninterruptible
-    def _put_back(self, settings: TorchSettings, graphs: CudaGraphs, pools_at_start: int | None) -> None:
+    def _put_back(self, settings: TorchSettings, graphs: CudaGraphs, pools_at_start: int | None,
+                  leftovers: CompileLeftovers | None) -> None:
         """The model, optimizer, RNG and torch's settings as they were; built variants and CUDA graph
-        pools dropped.  The first statement of the run's ``finally``: a Ctrl-C waits for all of it."""
+        pools dropped; after a run cut short, what its compiles left half-made.  The first statement
+        of the run's ``finally``: a Ctrl-C waits for all of it."""
         for entry in self.entries:
             entry.built = None  # drop compiled wrappers and quantized copies now
         if self.snapshot is not None:
             self.snapshot.restore()
         settings.restore()
-        if graphs.active:
-            self._release_graphs(graphs, pools_at_start)
-        deliver_pending()
-
-    def _release_graphs(self, graphs: CudaGraphs, pools_at_start: int | None) -> None:
-        """Give back the CUDA graph pools recorded here, so later magics see the memory; say what stays."""
-        note = graphs.release()
-        gc.collect()  # the dropped code and the functions it recorded; their graph tree goes in the next pass
-        _release(self.device)  # which then hands the pool's memory back
-        held = (self.device.graph_pool_bytes() or 0) - (pools_at_start or 0)
-        if note:
+        if graphs.active and (note := _release_graphs(self.device, graphs, pools_at_start)):
             self.graph_notes.append(note)
-        elif held > 0:
-            self.graph_notes.append(
-                f"CUDA graph pools still hold {fmt_bytes(held)} more than before the comparison: something in this "
-                "process keeps them (code compiled elsewhere with CUDA graphs shares the device's graph tree, or "
-                "tensors a graph returned are still referenced); torch._dynamo.reset() frees them, and makes "
-                "all compiled code compile again on its next call")
+        if leftovers is not None:  # last: the user's state is back whatever this finds
+            self.cleanup_notes = leftovers.clean()
+        deliver_pending()
 
     def _timed_rounds(self, rounds: Rounds, measured: list[_Entry]) -> None:
         __tracebackhide__ = True  # noqa: F841
@@ -513,6 +511,20 @@ def _forget(exc: BaseException) -> None:
         seen.add(id(exc))
         exc.__traceback__ = None
         exc = exc.__context__ or exc.__cause__
+
+
+def _release_graphs(device: Device, graphs: CudaGraphs, pools_at_start: int | None) -> str | None:
+    """Give back the CUDA graph pools a comparison recorded, so later magics see the memory; what stays, said."""
+    note = graphs.release()
+    gc.collect()  # the dropped code and the functions it recorded; their graph tree goes in the next pass
+    _release(device)  # which then hands the pool's memory back
+    held = (device.graph_pool_bytes() or 0) - (pools_at_start or 0)
+    if note or held <= 0:
+        return note
+    return (f"CUDA graph pools still hold {fmt_bytes(held)} more than before the comparison: something in this "
+            "process keeps them (code compiled elsewhere with CUDA graphs shares the device's graph tree, or "
+            "tensors a graph returned are still referenced); torch._dynamo.reset() frees them, and makes "
+            "all compiled code compile again on its next call")
 
 
 def _release(device: Device) -> None:

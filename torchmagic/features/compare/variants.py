@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ...core.devices import Device
+from ...core.interrupts import deliver_pending, uninterruptible
 from ...core.settings import tf32_enabled
 from .numerics import PRECISION_ORDER
 
@@ -297,11 +298,18 @@ def _channels_last(model, env) -> Iterator[None]:
     try:
         yield
     finally:
-        handle.remove()
-        with torch.no_grad():
-            for tensor, original in swapped:
-                original.copy_(tensor.data)
-                tensor.data = original
+        _layouts_back(handle, swapped)
+
+
+@uninterruptible
+def _layouts_back(handle, swapped: list) -> None:
+    """The hook off and each tensor back in its own storage and layout, with what the call made of it."""
+    handle.remove()
+    with torch.no_grad():
+        for tensor, original in swapped:
+            original.copy_(tensor.data)
+            tensor.data = original
+    deliver_pending()
 
 
 class _Root(nn.Module):

@@ -29,7 +29,7 @@ from ...core.expectations import Expectation
 from ...core.interrupts import deliver_pending, guards, uninterruptible
 from ...core.limits import SettingError, check_count, check_seconds, check_workers, describe_error
 from ...core.measure import min_pairs, paired_ratio, summarize
-from ...core.state import Snapshot, objects_used_by, referenced_values
+from ...core.state import Generators, Snapshot, objects_used_by, referenced_values
 from .result import DATALOADER_DEFAULTS, LoaderRow, LoaderSettings, LoaderTuneResult
 
 WORKER_TIMEOUT_S = 120  # a worker that sends nothing for this long is taken as hung
@@ -126,7 +126,7 @@ def run_loadertune(loader: DataLoader, options: LoaderTuneOptions = LoaderTuneOp
     except KeyboardInterrupt as exc:
         interrupted = exc
     finally:
-        tuner.close()
+        tuner.give_back()
     if interrupted is not None:  # what was measured goes with it: the magic shows it
         interrupted.torchmagic_result = tuner.interrupted_result(label, time.perf_counter() - started)
         raise interrupted
@@ -143,9 +143,9 @@ class _Tuner:
         self.rows: dict[LoaderSettings, LoaderRow] = {}
         self.notes: list[str] = [note for note in (device.choice_note(),) if note]
         # every new iterator draws a seed (and a shuffle) from torch's generator, or the loader's own
-        self._rng = device.rng_state()
+        self._generators = Generators(device)
         self._generator = loader.generator.get_state() if loader.generator is not None else None
-        # every iterator made, until close(): one an interrupt left in a traceback still has workers
+        # every iterator made, until give_back(): one an interrupt left in a traceback still has workers
         self._iterators: weakref.WeakSet = weakref.WeakSet()
         self.step_s: float | None = None
         self._latest = None  # the iterator a pass is on
@@ -282,9 +282,10 @@ class _Tuner:
     # --- with the training step -------------------------------------------------------
 
     def with_step(self, step: Callable[[Any], Any], state: list[Any]) -> None:
+        __tracebackhide__ = True  # noqa: F841  (an error in the step or the dataset is the user's: their frames only)
         snapshot = Snapshot(state, self.device)
         try:
-            batch = next(iter(DataLoader(**self._kwargs(LoaderSettings(0)))))
+            batch = self._first_batch()
             times = []
             for _ in range(5):
                 start = time.perf_counter()
@@ -298,7 +299,21 @@ class _Tuner:
         finally:
             snapshot.restore()
 
+    def _first_batch(self):
+        """One batch in this process.  The dataset's error is shown from its own frame: the
+        DataLoader's frames above it are ours to have called, not the user's to read."""
+        __tracebackhide__ = True  # noqa: F841
+        try:
+            return next(iter(DataLoader(**self._kwargs(LoaderSettings(0)))))
+        except Exception as exc:  # noqa: BLE001  (re-raised as it is, with a shorter traceback)
+            error = exc
+        try:
+            raise error.with_traceback(_from_user_code(error.__traceback__))
+        finally:
+            del error
+
     def _steps_per_s(self, s: LoaderSettings, step) -> float:
+        __tracebackhide__ = True  # noqa: F841
         iterator = None
         try:
             iterator = self._iter(self._loader(s))
@@ -319,19 +334,19 @@ class _Tuner:
 
     @uninterruptible
     def _iter(self, loader: DataLoader):
-        """A new iterator (its workers started), known to close() before anyone can lose it."""
+        """A new iterator (its workers started), known to give_back() before anyone can lose it."""
         iterator = iter(loader)
         self._iterators.add(iterator)
         deliver_pending()
         return iterator
 
     @uninterruptible
-    def close(self) -> None:
+    def give_back(self) -> None:
         """Stop every worker still running and put back the random state the iterators drew from."""
         for iterator in list(self._iterators):
             _shutdown(iterator)
         multiprocessing.active_children()  # reaps the workers that have exited
-        self.device.set_rng_state(self._rng)
+        self._generators.restore()
         if self._generator is not None:
             self.loader.generator.set_state(self._generator)
         deliver_pending()
@@ -459,12 +474,31 @@ def _shutdown(iterator) -> None:
         for feeder in (getattr(q, "_thread", None) for q in queues):
             if feeder is not None and feeder is not threading.current_thread():
                 feeder.join(EXIT_WAIT_S)
-        for worker in getattr(iterator, "_workers", ()):
+        for worker in [w for w in getattr(iterator, "_workers", ()) if not getattr(w, "_closed", False)]:
             worker.join(EXIT_WAIT_S)
             if worker.is_alive():  # deaf to SIGTERM
                 worker.kill()
                 worker.join()
+            worker.close()  # its sentinel pipe, now, not when the iterator is collected
+        # A queue's pipe closes only when the queue is collected, and an interrupted or failed pass leaves
+        # the iterator in a traceback IPython keeps: close the ends now (their feeder threads are done).
+        for queue, feeder in ((q, getattr(q, "_thread", None)) for q in queues if q is not None):
+            if feeder is None or not feeder.is_alive():
+                for end in (getattr(queue, "_reader", None), getattr(queue, "_writer", None)):
+                    if end is not None and not end.closed:
+                        end.close()
     deliver_pending()
+
+
+def _from_user_code(tb):
+    """The traceback from the first frame that is neither torchmagic's nor torch.utils.data's on (the
+    user's dataset or collate function), or all of it where the error arose in those."""
+    ours = (os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep,
+            os.path.dirname(os.path.abspath(torch.utils.data.__file__)) + os.sep)
+    start = tb
+    while start is not None and os.path.abspath(start.tb_frame.f_code.co_filename).startswith(ours):
+        start = start.tb_next
+    return start if start is not None else tb
 
 
 def _start_method(loader: DataLoader) -> str:

@@ -13,9 +13,13 @@ import torch
 from ...core.devices import CpuDevice, Device, host_memory, visible_accelerators
 from ...core.interrupts import guards
 from .holders import Walker
-from .pins import Pin, drop_pins, namespace_pins
+from .pins import Pin, drop_pins, ipython_names, namespace_pins
 from .report import holdings, memory_report, user_variables
 from .result import Freed, MemoryResult
+
+
+class NotFreeable(ValueError):
+    """Names that are IPython's (its history, exit, get_ipython ...), not the user's variables."""
 
 
 @guards
@@ -26,7 +30,15 @@ def free(names: list[str], namespace: dict[str, Any], *, hidden: Iterable[str] =
     traceback, and ``extra_pins()``: the shell's own copies), collect, empty the caches.
 
     With no names, drop the pins that hold memory no variable holds (what the report flags).
+    A name given twice is freed once; IPython's own names (see ``ipython_names``) are refused,
+    nothing freed: deleting Out or _oh would break the shell.
     """
+    names = list(dict.fromkeys(names))
+    ipython = ipython_names(namespace, hidden)
+    theirs = [n for n in names if n in ipython]
+    if theirs:
+        raise NotFreeable(f"{', '.join(theirs)}: IPython's own, not variables (nothing was freed); "
+                          "%gpumem --free with no names drops what only its history holds")
     missing = [n for n in names if n not in namespace]
     if missing:
         raise NameError(f"not defined: {', '.join(missing)}")
@@ -37,14 +49,14 @@ def free(names: list[str], namespace: dict[str, Any], *, hidden: Iterable[str] =
         targets.update(walker.holding(namespace[name]).storages)
     if not names:
         held = set(holdings(user_variables(namespace, hidden), walker).union)
-        for pin in namespace_pins(namespace) + (extra_pins() if extra_pins else []):
+        for pin in namespace_pins(namespace, ipython) + (extra_pins() if extra_pins else []):
             targets.update({k: n for k, n in walker.holding(pin.value).storages.items() if k not in held})
     tensors = [weakref.ref(t) for t in _tensors_of([namespace[n] for n in names])]
     before = {d.label: d.memory_allocated() for d in devices}
     cpu_before = host_memory().rss_bytes
     for name in names:
         del namespace[name]
-    pins = namespace_pins(namespace) + (extra_pins() if extra_pins else [])
+    pins = namespace_pins(namespace, ipython) + (extra_pins() if extra_pins else [])
     dropped = drop_pins(pins, set(targets), walker)
     del pins  # they hold the values too
     gc.collect()
@@ -60,7 +72,8 @@ def free(names: list[str], namespace: dict[str, Any], *, hidden: Iterable[str] =
         reclaimed["host, resident"] = cpu_before - cpu_after
     alive = [t for t in (ref() for ref in tensors) if t is not None]
     report = memory_report(namespace, hidden=hidden, devices=devices, top=top,
-                           pins=namespace_pins(namespace) + (extra_pins() if extra_pins else []))
+                           pins=namespace_pins(namespace, ipython_names(namespace, hidden))
+                           + (extra_pins() if extra_pins else []))
     report.freed = Freed(names=list(names), dropped=dropped, reclaimed=reclaimed, still_alive_tensors=len(alive),
                          still_alive_bytes=sum(_storage_bytes(t) for t in alive))
     return report

@@ -3,6 +3,8 @@ them, reset peaks, watch in the background, or measure a cell; show the result."
 
 from __future__ import annotations
 
+import weakref
+
 from IPython.core.magic import line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
@@ -12,12 +14,12 @@ from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, u
 from ...core.render.base import widget_frontend
 from ...core.shell import is_history
 from ...core.state import values_named
-from .free import free
+from .free import NotFreeable, free
 from .holders import traceback_locals
-from .pins import Pin, namespace_pins
+from .pins import Pin, ipython_names, namespace_pins
 from .report import memory_report
 from .run import run_cell_memory
-from .watch import MemoryWatch
+from .watch import MemoryWatch, check_interval
 
 
 @magics_class
@@ -57,7 +59,9 @@ class MemoryMagics(TorchMagicsBase):
         __tracebackhide__ = True  # noqa: F841
         args = parse_argstring(self.gpumem, line, "%gpumem" if cell is None else "%%gpumem")
         self.check_output_name(args.output)
-        actions = [a for a in ("free", "reset", "watch", "stop") if getattr(args, a) not in (None, False)]
+        # (not "in (None, False)": --watch 0 is 0.0, which equals False)
+        actions = [a for a in ("free", "reset", "watch", "stop") if getattr(args, a) is not None
+                   and getattr(args, a) is not False]
         if len(actions) > 1:
             raise usage_error(f"%gpumem: use one of --{', --'.join(actions)} at a time")
         if args.top < 1:
@@ -86,11 +90,12 @@ class MemoryMagics(TorchMagicsBase):
         elif action == "free":
             try:
                 result = free(args.free, namespace, hidden=hidden, top=args.top, extra_pins=self._ipython_pins)
-            except NameError as exc:
+            except (NameError, NotFreeable) as exc:
                 raise usage_error(f"%gpumem --free: {exc}") from None
         else:
             result = memory_report(namespace, hidden=hidden, top=args.top,
-                                   pins=namespace_pins(namespace) + self._ipython_pins())
+                                   pins=namespace_pins(namespace, ipython_names(namespace, hidden))
+                                   + self._ipython_pins())
         return self.line_outcome(args, result)
 
     _watch: MemoryWatch | None = None
@@ -116,10 +121,11 @@ class MemoryMagics(TorchMagicsBase):
         return pins
 
     def _start_watch(self, interval: float):
-        if not interval > 0:
-            raise usage_error("%gpumem --watch: the interval must be a positive number of seconds")
-        if self._watch is not None:
-            self._watch.stop()
+        try:
+            check_interval(interval)
+        except ValueError as exc:
+            raise usage_error(f"%gpumem --watch: {exc.problem}") from None
+        self.stop_watch()
         view = None
         if widget_frontend():
             import ipywidgets
@@ -129,9 +135,18 @@ class MemoryMagics(TorchMagicsBase):
         self._watch = MemoryWatch(visible_accelerators(), interval,
                                   on_sample=(lambda w: setattr(view, "value", w.result().to_html())) if view else None
                                   ).start()
+        # a watch outlives neither these magics nor the process's shell: stopped when they are
+        # collected (a reloaded extension's), and at exit, before the interpreter tears down
+        weakref.finalize(self, self._watch.stop)
         if view is None:
             print(f"%gpumem: watching every {interval:g} s in the background; %gpumem --stop shows what it saw")
         return None
+
+    def stop_watch(self) -> None:
+        """Stop the watch, if one runs (unloading the extension does: no command could reach it after)."""
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop()
 
     def _measure_cell(self, cell: str, args):
         __tracebackhide__ = True  # noqa: F841
@@ -148,3 +163,11 @@ class MemoryMagics(TorchMagicsBase):
         except KeyboardInterrupt as exc:  # held while the measurement stopped, raised as the run ended
             self.interrupted(args, exc)
         return self.cell_outcome(args, run_result.result, run_result.value, run_result.error)
+
+
+def stop_watch(shell) -> None:
+    """``%unload_ext torchmagic`` and ``%reload_ext torchmagic``: stop the watch ``%gpumem --watch``
+    started, before the magics that could stop it are replaced."""
+    stop = getattr(shell.magics_manager.registry.get(MemoryMagics.__name__), "stop_watch", None)
+    if stop is not None:
+        stop()

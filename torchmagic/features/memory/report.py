@@ -10,9 +10,9 @@ from typing import Any
 
 from ...core.devices import Device, NvmlReading, host_memory, visible_accelerators
 from ...core.gc_pause import gc_paused
-from ...core.shell import is_history, is_internal
+from ...core.shell import is_internal
 from .holders import Holding, Walker
-from .pins import Pin, namespace_pins
+from .pins import Pin, ipython_names, namespace_pins
 from .result import DeviceMemory, MemoryResult, VariableMemory
 
 @dataclass
@@ -31,11 +31,12 @@ class Holdings:
 
 
 def user_variables(namespace: dict[str, Any], hidden: Iterable[str] = ()) -> dict[str, Any]:
-    """The user's own names: not IPython's history, not hidden set-up names, and none starting with
-    two underscores (dunders, and the helper globals torch.compile puts in a notebook's namespace)."""
-    hidden = set(hidden)
+    """The user's own names: not IPython's (its history and set-up names, see ``ipython_names``),
+    and none starting with two underscores (dunders, and the helper globals torch.compile puts in a
+    notebook's namespace) but the user's own ``__`` and ``___``."""
+    ipython = ipython_names(namespace, hidden)
     return {name: value for name, value in namespace.items()
-            if name not in hidden and not is_history(name) and not is_internal(name)}
+            if name not in ipython and (not is_internal(name) or not name.strip("_"))}
 
 
 def holdings(variables: dict[str, Any], walker: Walker | None = None) -> Holdings:
@@ -84,7 +85,7 @@ def memory_report(namespace: dict[str, Any] | None = None, *, hidden: Iterable[s
 
 
 def _memory_report(namespace, hidden, devices, top, pins) -> MemoryResult:
-    pins = namespace_pins(namespace) if pins is None else pins
+    pins = namespace_pins(namespace, ipython_names(namespace, hidden)) if pins is None else pins
     devices = visible_accelerators() if devices is None else devices
     walker = Walker()
     variables = user_variables(namespace, hidden)

@@ -8,9 +8,20 @@ from collections import deque
 from collections.abc import Callable
 
 from ...core.devices import Device, host_memory
+from ...core.limits import SettingError
 from .watch_result import DeviceSample, WatchResult, WatchSample
 
 MAX_SAMPLES = 3600  # an hour at 1 Hz; older samples are dropped
+# Faster than 100 Hz the sampling itself (NVML, /proc) is what a watch would see; slower than hourly,
+# a watch shows nothing for longer than anyone waits
+MIN_INTERVAL_S, MAX_INTERVAL_S = 0.01, 3600.0
+
+
+def check_interval(interval: float) -> None:
+    """Refuse an interval no one can mean (0, negative, NaN, inf: the thread's wait would raise)."""
+    if not MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S:
+        raise SettingError("interval", f"must be between {MIN_INTERVAL_S:g} and {MAX_INTERVAL_S:g} seconds, "
+                                       f"got {interval:g}")
 
 
 class MemoryWatch:
@@ -22,8 +33,7 @@ class MemoryWatch:
 
     def __init__(self, devices: list[Device], interval: float = 1.0,
                  on_sample: Callable[[MemoryWatch], None] | None = None, max_samples: int = MAX_SAMPLES):
-        if not interval > 0:
-            raise ValueError("the watch interval must be positive (seconds)")
+        check_interval(interval)
         self.devices = devices
         self.interval = interval
         self.on_sample = on_sample

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from IPython.core.magic import cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
@@ -31,7 +33,9 @@ class ProfileMagics(TorchMagicsBase):
               help="trace Python calls to rank your functions by the op time they call (slower)")
     @argument("--flops", action="store_true", help="estimate FLOPs and place each heavy operator on the roofline "
               "of this machine's measured peaks")
-    @argument("--trace", metavar="PATH", help="write a Chrome trace JSON (open it in ui.perfetto.dev)")
+    @argument("--trace", metavar="PATH", help="write a Chrome trace JSON (open it in ui.perfetto.dev); with "
+              "--ranks, a folder for one trace per rank. A file already there is not replaced")
+    @argument("--trace-overwrite", action="store_true", help="with --trace: replace the file(s) already there")
     @argument("--sort", default="auto", metavar="KEY",
               help="order operators by: auto (GPU time when present, else CPU), "
                    + ", ".join(sorted(set(SORT_KEYS))))
@@ -68,6 +72,8 @@ class ProfileMagics(TorchMagicsBase):
         """
         __tracebackhide__ = True  # noqa: F841
         args = parse_argstring(self.torchprofile, line, "%%torchprofile")
+        if args.trace_overwrite and args.trace is None:
+            raise usage_error("%%torchprofile: --trace-overwrite goes with --trace PATH")
         if args.ranks is not None:
             return ranks_magic(self, args, cell)
         if args.backend is not None or args.share is not None or args.nnodes != 1 or args.node_rank != 0 \
@@ -77,7 +83,8 @@ class ProfileMagics(TorchMagicsBase):
         try:
             options = ProfileOptions(steps=args.steps, warmup=args.warmup, record_shapes=args.record_shapes,
                                      memory=args.memory, stack=args.stack, flops=args.flops,
-                                     trace=args.trace, sort=args.sort, top=args.top)
+                                     trace=args.trace, trace_overwrite=args.trace_overwrite, sort=args.sort,
+                                     top=args.top)
         except ValueError as exc:
             raise refused("%%torchprofile", exc) from None
         self.check_output_name(args.output)
@@ -112,6 +119,10 @@ class ProfileMagics(TorchMagicsBase):
             what = "not defined" if name not in self.shell.user_ns else f"a {type(value).__name__}"
             raise usage_error(f"%%torchprofile: --diff {name}: {what}, not a profile with a step to compare "
                               f"(store one with %%torchprofile -o {name})")
+        if not all(0 < s < math.inf for s in base.step_s):  # a trace's clock can give these: no ratio to take
+            shown = ", ".join(f"{s:g}" for s in base.step_s[:3]) + (", ..." if len(base.step_s) > 3 else "")
+            raise usage_error(f"%%torchprofile: --diff {name}: its steps must each take a positive time to compare "
+                              f"with, and they are {shown} s")
         return base
 
     def _verify_runner(self, cell: str, result: ProfileResult):

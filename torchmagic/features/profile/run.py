@@ -27,6 +27,7 @@ from ...core.measure import timed_call
 from ...core.outcome import Outcome
 from ...core.render.format import fmt_us
 from ...core.state import names_reached
+from ...core.user_files import NewFile, check_new_file
 from .activity import python_calls
 from .allocations import allocation_report
 from .modules import MODULE_MARK, module_labels
@@ -52,6 +53,7 @@ class ProfileOptions:
     stack: bool = False
     flops: bool = False
     trace: str | None = None
+    trace_overwrite: bool = False  # replace a file already at ``trace`` (else refused)
     sort: str = "auto"
     top: int = 15
 
@@ -67,9 +69,7 @@ class ProfileOptions:
         if self.sort != "auto" and self.sort not in SORT_KEYS:
             raise SettingError("sort", f"{self.sort!r} is an unknown sort key; choose from auto, {', '.join(SORT_KEYS)}")
         if self.trace is not None:
-            folder = os.path.dirname(os.path.abspath(self.trace))
-            if not os.path.isdir(folder):
-                raise SettingError("trace", f"cannot be written to {self.trace!r}: folder {folder!r} does not exist")
+            check_new_file("trace", self.trace, self.trace_overwrite)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -106,19 +106,20 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
             with_flops=options.flops,
         )
         recorder = device.allocation_history() if options.memory else contextlib.nullcontext()
-        with without_profiler_banner(), recorder as history:
-            try:
-                prof.start()
-                for _ in range(recorded_warmup):
-                    value, seconds = timed_call(step, device)
-                    warmup_s.append(seconds)
-                energy[0] = device.energy_mj()
-                for i in range(options.steps):
-                    value, seconds = timed_call(step, device, marker=f"{STEP_PREFIX}{i}")
-                    step_s.append(seconds)
-                energy[1] = device.energy_mj()
-            finally:
-                stop_profiler(prof)
+        with without_profiler_banner():  # one scope a line: a Ctrl-C between two is inside the first
+            with recorder as history:
+                try:
+                    prof.start()
+                    for _ in range(recorded_warmup):
+                        value, seconds = timed_call(step, device)
+                        warmup_s.append(seconds)
+                    energy[0] = device.energy_mj()
+                    for i in range(options.steps):
+                        value, seconds = timed_call(step, device, marker=f"{STEP_PREFIX}{i}")
+                        step_s.append(seconds)
+                    energy[1] = device.energy_mj()
+                finally:
+                    stop_profiler(prof)
     except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt too: summarise, then re-raise)
         error = exc
     ctx = rule_context(device, user or user_objects(names_reached(step), usable_cores()), memory_before, code)
@@ -219,10 +220,12 @@ def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: Ru
     result.analysis_s = time.perf_counter() - started
     if options.trace:
         try:
-            prof.export_chrome_trace(options.trace)
+            with NewFile(options.trace, options.trace_overwrite) as trace:
+                prof.export_chrome_trace(trace.temp)
+                trace.publish()
             result.trace_path = os.path.abspath(options.trace)
         except Exception as exc:  # disk full, permissions: the profile itself is still good
-            result.notes.append(f"Could not write the trace to {options.trace}: {exc}")
+            result.notes.append(f"Could not write the trace to {options.trace}: {describe_error(exc)}")
     # The profiler object sits in reference cycles, so only the cyclic GC would free it, at some
     # later moment in the user's code, along with the events it holds (~0.3 s for 100k events).
     # Free them now, inside the time the magic reports.

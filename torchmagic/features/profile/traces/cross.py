@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ....core.render.format import fmt_s
 from ..intervals import IntervalSet
 from .rank import Collective, RankTrace, window_of
+from .reader import shown_path
 from .result import RankSummary, StepLane
 
 STRAGGLER_SHARE = 0.05   # the others wait this share of a step longer than the straggler, at least
@@ -79,7 +80,8 @@ def summarize_rank(trace: RankTrace, matched: list[Matched]) -> RankSummary:
     waiting = heads.minus(tails)
     step_waits = {number: waiting.within(s, e) * US for number, s, e in windows if number is not None}
     return RankSummary(
-        rank=trace.rank, path=trace.path, device="gpu" if trace.on_device else "cpu", step_waits_s=step_waits,
+        rank=trace.rank, path=shown_path(trace.path), device="gpu" if trace.on_device else "cpu",
+        step_waits_s=step_waits,
         steps=len(trace.steps), step_s=step_s, compute_s=compute_s, comm_s=per_step(comm),
         exposed_comm_s=per_step(comm.minus(work)), wait_s=per_step(waiting), transfer_s=per_step(tails),
         exposed_transfer_s=per_step(tails.minus(work)), dataloader_s=data_s,

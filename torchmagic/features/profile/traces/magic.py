@@ -66,20 +66,24 @@ def ranks_magic(magics, args, cell: str):
     try:
         options = RanksOptions(ranks=args.ranks, backend=args.backend, steps=args.steps, warmup=args.warmup,
                                record_shapes=args.record_shapes, trace_dir=args.trace,
-                               node=Node(args.nnodes, args.node_rank, args.master))
+                               trace_overwrite=args.trace_overwrite, node=Node(args.nnodes, args.node_rank, args.master))
     except ValueError as exc:
         raise refused(MAGIC, exc) from None
     shared = magics.shared_values(args.share, MAGIC)
     magics.compile_cell(cell, MAGIC)  # a syntax error shows as IPython shows one, and nothing runs
     code = magics.shell.transform_cell(cell)
+    error = None
     try:
         result = run_ranks(code, shared, options, gpus=nccl_gpus(), label=MAGIC)
     except SettingError as exc:
-        raise refused(MAGIC, exc) from None
+        error = refused(MAGIC, exc)
     except (RankFailed, TraceFileError) as exc:
-        raise usage_error(f"{MAGIC}: {exc}") from None
+        error = usage_error(f"{MAGIC}: {exc}")
     except KeyboardInterrupt as exc:
         print("interrupted: every rank was stopped before the traces were compared; nothing was analysed")
         raise_as_shown(exc)
+    if error is not None:  # raised outside the except, this frame without the shared values: IPython keeps
+        del shared         # the traceback, and the user's objects (an open socket) must not live on in it
+        raise error
     magics.keep_and_show(args, result)
     return None

@@ -23,11 +23,14 @@ from ..run import ProfileOptions, fill_from_summary
 from ..kineto import (CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, external_id, is_runtime,
                               unread_device)
 from ..trace import summarize_trace
-from .rank import RankTrace
-from .reader import TraceReader
+from .fields import MAX_INPUTS, EventFields
+from .rank import RankTrace, step_number
+from .reader import TraceReader, shown_path
 
 OPS_EVENT_LIMIT = 300_000  # about 220 MB held, 6 s on the 2-core CPU machine
+HELD_EVENTS_CAP = 3        # times that: first steps heavier than the average (and the slack after) hold more
 _NO_DETAILS = (-1, (), (), (), 0, 0, (0, -1))
+_DEVICE_TYPES = frozenset(int(t) for t in DeviceType.__members__.values())
 
 
 class TraceEvent:
@@ -40,21 +43,30 @@ class TraceEvent:
     __slots__ = ("_name", "_cat", "_linked", "_start", "_dur", "_tid", "_external", "_correlation", "_sequence",
                  "_shapes", "_dtypes", "_concrete", "_flops", "_bytes", "_device")
 
-    def __init__(self, event: dict, args: dict):
-        self._name = event.get("name", "")
-        self._cat = activity(event.get("cat"), self._name)
+    def __init__(self, event: dict, args: dict, check: EventFields | None = None, index: int = 0):
+        """``event`` with its ``args``, each field checked as ``check`` checks it (fields.py)."""
+        check = check if check is not None else EventFields("trace")
+        self._name = check.name(event, index)
+        self._cat = activity(check.text(event.get("cat"), event, index, "'cat'"), self._name)
         self._linked = self._cat in DEVICE_ACTIVITIES or is_runtime(self._cat)
-        self._start, self._dur = round(event["ts"] * 1000), round(event.get("dur", 0) * 1000)
-        self._tid = event.get("tid", 0)
-        self._external, self._correlation = external_id(args), args.get("correlation", 0)
+        self._start = round(check.time(event, index, "ts") * 1000)
+        self._dur = round(check.time(event, index, "dur", 0.0) * 1000)
+        self._tid = check.hashable(event.get("tid", 0), event, index, "'tid'")
+        self._external, self._correlation = external_id(args), check.integer(args, "correlation", 0, event, index)
         self._sequence, self._shapes, self._dtypes, self._concrete, self._flops, self._bytes, self._device = _NO_DETAILS
         if self._cat == CPU_OP:  # what the summary reads of an op; of a [memory] event, its size and device
-            self._sequence = args.get("Sequence number", -1)
-            self._shapes, self._dtypes = args.get("Input Dims", ()), args.get("Input type", ())
-            self._concrete = args.get("Concrete Inputs", ())
-            self._flops = args.get("flops", 0)
+            self._sequence = check.integer(args, "Sequence number", -1, event, index)
+            self._shapes = check.shapes(args, event, index)
+            self._dtypes = check.texts(args, "Input type", event, index)
+            self._concrete = check.texts(args, "Concrete Inputs", event, index)
+            self._flops = check.number(args, "flops", 0, event, index)
         elif self._name == "[memory]":
-            self._bytes, self._device = args.get("Bytes", 0), (args.get("Device Type", 0), args.get("Device Id", -1))
+            self._bytes = check.integer(args, "Bytes", 0, event, index)
+            self._device = (check.integer(args, "Device Type", 0, event, index, low=0),
+                            check.integer(args, "Device Id", -1, event, index))
+            if self._device[0] not in _DEVICE_TYPES:
+                raise check.refuse(event, index, 'args["Device Type"]', f"is {self._device[0]}, not a device type "
+                                   f"torch knows ({min(_DEVICE_TYPES)} to {max(_DEVICE_TYPES)})")
 
     def name(self):
         return self._name
@@ -114,13 +126,13 @@ def _literal(text):
         return text
     try:
         return ast.literal_eval(text) if text else None
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
 
 
-def trace_profile(trace: RankTrace) -> ProfileResult:
+def trace_profile(trace: RankTrace) -> ProfileResult | None:
     """The operator-level report of one rank's trace (read by rank.py already: its event count and
-    steps say which steps fit in ``OPS_EVENT_LIMIT``)."""
+    steps say which steps fit in ``OPS_EVENT_LIMIT``); None if the first steps hold far more."""
     first, last, note = _steps_kept(trace)
     window = kept = None
     if first is not None:
@@ -128,20 +140,28 @@ def trace_profile(trace: RankTrace) -> ProfileResult:
         window = (kept[0], kept[1] + (kept[1] - kept[0]) / (last - first + 1))  # kernels may run past the step
     events: list[TraceEvent] = []
     reader = TraceReader(trace.path)
-    for event in reader:
+    check = EventFields(trace.path, share=True)
+    for position, event in enumerate(reader):
+        check.event(event, reader.index)
         phase = event.get("ph")
-        if (phase == "X" or (phase == "i" and event.get("name") == "[memory]")) and "ts" in event:
-            if window is not None and not window[0] <= event["ts"] <= window[1]:
+        if phase == "X" or (phase == "i" and event.get("name") == "[memory]"):
+            read = TraceEvent(event, check.args(event, reader.index), check, reader.index)
+            if window is not None and not window[0] * 1000 <= read._start <= window[1] * 1000:
                 continue
-            if window is not None and event.get("name", "").startswith(STEP_PREFIX) and \
-                    _step_number(event["name"]) not in range(first, last + 1):
+            if window is not None and read._name.startswith(STEP_PREFIX) and \
+                    step_number(read._name) not in range(first, last + 1):
                 continue  # the step that begins in the slack after the last one kept
-            events.append(TraceEvent(event, event.get("args") or {}))
+            events.append(read)
+            if len(events) > HELD_EVENTS_CAP * OPS_EVENT_LIMIT:  # steps of very uneven size: the first hold too many
+                return None
     if kept is not None:
         events = _launched_in(events, kept)
     start = min(e.start_ns() for e in events)
     notes = ["Read from a trace file: a step's time is its ProfilerStep range as recorded (the device was "
              "not synchronised at its end)."] + ([note] if note else [])
+    if check.dropped:
+        notes.append(f"Shapes and input types of {check.dropped:,} op(s) with over {MAX_INPUTS:,} inputs were "
+                     "left out (their time is counted).")
     if not any(e.activity_type() == USER_ANNOTATION and e.name().startswith(STEP_PREFIX) for e in events):
         events.append(_whole_trace_marker(events, start))  # one step, on the thread that ran most ops
         notes.append("No ProfilerStep markers: the whole trace is read as one step.")
@@ -152,7 +172,7 @@ def trace_profile(trace: RankTrace) -> ProfileResult:
     del events
     options = ProfileOptions(steps=len(summary.step_us),
                              record_shapes=any(stats.shapes for stats in summary.ops.values()))
-    label = os.path.basename(trace.path) + (f" (rank {trace.rank})" if trace.rank is not None else "")
+    label = shown_path(os.path.basename(trace.path)) + (f" (rank {trace.rank})" if trace.rank is not None else "")
     result = ProfileResult(label=label, device=device["describe"], step_s=[us / 1e6 for us in summary.step_us],
                            notes=notes, options={**options.to_dict(), "memory": summary.memory_recorded,
                                                  "flops": any(s.flops for s in summary.ops.values())})
@@ -165,6 +185,9 @@ def too_big_to_table(trace: RankTrace) -> str | None:
     if trace.events > OPS_EVENT_LIMIT and not trace.steps:
         return (f"No operator table: the trace has {trace.events:,} events and no ProfilerStep markers to table "
                 f"the first {OPS_EVENT_LIMIT:,} or so by (call prof.step() once per iteration)")
+    if trace.events > OPS_EVENT_LIMIT and trace.events / len(trace.steps) > OPS_EVENT_LIMIT:
+        return (f"No operator table: the trace's {len(trace.steps)} step(s) hold {trace.events:,} events, more "
+                f"than the {OPS_EVENT_LIMIT:,} or so held at once to table them")
     return None
 
 
@@ -180,11 +203,6 @@ def _steps_kept(trace: RankTrace) -> tuple[int | None, int | None, str | None]:
     return first, last, (f"Operators from the first {kept} of the {len(numbers)} steps (about "
                          f"{OPS_EVENT_LIMIT:,} of the {trace.events:,} events, held at once to table them); "
                          "the per-rank figures above cover every step.")
-
-
-def _step_number(name: str) -> int | None:
-    tail = name[len(STEP_PREFIX):]
-    return int(tail) if tail.isdigit() else None
 
 
 def _launched_in(events: list[TraceEvent], kept: tuple[float, float]) -> list[TraceEvent]:
@@ -221,12 +239,12 @@ def _device(meta: dict, kernels: bool, unread: str | None = None) -> dict:
                               low_precision_reason="the trace does not say how fast its CPU's bf16 is")
         return {"describe": {"kind": "cpu", "label": "cpu", "name": "the trace's CPU"}, "context": context}
     major, minor = gpu.get("computeMajor"), gpu.get("computeMinor", 0)
-    if isinstance(major, int) and isinstance(minor, int):
+    if type(major) is int and type(minor) is int and 0 <= major < 1000 and 0 <= minor < 1000:
         low = tensor_core_precision(major, minor)
         fast, dtype, reason = low.fast, str(low.dtype).removeprefix("torch."), low.reason
     else:
         fast, dtype, reason = False, None, "the trace does not say which GPU it ran on"
     context = RuleContext(device_type="cuda", low_precision_fast=fast, low_precision_dtype=dtype,
                           low_precision_reason=reason, accelerator=True, traces_kernels=True)
-    name = gpu.get("name") if isinstance(gpu.get("name"), str) else "the trace's GPU"
+    name = shown_path(gpu["name"][:128]) if isinstance(gpu.get("name"), str) else "the trace's GPU"
     return {"describe": {"kind": "cuda", "label": "cuda", "name": name}, "context": context}

@@ -27,7 +27,9 @@ from typing import Any
 from ..kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, HOST_BACKENDS, KERNEL, OPTIMIZER_PREFIXES,
                               STEP_PREFIX, USER_ANNOTATION, activity, is_backward_node, is_runtime)
 from ..intervals import IntervalSet
+from .fields import EventFields
 
+MAX_KINDS = 256  # categories, collectives' names: any beyond are counted together
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 # bytes per element of record_param_comms' dtype names
@@ -77,6 +79,8 @@ class RankTrace:
     comm_bytes: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # 'allreduce' -> bytes
     meta: dict[str, Any] = field(default_factory=dict)
     categories: dict[str, int] = field(default_factory=dict)  # timed events by (current-schema) category
+    cut_strings: int = 0  # strings longer than fields.TEXT_CHARS, kept cut
+    read_notes: list[str] = field(default_factory=list)  # what was cut or left out while reading
     # CUPTI's correlation ids, which number runtime calls in the order they were made, process-wide:
     # each runtime call's (start, id), and each compute kernel's (start, end, id) (16 and 24 bytes each)
     launch_ts: array = field(default_factory=lambda: array("d"))
@@ -150,23 +154,25 @@ def window_of(windows: list[tuple[int | None, float, float]], starts: list[float
 
 
 def read_rank(events, path: str) -> RankTrace:
-    """Reduce a stream of trace events (dicts) to a RankTrace."""
+    """Reduce a stream of trace events (dicts) to a RankTrace: each field checked as it is read
+    (fields.py), and what repeats kept once (a collective, a launch or a kernel seen again)."""
     out = RankTrace(path)
+    check = EventFields(path)
     first, last = float("inf"), float("-inf")
-    for ev in events:
+    collectives: dict[tuple, Collective] = {}  # (host?, op, start, end, thread, finished): each kept once
+    for position, ev in enumerate(events):
+        index = getattr(events, "index", position)  # the reader's: oversized events are not yielded
         out.events += 1
+        check.event(ev, index)
         if ev.get("ph") != "X":
             continue
-        try:
-            start = float(ev["ts"])
-            end = start + float(ev.get("dur", 0.0))
-        except (KeyError, TypeError, ValueError):
-            continue
-        name = ev.get("name")
-        if not isinstance(name, str):
-            continue
-        cat = activity(ev.get("cat"), name)
-        out.categories[cat] = out.categories.get(cat, 0) + 1
+        start = check.time(ev, index, "ts")
+        end = start + check.time(ev, index, "dur", 0.0)
+        name = check.name(ev, index)
+        cat = activity(check.text(ev.get("cat"), ev, index, "'cat'"), name)
+        args = check.args(ev, index)
+        counted = cat if cat in out.categories or len(out.categories) < MAX_KINDS else "(other)"
+        out.categories[counted] = out.categories.get(counted, 0) + 1
         if start < first:
             first = start
         if end > last:
@@ -175,16 +181,16 @@ def read_rank(events, path: str) -> RankTrace:
             if name.startswith("c10d::"):  # c10d ops enqueue work, and may block on it
                 continue
             if name == "record_param_comms":
-                _describe(out, ev.get("args") or {})
+                _describe(out, args, check, ev, index)
                 continue
             out.host_busy.add(start, end)
             if is_backward_node(name):
                 out.backward.add(start, end)
         elif cat == USER_ANNOTATION:
             if name.startswith(STEP_PREFIX):
-                number = name[len(STEP_PREFIX):]
-                if number.isdigit():
-                    out.steps[int(number)] = (start, end)
+                number = step_number(name)
+                if number is not None:
+                    out.steps[number] = (start, end)
             elif name.startswith(DATA_PREFIX):
                 out.data.add(start, end)
                 out.host_busy.add(start, end)
@@ -192,53 +198,74 @@ def read_rank(events, path: str) -> RankTrace:
                 out.optimizer.add(start, end)
             elif name.startswith(HOST_BACKENDS):
                 out.host_comm.add(start, end)
-                out.host_collectives.append(Collective(collective_op(cat, name), start, end - start, _finished(ev)))
+                _collective(collectives, True, collective_op(cat, name), start, end, args,
+                            check.hashable(ev.get("tid", 0), ev, index, "'tid'"))
         elif cat == KERNEL:
             op = collective_op(cat, name)
             if op is None:
                 out.device_busy.add(start, end)
-                _correlated(out, ev, start, end)
+                _correlated(out, args, start, end)
             else:
                 out.device_comm.add(start, end)
-                out.device_collectives.append(Collective(op, start, end - start, _finished(ev)))
+                _collective(collectives, False, op, start, end, args,
+                            check.hashable(ev.get("tid", 0), ev, index, "'tid'"))
         elif cat in DEVICE_ACTIVITIES:
             out.device_busy.add(start, end)
-            _correlated(out, ev, start, end)
+            _correlated(out, args, start, end)
         elif is_runtime(cat):
-            corr = _correlation(ev)
-            if corr is not None:
+            corr = _correlation(args)
+            if corr is not None and not (out.launch_corr and out.launch_corr[-1] == corr
+                                         and out.launch_ts[-1] == start):
                 out.launch_ts.append(start)
                 out.launch_corr.append(corr)
+    out.host_collectives = [c for key, c in collectives.items() if key[0]]
+    out.device_collectives = [c for key, c in collectives.items() if not key[0]]
+    out.cut_strings = check.cut
     if first <= last:
         out.span = (first, last)
     return out
 
 
-def _correlated(out: RankTrace, ev: dict, start: float, end: float) -> None:
-    """Keep a compute kernel's run with the correlation id of the runtime call that launched it."""
-    corr = _correlation(ev)
-    if corr is not None:
+def step_number(name: str) -> int | None:
+    """N of ``ProfilerStep#N`` (ASCII digits, at most 18: any other tail is not a step)."""
+    tail = name[len(STEP_PREFIX):]
+    return int(tail) if tail.isascii() and tail.isdigit() and len(tail) <= 18 else None
+
+
+def _collective(kept: dict, host: bool, op: str, start: float, end: float, args: dict, thread) -> None:
+    """Keep a collective's execution, once: the same one written again (same thread, times) is not."""
+    key = (host, op, start, end, thread, _finished(args))
+    if key not in kept:
+        kept[key] = Collective(op, start, end - start, key[-1])
+
+
+def _correlated(out: RankTrace, args: dict, start: float, end: float) -> None:
+    """Keep a compute kernel's run with the correlation id of the runtime call that launched it
+    (once: the same kernel written again in a row is not kept again)."""
+    corr = _correlation(args)
+    if corr is not None and not (out.kernel_corr and out.kernel_corr[-1] == corr and out.kernel_start[-1] == start):
         out.kernel_start.append(start)
         out.kernel_end.append(end)
         out.kernel_corr.append(corr)
 
 
-def _correlation(ev: dict) -> int | None:
-    args = ev.get("args")
-    corr = args.get("correlation") if isinstance(args, dict) else None
+def _correlation(args: dict) -> int | None:
+    corr = args.get("correlation")
     return corr if type(corr) is int and 0 < corr < 1 << 63 else None
 
 
-def _finished(ev: dict) -> bool:
+def _finished(args: dict) -> bool:
     """False for a range still open when the profiler stopped (kineto ends it there)."""
-    return (ev.get("args") or {}).get("finished", True) is not False
+    return args.get("finished", True) is not False
 
 
-def _describe(out: RankTrace, args: dict) -> None:
+def _describe(out: RankTrace, args: dict, check: EventFields, ev: dict, index: int) -> None:
     """Sizes from a ``record_param_comms`` event (what NCCL and newer gloo traces carry)."""
-    name = args.get("Collective name")
-    elements = args.get("In msg nelems")
-    if not isinstance(name, str) or not isinstance(elements, int):
+    if "Collective name" not in args or "In msg nelems" not in args:
         return
-    width = _DTYPE_BYTES.get(str(args.get("dtype", "")), 0)
-    out.comm_bytes[name.replace("_", "").lower()] += elements * width
+    name = check.text(args["Collective name"], ev, index, 'args["Collective name"]')
+    elements = check.integer(args, "In msg nelems", 0, ev, index, low=0)
+    dtype = check.text(args.get("dtype"), ev, index, 'args["dtype"]')
+    key = name.replace("_", "").lower()
+    if key in out.comm_bytes or len(out.comm_bytes) < MAX_KINDS:
+        out.comm_bytes[key] += elements * _DTYPE_BYTES.get(dtype, 0)

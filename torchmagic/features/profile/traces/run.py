@@ -6,47 +6,112 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from collections.abc import Iterable
 
 from ....core.render.format import fmt_s
 from ..kineto import timing_note, unread_note
 from .cross import find_straggler, match_collectives, representative_lanes, summarize_rank
-from .ops import too_big_to_table, trace_profile
+from .ops import HELD_EVENTS_CAP, OPS_EVENT_LIMIT, too_big_to_table, trace_profile
 from .rank import RankTrace, read_rank
-from .reader import TraceFileError, TraceReader
+from .fields import TEXT_CHARS, kind
+from .reader import EVENT_CHARS, TraceFileError, TraceReader, shown_path
 from .result import TraceAnalysis
 from .rules import cross_rank_findings
 
 TRACE_SUFFIXES = (".json", ".json.gz")
-_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+_RANK_IN_NAME = re.compile(r"rank[_-]?([0-9]{1,9})", re.IGNORECASE)
+MAX_RANKS = 1024         # trace files read in one analysis
+MAX_META_INT = 1 << 31   # a rank or world size
 
 
 def trace_files(source: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str]:
-    """The trace files behind ``source``: a file, a directory's ``*.json``/``*.json.gz`` files, or a list."""
-    if not isinstance(source, (str, os.PathLike)):
-        paths = [os.path.expanduser(os.fspath(p)) for p in source]
-        if not paths:
-            raise TraceFileError("analyze", "was given no trace files")
-        return paths
-    path = os.path.expanduser(os.fspath(source))
-    if os.path.isdir(path):
-        found = sorted(os.path.join(path, name) for name in os.listdir(path)
-                       if name.endswith(TRACE_SUFFIXES) and os.path.isfile(os.path.join(path, name)))
+    """The trace files behind ``source``: a file, a directory's ``*.json``/``*.json.gz`` files, or a
+    list; at most ``MAX_RANKS`` of them (counted before any is read)."""
+    if isinstance(source, (str, bytes, os.PathLike)):
+        path = _path(source)
+        mode = _mode(path)
+        if not stat.S_ISDIR(mode):
+            return [path]
+        found = _listed(path)
         if not found:
             raise TraceFileError(path, "holds no trace files (*.json, *.json.gz)")
         return found
-    if not os.path.exists(path):
-        raise TraceFileError(path, "does not exist")
-    return [path]
+    try:
+        items = iter(source)
+    except TypeError:
+        raise TraceFileError("analyze", f"takes a trace's path, a directory or a list of paths, not "
+                                        f"{type(source).__name__}") from None
+    paths = []
+    for item in items:
+        if not isinstance(item, (str, bytes, os.PathLike)):
+            raise TraceFileError("analyze", f"takes a list of paths: one item is {type(item).__name__}")
+        if len(paths) == MAX_RANKS:
+            raise TraceFileError("analyze", _too_many(f"was given more than {MAX_RANKS:,} trace files"))
+        paths.append(_path(item))
+    if not paths:
+        raise TraceFileError("analyze", "was given no trace files")
+    return paths
+
+
+def _path(item) -> str:
+    return os.path.expanduser(os.fsdecode(item))
+
+
+def _mode(path: str) -> int:
+    try:
+        return os.stat(path).st_mode
+    except FileNotFoundError:
+        raise TraceFileError(path, "does not exist") from None
+    except (OSError, ValueError) as exc:  # a loop of symbolic links, a NUL in the name ...
+        raise TraceFileError(path, f"cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+
+
+def _listed(directory: str) -> list[str]:
+    """A directory's trace files, by name; refused when it cannot be listed or holds too many."""
+    found = []
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.endswith(TRACE_SUFFIXES) and _is_file(entry):
+                    if len(found) == MAX_RANKS:
+                        raise TraceFileError(directory, _too_many(f"holds more than {MAX_RANKS:,} trace files"))
+                    found.append(entry.path)
+    except OSError as exc:
+        raise TraceFileError(directory, f"cannot be listed ({exc.strerror or exc})") from None
+    return sorted(found)
+
+
+def _is_file(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
+
+
+def _too_many(what: str) -> str:
+    return f"{what}: analyze compares at most {MAX_RANKS:,} ranks (pass a list of those to compare)"
 
 
 def analyze_traces(source, *, label: str | None = None, operators: bool = True) -> TraceAnalysis:
     """Read every trace of ``source`` and compare its ranks; with ``operators``, a job of one rank
-    also gets its operator table and findings (a second pass over the file)."""
+    also gets its operator table and findings (a second pass over the file).  A file that is not a
+    trace raises TraceFileError, whose traceback holds none of the frames that found it."""
+    __tracebackhide__ = True  # noqa: F841
+    try:
+        return _analyze(source, label, operators)
+    except TraceFileError as exc:
+        raise exc.with_traceback(None) from None
+
+
+def _analyze(source, label: str | None, operators: bool) -> TraceAnalysis:
     started = time.perf_counter()
     traces = [_read(path) for path in trace_files(source)]
     notes = _number_ranks(traces)
+    for trace in traces:
+        notes.extend(note if len(traces) == 1 else f"{shown_path(os.path.basename(trace.path))}: {note}"
+                     for note in trace.read_notes)
     world_size = _one_world_size(traces)
     backend = next((t.backend for t in traces if t.backend), None)
     traces.sort(key=lambda t: t.rank)
@@ -87,8 +152,12 @@ def analyze_traces(source, *, label: str | None = None, operators: bool = True) 
             notes.append(skipped)
         else:
             profile = trace_profile(traces[0])
+            if profile is None:
+                notes.append(f"No operator table: its first steps hold over {HELD_EVENTS_CAP * OPS_EVENT_LIMIT:,} "
+                             "events, "
+                             "more than are held at once to table them")
     return TraceAnalysis(
-        source=label or (os.fspath(source) if isinstance(source, (str, os.PathLike)) else "traces"),
+        source=label or (shown_path(_path(source)) if isinstance(source, (str, bytes, os.PathLike)) else "traces"),
         ranks=ranks, straggler=straggler, straggler_phase=phase, straggler_reason=reason,
         findings=findings + (profile.findings if profile else []), profile=profile, lanes=lanes, lane_step=lane_step,
         world_size=world_size or (len(traces) if len(traces) > 1 else None), backend=backend, notes=notes,
@@ -102,15 +171,36 @@ def _read(path: str) -> RankTrace:
     trace.bytes_read, trace.meta = reader.bytes_read, reader.meta
     info = reader.meta.get("distributedInfo")
     if isinstance(info, dict):
-        trace.rank = info.get("rank") if isinstance(info.get("rank"), int) else None
-        trace.world_size = info.get("world_size") if isinstance(info.get("world_size"), int) else None
-        trace.backend = info.get("backend") if isinstance(info.get("backend"), str) else None
+        trace.rank = _meta_int(path, info, "rank", 0)
+        trace.world_size = _meta_int(path, info, "world_size", 1)
+        backend = info.get("backend")
+        trace.backend = shown_path(backend[:64]) if isinstance(backend, str) else None
     if trace.rank is None:
         match = _RANK_IN_NAME.search(os.path.basename(path))
         trace.rank = int(match.group(1)) if match else None
     if trace.span is None:
         raise TraceFileError(path, "has no timed events (\"ph\": \"X\"): nothing to analyse")
+    if trace.cut_strings:
+        trace.read_notes.append(f"{trace.cut_strings:,} string(s) longer than {TEXT_CHARS:,} characters (names, "
+                                "categories) were cut to their start, marked '…[cut: N characters]'")
+    if reader.oversized:
+        trace.read_notes.append(f"{reader.oversized:,} event(s) longer than {EVENT_CHARS:,} characters were "
+                                "left out (not read)")
+    if reader.skipped_meta:
+        trace.read_notes.append(f"top-level value(s) too long to keep were left out: "
+                                f"{', '.join(reader.skipped_meta[:3])}{' ...' if len(reader.skipped_meta) > 3 else ''}")
     return trace
+
+
+def _meta_int(path: str, info: dict, key: str, low: int) -> int | None:
+    """distributedInfo's rank or world size: absent, or an integer in range."""
+    value = info.get(key)
+    if value is None:
+        return None
+    if type(value) is not int or not low <= value < MAX_META_INT:
+        raise TraceFileError(path, f'distributedInfo["{key}"] is {kind(value) if type(value) is not int else value}, '
+                                   f"not an integer from {low} to {MAX_META_INT - 1:,}")
+    return value
 
 
 def _number_ranks(traces: list[RankTrace]) -> list[str]:

@@ -53,9 +53,14 @@ def main(payload_path: str) -> int:
                 return EXIT_CELL_FAILED
         if not stepped:
             prof.export_chrome_trace(path)
-        elif not os.path.exists(path):  # the loop ended before a profiled step did
-            print(f"the cell called prof.step() {prof.step_num} time(s): too few to reach a profiled step "
-                  f"(after {payload['warmup']} warm-up step(s))", file=sys.stderr)
+        elif prof.step_num < payload["warmup"] + payload["steps"]:  # on this rank at least: refused, not half-read
+            if prof.step_num <= payload["warmup"]:
+                print(f"the cell called prof.step() {prof.step_num} time(s): too few to reach a profiled step "
+                      f"(after {payload['warmup']} warm-up step(s))", file=sys.stderr)
+            else:
+                print(f"the cell called prof.step() {prof.step_num} time(s) on rank {rank}: too few for "
+                      f"{payload['warmup']} warm-up and {payload['steps']} profiled step(s) "
+                      f"({payload['warmup'] + payload['steps']} calls)", file=sys.stderr)
             return EXIT_NO_TRACE
         return 0
     finally:
