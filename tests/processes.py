@@ -8,11 +8,23 @@ import threading
 
 
 def child_pids() -> set[int]:
-    """This process's descendants (multiprocessing's resource tracker, started once, aside)."""
+    """This process's descendants (multiprocessing's resource tracker, started once, aside).
+
+    A child that ended but was not yet reaped (a zombie: torch terminates a slow DataLoader worker
+    without waiting for it) has no command line to read; it still counts, so a run that leaves one fails."""
     import psutil
 
-    return {p.pid for p in psutil.Process().children(recursive=True)
-            if "resource_tracker" not in " ".join(p.cmdline())}
+    pids = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "resource_tracker" in " ".join(p.cmdline()):
+                continue
+        except psutil.ZombieProcess:
+            pass
+        except psutil.NoSuchProcess:  # gone between the listing and the reading
+            continue
+        pids.add(p.pid)
+    return pids
 
 
 def process_state() -> tuple:

@@ -236,7 +236,7 @@ def _fault_once(shell, source: str, fault: str, rng: random.Random) -> None:
 @pytest.mark.parametrize("magic", MAGICS)
 def test_fifty_faults_do_not_grow_memory(notebook, magic, fault):
     """A leak of one step's tensors per fault would show as megabytes, or as live tensors, over
-    50 repetitions."""
+    50 repetitions (25 for autobatch: more than the 5 tensors allowed)."""
     shell, source = notebook, MAGICS[magic]
     shell.user_ns["fault"] = "slow" if fault == "sigint" else fault
     rng = random.Random(1)
@@ -248,16 +248,17 @@ def test_fifty_faults_do_not_grow_memory(notebook, magic, fault):
     for _ in range(20 if fault == "sigint" else 5):
         _fault_once(shell, source, fault, rng)
     rss, objects, tensors = _rss(), len(gc.get_objects()), _live_tensors()
-    for _ in range(REPEATS):
+    repeats = REPEATS // 2 if magic == "autobatch" else REPEATS  # two full collections a run: 1-1.6 s in this heap
+    for _ in range(repeats):
         _fault_once(shell, source, fault, rng)
     grown_rss = _rss() - rss
     grown_objects = len(gc.get_objects()) - objects
     grown_tensors = _live_tensors() - tensors
     shell.run_line_magic("xmode", "Context")
-    where = f"{magic}, {REPEATS} x {fault}"
+    where = f"{magic}, {repeats} x {fault}"
     assert grown_rss < 16 * MiB, f"{where}: RSS grew {grown_rss / MiB:.1f} MiB"
     assert grown_tensors <= 5, f"{where}: {grown_tensors} more live tensors"
-    assert grown_objects < 20 * REPEATS, f"{where}: {grown_objects} more Python objects"
+    assert grown_objects < 20 * repeats, f"{where}: {grown_objects} more Python objects"
 
 
 # --- malformed arguments -----------------------------------------------------------------

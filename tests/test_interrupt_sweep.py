@@ -96,8 +96,18 @@ def _fds() -> int:
     return psutil.Process().num_fds()
 
 
+@pytest.fixture
+def frozen_heap():
+    """The test session's heap set aside from the collector (gc.freeze): the magics' full collections
+    (autobatch makes two a run) and the checks' then scan what the runs made, not everything pytest holds."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
+
+
 @pytest.mark.parametrize("magic", SWEPT)
-def test_a_ctrl_c_at_torchmagics_lines_leaves_nothing_behind(notebook, magic):
+def test_a_ctrl_c_at_torchmagics_lines_leaves_nothing_behind(notebook, magic, frozen_heap):
     shell, source = notebook, SWEPT[magic]
     run(shell, source)  # first-use imports and caches
     chosen = _chosen(_points_run(shell, source), magic)
