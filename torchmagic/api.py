@@ -29,18 +29,20 @@ from .features.profile.user import UserObjects, user_objects
 
 def profile(fn: Callable[[], Any], *, steps: int = 1, warmup: int = 0, record_shapes: bool = False,
             memory: bool = False, stack: bool = False, flops: bool = False, trace: str | None = None,
-            sort: str = "auto", top: int = 15, device: Device | str | None = None,
+            trace_overwrite: bool = False, sort: str = "auto", top: int = 15, device: Device | str | None = None,
             label: str | None = None) -> ProfileResult:
     """Profile ``fn()`` (a training or inference step) and diagnose its bottlenecks.
 
     ``fn`` runs ``warmup`` times un-profiled, then ``steps`` times under torch.profiler,
     each step marked ``ProfilerStep#N`` and timed with the device synchronised.  If ``fn``
     raises, the profiler is stopped and the exception propagates with the partial profile
-    attached as ``exc.torchmagic_result``.
+    attached as ``exc.torchmagic_result``.  ``trace``: a Chrome trace file to write, refused if a file
+    is there unless ``trace_overwrite``.
     """
     __tracebackhide__ = True  # noqa: F841
     options = ProfileOptions(steps=steps, warmup=warmup, record_shapes=record_shapes, memory=memory,
-                             stack=stack, flops=flops, trace=trace, sort=sort, top=top)
+                             stack=stack, flops=flops, trace=trace, trace_overwrite=trace_overwrite, sort=sort,
+                             top=top)
     return _profile(fn, options, label or getattr(fn, "__name__", "profile"),
                     choose_device(device, referenced_values(fn)))
 
@@ -254,13 +256,14 @@ def _as_profile(value, name: str) -> ProfileResult:
 
 def profile_ranks(code: str, ranks: int, *, share: dict[str, Any] | None = None, backend: str | None = None,
                   steps: int = 1, warmup: int = 0, record_shapes: bool = False, trace: str | None = None,
-                  nnodes: int = 1, node_rank: int = 0, master: str | None = None, label: str = "ranks"):
+                  trace_overwrite: bool = False, nnodes: int = 1, node_rank: int = 0, master: str | None = None,
+                  label: str = "ranks"):
     """As ``%%torchprofile --ranks N``: run ``code`` once in each of ``ranks`` processes started as
     torchrun starts its workers (process group set up: gloo on CPU, NCCL with a GPU per rank), each
     under torch.profiler with ``prof`` in its namespace (a loop calls ``prof.step()``; ``warmup``
     steps, then ``steps`` recorded), and compare their traces.  ``share``: variables each rank gets
-    (pickled); ``trace``: a directory to keep the per-rank traces in.  A job over ``nnodes`` machines
-    runs this on each, ``node_rank`` 0 to ``nnodes - 1``, with ``master`` the HOST:PORT of node 0
+    (pickled); ``trace``: a directory to keep the per-rank traces in (rank files already there are
+    refused unless ``trace_overwrite``).  A job over ``nnodes`` machines runs this on each, ``node_rank`` 0 to ``nnodes - 1``, with ``master`` the HOST:PORT of node 0
     (as torchrun's options): ``ranks`` per machine.  Each rank's output is printed as it comes,
     ``[rank R]`` first.  Returns the :class:`TraceAnalysis` of this machine's ranks; a rank that fails
     raises ``RankFailed`` after the others are stopped.
@@ -270,7 +273,7 @@ def profile_ranks(code: str, ranks: int, *, share: dict[str, Any] | None = None,
     from .features.profile.traces.launch import RanksOptions, run_ranks
 
     options = RanksOptions(ranks=ranks, backend=backend, steps=steps, warmup=warmup, record_shapes=record_shapes,
-                           trace_dir=trace, node=Node(nnodes, node_rank, master))
+                           trace_dir=trace, trace_overwrite=trace_overwrite, node=Node(nnodes, node_rank, master))
     return run_ranks(code, dict(share or {}), options, gpus=nccl_gpus(), label=label)
 
 

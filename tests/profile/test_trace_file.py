@@ -40,6 +40,23 @@ def test_an_existing_file_is_replaced_only_when_asked(shell, tmp_path):
     assert _refused(shell, "--trace-overwrite").endswith("--trace-overwrite goes with --trace PATH")
 
 
+def test_the_python_twin_refuses_and_replaces_the_same_way(tmp_path):
+    import torch
+
+    import torchmagic
+    from torchmagic.core.limits import SettingError
+
+    checkpoint = tmp_path / "checkpoint.pt"
+    checkpoint.write_bytes(b"weights")
+    step = lambda: torch.relu(torch.randn(8, 8))  # noqa: E731
+    with pytest.raises(SettingError, match="trace_overwrite is needed to replace"):
+        torchmagic.profile(step, trace=str(checkpoint))
+    assert checkpoint.read_bytes() == b"weights"
+    torchmagic.profile(step, trace=str(checkpoint), trace_overwrite=True)
+    assert "aten::relu" in {e.get("name") for e in json.loads(checkpoint.read_text())["traceEvents"]}
+    assert _leftovers(tmp_path) == []
+
+
 def test_only_regular_files_are_written(shell, tmp_path):
     target = tmp_path / "kept.json"
     target.write_text("mine")

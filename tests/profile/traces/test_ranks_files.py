@@ -6,13 +6,19 @@ import gc
 import glob
 import os
 import re
+import signal
 import socket
+import subprocess
+import sys
 import tempfile
+import time
 import weakref
 
 import psutil
 import pytest
 
+import torchmagic
+from torchmagic.core.limits import SettingError
 from torchmagic.core.ranks.share import pickle_shared
 
 from ...conftest import run
@@ -73,6 +79,52 @@ def test_trace_share_and_nodes_are_one_line_before_any_rank_starts(shell, tmp_pa
     del shell.user_ns["conn"]  # the refusal kept no reference to it: its socket is closed
     gc.collect()
     assert psutil.Process().num_fds() == fds_with_socket - 1
+
+
+def test_the_python_twin_refuses_a_kept_trace_before_any_rank_starts(tmp_path):
+    (tmp_path / "rank0.pt.trace.json").write_text("yesterday's")
+    before = process_state()
+    with pytest.raises(SettingError, match="trace_overwrite is needed to replace"):
+        torchmagic.profile_ranks("x = 2", 2, trace=str(tmp_path))
+    assert_left_as_it_was(before)
+    assert (tmp_path / "rank0.pt.trace.json").read_text() == "yesterday's"
+
+
+NOTEBOOK_KILLED = '''
+import torchmagic
+torchmagic.profile_ranks("""
+import os, pathlib, subprocess, time
+worker = subprocess.Popen(["sleep", "120"])  # in the rank's process group, as a DataLoader worker is
+pathlib.Path(%r, "rank" + os.environ["RANK"]).write_text(f"{os.getpid()} {worker.pid}")
+time.sleep(120)
+""", 2)
+'''
+
+
+def test_the_ranks_and_their_workers_end_when_the_notebooks_process_is_killed(tmp_path):
+    """An out-of-memory kill of the kernel leaves no rank holding memory or a GPU."""
+    notebook = subprocess.Popen([sys.executable, "-c", NOTEBOOK_KILLED % str(tmp_path)], start_new_session=True)
+    files = [tmp_path / "rank0", tmp_path / "rank1"]
+    deadline = time.monotonic() + 120
+    while not all(f.exists() and f.read_text() for f in files):
+        assert notebook.poll() is None and time.monotonic() < deadline, "the ranks never started"
+        time.sleep(0.1)
+    pids = [int(pid) for f in files for pid in f.read_text().split()]
+    notebook.kill()
+    notebook.wait()
+    deadline = time.monotonic() + 10
+    while (alive := [pid for pid in pids if _running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in alive:  # not to leave them to the next test
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"{len(alive)} of the job's {len(pids)} processes outlived the notebook"
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 class _Bytes:

@@ -23,6 +23,7 @@ RANKS_PER_CORE = 4        # CPU ranks beyond this many per usable core only cont
 EXIT_SETUP_FAILED = 2     # a rank could not load what was shared with it
 CONTROL_ENV = "TORCHMAGIC_CONTROL_FDS"  # "COMMANDS,REPLIES": the rank's ends of its control pipes
 JOB_ENV = "TORCHMAGIC_RANKS_JOB"  # the job's folder: every process the ranks start inherits it
+LIFELINE_ENV = "TORCHMAGIC_LIFELINE_FD"  # the rank's read end of a pipe only the notebook writes to
 SCRATCH_PATH_MAX = 64  # multiprocessing puts sockets in TMPDIR/pymp-*/: a Unix socket's path holds 107 bytes
 MAX_WORLD_SIZE = 1 << 17  # ranks x nodes: rank 0 keeps state per peer (~140 bytes each in gloo: 14 GB at 10^8)
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -139,6 +140,7 @@ class RankProcesses(HeldScope):
         self.processes: list[subprocess.Popen] = []
         self.logs: list[tuple[int, str, bool]] = []    # (rank, path, is stderr), every start's
         self.channels: list[tuple[int, int]] = []      # per rank: (commands fd to write, replies fd to read)
+        self.lifeline: int | None = None               # the write end: it closes when the notebook's process ends
         self.workdir: str | None = None
         self.scratch: str | None = None
         self.out_dir = ""
@@ -167,13 +169,23 @@ class RankProcesses(HeldScope):
     def _start(self) -> None:
         host, port = self.node.address() if self.node.master else ("127.0.0.1", _free_port())
         self.starts += 1
+        # Only this process holds the write end, so the ranks' read ends see EOF however it ends (an
+        # out-of-memory kill included): each rank then stops its own process group (rank.py).
+        lifeline, self.lifeline = os.pipe()
+        try:
+            self._start_ranks(host, port, lifeline)
+        finally:
+            _close_all((lifeline,))  # the ranks have their copies (or never started)
+
+    def _start_ranks(self, host: str, port: int, lifeline: int) -> None:
         for rank in range(self.ranks):
             suffix = "" if self.starts == 1 else f".{self.starts}"
             out, err = (os.path.join(self.workdir, f"rank{rank}{suffix}.{name}") for name in ("out", "err"))
             shown_as = self.node.first_rank(self.ranks) + rank  # the job's rank, as RANK says
             self.logs += [(shown_as, out, False), (shown_as, err, True)]
             env = {**os.environ, **rank_environment(rank, self.ranks, self.node, host, port, self.threads)}
-            env.update(TMPDIR=self.scratch, TMP=self.scratch, TEMP=self.scratch, **{JOB_ENV: self.workdir})
+            env.update(TMPDIR=self.scratch, TMP=self.scratch, TEMP=self.scratch,
+                       **{JOB_ENV: self.workdir, LIFELINE_ENV: str(lifeline)})
             theirs: tuple[int, ...] = ()
             if self.control:
                 commands, replies = os.pipe(), os.pipe()
@@ -183,8 +195,9 @@ class RankProcesses(HeldScope):
             try:
                 with open(out, "wb") as stdout, open(err, "wb") as stderr:
                     self.processes.append(subprocess.Popen(
-                        [sys.executable, "-m", self.module, self._payload_path], env=env, pass_fds=theirs,
-                        stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True))
+                        [sys.executable, "-m", self.module, self._payload_path], env=env,
+                        pass_fds=(*theirs, lifeline), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                        start_new_session=True))
             finally:
                 _close_all(theirs)  # the rank has its copies (or never started)
 
@@ -231,6 +244,9 @@ class RankProcesses(HeldScope):
             for fd in fds:
                 os.close(fd)
         self.channels = []
+        if self.lifeline is not None:
+            os.close(self.lifeline)
+            self.lifeline = None
 
     def release(self) -> None:
         try:

@@ -8,15 +8,37 @@ import gc
 import linecache
 import os
 import pickle
+import signal
 import sys
+import threading
 import traceback
 from typing import Any, NoReturn
 
-from .processes import EXIT_SETUP_FAILED
+from .processes import EXIT_SETUP_FAILED, LIFELINE_ENV
 
 
 class SetupFailed(Exception):
     """What the notebook shared could not be loaded here; the message says why."""
+
+
+def stop_with_the_notebook() -> None:
+    """End this rank, and every process of its group (DataLoader workers), when the notebook's process
+    ends without stopping it (killed, out of memory): the lifeline's write end, held by the notebook
+    only, closes then, and a read of this end returns nothing."""
+    fd = os.environ.pop(LIFELINE_ENV, None)  # not for the processes this rank starts
+    if fd is None:
+        return
+
+    def watch() -> None:
+        while True:
+            try:
+                if not os.read(int(fd), 1):
+                    break
+            except InterruptedError:
+                continue
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="torchmagic-lifeline", daemon=True).start()
 
 
 def read_payload(path: str) -> dict:

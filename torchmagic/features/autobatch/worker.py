@@ -16,7 +16,7 @@ import sys
 
 from ...core.ranks.control import reply, requests
 from ...core.ranks.rank import (SetupFailed, cell_namespace, compile_cell, exit_rank, join_group, leave_group,
-                                read_payload, setup_failed, show_cell_error)
+                                read_payload, setup_failed, show_cell_error, stop_with_the_notebook)
 from .run import THROUGHPUT_REPEATS, _probe, _throughput, resolve_budget
 from .search import SearchSpace
 
@@ -28,6 +28,7 @@ _MISSING = object()
 
 
 def main(payload_path: str) -> int:
+    stop_with_the_notebook()
     payload = read_payload(payload_path)
     device = join_group(payload["backend"])
     try:

@@ -16,7 +16,7 @@ import sys
 import warnings
 
 from ....core.ranks.rank import (SetupFailed, cell_namespace, compile_cell, exit_rank, join_group, leave_group,
-                                read_payload, setup_failed, show_cell_error)
+                                read_payload, setup_failed, show_cell_error, stop_with_the_notebook)
 
 CELL_FILENAME = "<%%torchprofile cell>"
 EXIT_CELL_FAILED = 1
@@ -28,6 +28,7 @@ def main(payload_path: str) -> int:
 
     # without warm-up steps, torch warns that results may be skewed: the user chose --warmup 0
     warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
+    stop_with_the_notebook()
     payload = read_payload(payload_path)
     rank = int(os.environ["RANK"])
     backend = payload["backend"]
