@@ -35,6 +35,10 @@ def shell(ipython):
     yield ipython
     for name in [n for n in ipython.user_ns if not n.startswith("_") and n not in ("In", "Out", "get_ipython", "exit", "quit")]:
         ipython.user_ns.pop(name, None)
+    hook = ipython.displayhook
+    for unders in ("_", "__", "___"):  # a cell's `for _ in ...` makes _ the user's: IPython then stops updating it
+        if ipython.user_ns.get(unders) is not getattr(hook, unders):
+            ipython.user_ns[unders] = getattr(hook, unders)
 
 
 def run(shell, source: str, store_history: bool = False):

@@ -1,4 +1,4 @@
-"""Every magic's widget view, rendered by JupyterLab in a real (headless) Chromium.
+"""Every magic's report, rendered by JupyterLab in a real (headless) Chromium, live and reopened.
 
 Skipped only where no Chromium or Playwright is found, and never under CI (`CI` set): there it fails,
 so the check cannot silently go missing.  Screenshots land in test-artifacts/browser/ (or
@@ -18,6 +18,8 @@ import pytest
 
 from .frontend_notebook import LONG_PROFILE, MAGICS, magic_marker, write_notebook
 from .lab import chromium_page, find_chromium, jupyterlab
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 pytestmark = pytest.mark.slow
 
@@ -96,13 +98,52 @@ def _image_drawn(pane) -> bool | None:
     }""")
 
 
-def test_each_magic_renders_its_widget_in_jupyterlab(tmp_path):
+def _check_tabs(name: str, spec: dict, report, cell) -> None:
+    """The report's tabs (HTML and CSS only) switch, and their pages hold tables and plots."""
+    titles = [t.strip() for t in report.locator(":scope > .tm-tabs > label").all_inner_texts()]
+    assert titles == (spec["tabs"] or []), f"{name}: tabs {titles}"
+    rows, plots = report.locator(".tm-table tbody tr:visible").count(), 0
+    for title in (spec["tabs"] or [])[1:]:
+        report.locator(f":scope > .tm-tabs > label:text-is('{title}')").click()
+        pane = report.locator(":scope > .tm-tabs > .tm-page:visible")
+        assert pane.count() == 1, f"{name}/{title}: {pane.count()} pages shown"
+        drawn = _image_drawn(pane)
+        if drawn is None:
+            assert pane.inner_text().strip(), f"{name}/{title}: an empty tab"
+            rows += pane.locator(".tm-table tbody tr").count()
+        else:
+            assert drawn, f"{name}/{title}: the plot did not load"
+            plots += 1
+        cell.screenshot(path=str(ARTIFACTS / f"{name}-{re.sub(r'[^a-z]+', '_', title.lower())}.png"))
+    assert rows >= 1, f"{name}: no table rows"
+    if spec["tabs"]:
+        assert plots >= 1, f"{name}: no plot in any tab"
+        report.locator(f":scope > .tm-tabs > label:text-is('{spec['tabs'][0]}')").click()
+
+
+def _run_verify_button(cell) -> str:
+    """Clicks the report's first verify button; the text of the report it puts below the buttons."""
+    button = cell.locator(".widget-button").first
+    button.wait_for(timeout=30_000)
+    button.click()
+    below = cell.locator(".jp-OutputArea-output:has(.tm-report)").nth(1)
+    below.wait_for(timeout=CELL_TIMEOUT_MS)
+    return below.inner_text()
+
+
+def test_each_magic_renders_its_report_and_a_reopened_notebook_still_shows_it(tmp_path):
+    """Live: each report with working tabs, a verify button whose run reports below it.  Saved,
+    closed with its kernel shut down and reopened: every report, the verify's included, still shows,
+    and no widget error does."""
     chromium = _browser_or_skip()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     notebook = write_notebook(tmp_path / "magics.ipynb", {**MAGICS, **LONG_PROFILE})
+    url = None
+    headlines = {}
 
     with jupyterlab(tmp_path) as (base, token), chromium_page(chromium) as (page, errors):
-        page.goto(f"{base}/lab/tree/{notebook.name}?token={token}")
+        url = f"{base}/lab/tree/{notebook.name}?token={token}"
+        page.goto(url)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
         _run_all(page)
 
@@ -111,37 +152,46 @@ def test_each_magic_renders_its_widget_in_jupyterlab(tmp_path):
             _wait_done(cell, lambda: _diagnosis(page, tmp_path, errors))
             shown = "\n".join(cell.locator(".jp-OutputArea-output").all_inner_texts())
             assert "Traceback" not in shown, f"{name} raised:\n{shown}"
-            view = cell.locator(".jupyter-widgets.widget-tab" if spec["tabs"] else ".widget-html")
-            view.first.wait_for(timeout=30_000)
-            assert view.count() == 1, f"{name}: {view.count()} widget views"
-            if spec["tabs"]:
-                titles = [t.strip() for t in view.locator(".lm-TabBar-tabLabel").all_inner_texts()]
-                assert titles == spec["tabs"], f"{name}: tabs {titles}"
-            assert spec["text"] in view.inner_text()
+            reports = cell.locator(".tm-report")
+            assert reports.count() == 1, f"{name}: {reports.count()} reports"
+            assert spec["text"] in reports.inner_text()
+            headlines[name] = reports.locator(".tm-headline").first.inner_text().strip()
             cell.scroll_into_view_if_needed()
             cell.screenshot(path=str(ARTIFACTS / f"{name}.png"))
-            rows, plots = view.locator(".tm-table tbody tr:visible").count(), 0
-            for title in (spec["tabs"] or [])[1:]:
-                view.locator(f".lm-TabBar-tab:has-text('{title}')").click()
-                pane = view.locator(".widget-tab-contents > :visible").first
-                drawn = _image_drawn(pane)
-                if drawn is None:
-                    assert pane.inner_text().strip(), f"{name}/{title}: an empty tab"
-                    rows += pane.locator(".tm-table tbody tr").count()
-                else:
-                    assert drawn, f"{name}/{title}: the plot did not load"
-                    plots += 1
-                cell.screenshot(path=str(ARTIFACTS / f"{name}-{re.sub(r'[^a-z]+', '_', title.lower())}.png"))
-            assert rows >= 1, f"{name}: no table rows"
-            if spec["tabs"]:
-                assert plots >= 1, f"{name}: no plot in any tab"
+            _check_tabs(name, spec, reports.first, cell)
+        verified = _run_verify_button(_cell(page, "torchprofile"))
+        assert "%%torchprofile" in verified and "Traceback" not in verified, verified
 
         page.click(".lm-MenuBar-itemLabel:text-is('File')")
         page.click(".lm-Menu-itemLabel:text-is('Save Notebook')")
         page.wait_for_selector(".jp-mod-dirty", state="detached", timeout=30_000)
         page.screenshot(path=str(ARTIFACTS / "notebook.png"), full_page=True)
         assert errors == [], "the browser logged errors:\n" + "\n".join(errors)
+        page.click(".lm-MenuBar-itemLabel:text-is('Kernel')")
+        page.click(".lm-Menu-itemLabel:text-is('Shut Down Kernel')")
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", state="detached",
+                               timeout=30_000)
 
     saved = nbformat.read(notebook, as_version=4)
     assert all(o.output_type != "error" for c in saved.cells for o in c.get("outputs", []))
     assert notebook.stat().st_size < MAX_NOTEBOOK_BYTES, f"saved notebook is {notebook.stat().st_size:,} bytes"
+    reports = [o for c in saved.cells for o in c.get("outputs", []) if "tm-report" in o.get("data", {}).get("text/html", "")]
+    assert reports and not [o for o in reports if WIDGET_MIME in o.data], "a report saved as a widget"
+
+    # the next morning: a new server, the notebook reopened (a fresh kernel, none of the widgets' models)
+    with jupyterlab(tmp_path) as (base, token), chromium_page(chromium) as (page, errors):
+        page.goto(f"{base}/lab/tree/{notebook.name}?token={token}")
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+        page.wait_for_timeout(3_000)  # the widget manager restores (and fails to find) the old models
+        page.screenshot(path=str(ARTIFACTS / "reopened.png"), full_page=True)
+        for name, spec in {**MAGICS, **LONG_PROFILE}.items():
+            cell = _cell(page, name)
+            headline = cell.locator(".tm-report .tm-headline").first
+            headline.wait_for(timeout=30_000)
+            assert headline.inner_text().strip() == headlines[name], (name, headline.inner_text(), headlines[name])
+            if spec["tabs"]:
+                _check_tabs(name, spec, cell.locator(".tm-report").first, cell)
+        assert "%%torchprofile" in _cell(page, "torchprofile").locator(".tm-report").nth(1).inner_text()
+        dead = page.locator("text=Error displaying widget")
+        assert not [i for i in range(dead.count()) if dead.nth(i).is_visible()], "a widget error shows"
+        assert not [e for e in errors if "model not found" not in e], "\n".join(errors)

@@ -1,17 +1,18 @@
-"""Memory that grows with every run (issue 30).  A report's widget view: ipywidgets keeps every
-widget until it is closed, so each display of an analyze report kept its HTML and picture for good
-(+9 MiB over 50 displays in a kernel).  Now a result's widget lives as long as the result, and a
-result shown while a cell ran lives until that cell runs again (JupyterLab clears its outputs then).
+"""Memory that grows with every run (issue 30).  ipywidgets keeps every widget until it is closed:
+each display of a report once kept its widget view for good (+9 MiB over 50 displays of an analyze
+report in a kernel).  Reports are HTML now; the live controls below a profile (its verify buttons)
+live as long as the result, and a result shown while a cell ran lives until that cell runs again
+(JupyterLab clears its outputs then).
 The figures over 50 runs of every magic are benchmarks/growth.py's."""
 
+import dataclasses
 import gc
-from pathlib import Path
 
 import pytest
 
 from torchmagic.core.render import base
 
-TRACE = Path(__file__).parent / "data" / "traces" / "hta_cpu_gloo_rank-34.json.gz"
+from .profile.test_render import make_result
 
 
 @pytest.fixture
@@ -23,19 +24,31 @@ def widgets(monkeypatch):
     return lambda: len(widget._instances)
 
 
-def test_a_cell_run_again_closes_the_widgets_its_last_run_showed(shell, widgets):
-    code = f"import torchmagic\ndisplay(torchmagic.analyze({str(TRACE)!r}))"
+def _profile_with_a_verify():
+    """A profile (built from numbers) whose finding has a verify command: its live view has buttons."""
+    r = make_result()
+    r.findings[0] = dataclasses.replace(r.findings[0], verify="%loadertune train_loader")
+    r.verify_runner = lambda command: None
+    return r
+
+
+def test_a_cell_run_again_closes_the_controls_its_last_run_showed(shell, widgets):
+    shell.user_ns["profile_with_a_verify"] = _profile_with_a_verify
+    code = "display(profile_with_a_verify())"
+    before = widgets()
     shell.run_cell(code, cell_id="report-cell")
     gc.collect()
     after_one = widgets()
+    assert after_one > before  # the verify buttons
     for _ in range(4):
         shell.run_cell(code, cell_id="report-cell")
     gc.collect()
     assert widgets() == after_one  # the earlier runs' views were cleared, and their widgets closed
 
 
-def test_a_result_kept_or_shown_twice_keeps_one_widget(shell, widgets):
-    shell.run_cell(f"import torchmagic\nkept = torchmagic.analyze({str(TRACE)!r})\ndisplay(kept)", cell_id="a")
+def test_a_result_kept_or_shown_twice_keeps_one_set_of_controls(shell, widgets):
+    shell.user_ns["profile_with_a_verify"] = _profile_with_a_verify
+    shell.run_cell("kept = profile_with_a_verify()\ndisplay(kept)", cell_id="a")
     gc.collect()
     before = widgets()
     shell.run_cell("display(kept); display(kept)", cell_id="b")  # one model, three views

@@ -1,8 +1,33 @@
-"""torchmagic: IPython magics for PyTorch performance work.
+"""torchmagic: IPython magics for PyTorch performance work, each with a plain-Python twin.
 
-``%load_ext torchmagic`` registers the magics; ``torchmagic.profile`` and friends are
-their plain-Python twins.  Importing the package is cheap: torch, IPython and
-matplotlib load only when something is used.
+In a notebook: ``%load_ext torchmagic``, then one magic.  In a script: ``import torchmagic``.
+
+Magic (options: ``%name?``)        Python twin                       What it answers
+%%torchprofile                     profile(fn), profile_code(code)   where a step's time goes, what to fix
+%%torchprofile --diff NAME         diff(before, after)               what a change did to the step
+%%torchprofile --ranks N           profile_ranks(code, N)            a distributed step, rank by rank
+%torchprofile --load PATH          analyze(path)                     traces a job wrote elsewhere
+%%amp_compare                      compare(fn, model=...)            is AMP / torch.compile / ... faster here
+%autobatch step                    autobatch(step)                   the largest batch size that fits
+%%autobatch --ranks N step         autobatch_ranks(code, N)          the same, on every rank
+%gpumem                            memory(globals())                 where memory is now, and who holds it
+%%gpumem                           measure_memory(fn)                a cell's peak and net memory
+%gpumem --free NAME                free(NAME, namespace=globals())   delete and get the memory back
+%gpumem --watch / --stop           watch_memory()                    sample memory while cells run
+%loadertune loader                 loadertune(loader)                the DataLoader settings that feed fastest
+
+Options: ``%name?`` lists a magic's; its twin takes them as keywords (``--trace-overwrite`` is
+``trace_overwrite=``).  The device measured is where the code's tensors are; ``--device`` /
+``device=`` names another (``choose_device``, ``use_device``).
+
+Results: each twin returns, and ``-o NAME`` stores, a result object: ProfileResult, ProfileDiff,
+TraceAnalysis, CompareResult, AutobatchResult, MemoryResult, LoaderTuneResult (classes below,
+their fields in seconds and bytes).  ``print(r)`` is the text report, ``r.to_html()`` the notebook's,
+``r.to_dict()`` / ``r.to_json()`` the data.  When the code raises, the twin re-raises with the
+partial result in ``exc.torchmagic_result``; the magic shows what ran, then the error.
+
+Reference: docs/ in the repository (one page per magic).  Importing the package is cheap: torch,
+IPython and matplotlib load only when something is used.
 """
 
 from __future__ import annotations

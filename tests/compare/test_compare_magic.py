@@ -125,7 +125,7 @@ def test_a_failing_variant_is_shown_and_the_rest_measured(shell):
     assert result.success
     r = shell.user_ns["r"]
     assert not r["inference_mode"].ok and r["amp"].ok
-    assert "inference_mode failed" in captured.outputs[0].data["text/plain"]
+    assert "inference_mode failed: " in captured.outputs[0].data["text/plain"].splitlines()[0]  # the headline
 
 
 def test_displayed_bundle_has_text_html_and_a_chart(shell):

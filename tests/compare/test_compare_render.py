@@ -1,9 +1,12 @@
 """CompareResult built from numbers: verdicts, the best variant, and every view."""
 
 import json
+from html import escape
 
 from torchmagic.features.compare.result import CompareResult, VariantResult
 from torchmagic.features.compare.view import speed_words
+
+from ..tabs import titles
 
 
 def result(**overrides):
@@ -34,7 +37,8 @@ def test_verdicts_and_best_skip_untrustworthy_variants():
                                                "unknown"]
     assert r.best.name == "compile+amp"  # "wrong" is faster but its output is off
     assert r.headline() == ("compile+amp (bfloat16, cpu): 2.50× faster than float32 eager (95% CI 2.40–2.60), "
-                            "max rel err 4.0e-03, pays off after 2,000 runs")
+                            "max rel err 4.0e-03, pays off after 2,000 runs; "
+                            "int8 failed: int8 dynamic quantization runs on the CPU only")
 
 
 def test_eager_wins_when_nothing_is_surely_faster():
@@ -77,13 +81,28 @@ def test_html_chart_widget_and_dict():
     r = result()
     html = r.to_html()
     assert html.count("<tr>") == 7 and "data:image/png;base64," in html and "Test CPU" in html
-    tab = r.widget()
-    assert [tab.get_title(i) for i in range(len(tab.children))] == ["Verdict", "Chart"]
+    assert titles(html) == ["Verdict", "Chart"]
     data = json.loads(r.to_json())
     assert data["best"] == "compile+amp" and data["variants"][3]["verdict"] == "slower"
     assert data["variants"][1]["ci"] == [2.4, 2.6] and data["headline"] == r.headline()
     assert [(v["dtype"], v["device"]) for v in data["variants"][:2]] == [("float32", "cpu"), ("bfloat16", "cpu")]
     assert r["tf32"].speedup == 1.01 and "best=compile+amp" in repr(r)
+
+
+def test_the_headline_names_each_failed_variant_and_why_in_one_line():
+    reason = ("BackendCompilerFailed: backend='inductor' raised: CppCompileError: C++ compile error, "
+              "Command: g++ /tmp/torchinductor/kernel.cpp -shared -fPIC -O3\nsecond line")
+    eager = result().variants[0]
+    r = result(variants=[eager, VariantResult("compile", ok=False, error=reason)])
+    first = "BackendCompilerFailed: backend='inductor' raised: CppCompileError: C++ compile…"
+    assert r.headline() == f"No variant ran besides eager (see below); compile failed: {first}"
+    assert r.to_text().splitlines()[0] == r.headline() and "second line" not in r.headline()
+    assert f"compile failed: {reason.splitlines()[0]}" in r.to_text()  # the notes keep the whole first line
+    assert escape(r.headline()) in r.to_html()  # the HTML's headline too
+    r = result()
+    r.variants = r.variants[:4] + [VariantResult("amp", ok=False, error="out of memory"), r.variants[5]]
+    assert r.headline().endswith("; amp failed: out of memory; "
+                                 "int8 failed: int8 dynamic quantization runs on the CPU only")
 
 
 def test_a_failed_baseline_and_no_chart():

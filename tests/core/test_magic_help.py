@@ -1,5 +1,6 @@
 """Help and usage errors name each magic as it is written: %%torchprofile, %%amp_compare (cell magics),
-%gpumem and %%gpumem, %autobatch; `%name?` shows a cell magic's help as `%%name?` does."""
+%gpumem and %%gpumem, %autobatch; `%name?` shows a cell magic's help as `%%name?` does, and a name that is
+both a line and a cell magic (%torchprofile, --load for the line) shows one help, the cell magic's options first."""
 
 import pytest
 
@@ -27,13 +28,36 @@ def test_the_help_of_a_later_line_in_a_cell_is_found_too(shell):
     assert "%%amp_compare [--model NAME]" in captured.stdout and shell.user_ns["x"] == 1
 
 
-@pytest.mark.parametrize("ask", ["%torchprofile?", "?%torchprofile", "%pinfo %torchprofile"])
-def test_torchprofiles_line_help_is_the_load_form_and_points_to_the_cell_magic(shell, ask):
-    result, captured = run(shell, ask)
-    assert result.success and "%torchprofile [--load PATH]" in captured.stdout
-    assert "%%torchprofile [options]" in captured.stdout
-    _, captured = run(shell, "%%torchprofile?")
-    assert "%%torchprofile [" in captured.stdout and "--steps" in captured.stdout
+def _line_and_cell_magics(shell) -> list[str]:
+    """torchmagic's names that are both a line and a cell magic: %torchprofile (two functions), %gpumem and
+    %autobatch (one function each)."""
+    from torchmagic.core.ipython import TorchMagicsBase
+
+    found = shell.magics_manager.magics
+    return sorted(name for name, cell in found["cell"].items()
+                  if isinstance(getattr(cell, "__self__", None), TorchMagicsBase) and name in found["line"])
+
+
+@pytest.mark.parametrize("ask", ["%{}?", "%%{}?", "{}?", "?%{}", "%pinfo %{}", "%pinfo %%{}"])
+def test_every_way_of_asking_a_line_and_cell_magics_help_shows_the_cell_magics_options(shell, ask):
+    names = _line_and_cell_magics(shell)
+    assert {"torchprofile", "gpumem", "autobatch"} <= set(names)
+    for name in names:
+        cell_help = shell.find_cell_magic(name).__doc__
+        result, captured = run(shell, ask.format(name))
+        assert result.success and "not found" not in captured.stdout, (name, ask)
+        assert cell_help.strip() in captured.stdout, (name, ask)  # the whole of it: options and all
+        shift_tab = {shell.object_inspect(asked)["docstring"].strip() for asked in (name, f"%{name}", f"%%{name}")}
+        assert shift_tab == {cell_help.strip()}, name  # what a notebook's inspector shows
+
+
+@pytest.mark.parametrize("ask", ["%torchprofile?", "%%torchprofile?", "torchprofile?"])
+def test_torchprofiles_help_leads_with_the_cell_magic_and_ends_with_the_load_form(shell, ask):
+    _, captured = run(shell, ask)
+    shown = captured.stdout
+    cell, load = shown.find("%%torchprofile [--steps N]"), shown.find("%torchprofile [--load PATH]")
+    assert 0 <= cell < shown.find("--record-shapes") < load  # the cell magic's usage and options first
+    assert "--load PATH  a trace JSON" in shown and "store the TraceAnalysis" in shown  # the line form's own
 
 
 def test_torchprofile_as_a_line_without_load_points_to_the_cell_magic(shell):
@@ -60,7 +84,7 @@ def test_only_help_requests_for_torchmagics_cell_magics_are_rewritten(shell):
     assert captured.stdout == "%amp_compare? get_ipython().run_line_magic(\"pinfo\", \"%amp_compare\")\n"
     _, captured = run(shell, "%writefile?")  # IPython's own cell magic: left as IPython answers it
     assert "Object `%writefile` not found." in captured.stdout
-    _, captured = run(shell, "%gpumem?")  # a line and cell magic: its line help, as before
+    _, captured = run(shell, "%gpumem?")  # a line and cell magic of one function: its help, as before
     assert "%gpumem [--free" in captured.stdout
 
 
@@ -96,3 +120,22 @@ def test_a_malformed_argument_is_one_usage_line_naming_the_magic_as_written(shel
     _, captured = run(shell, cell)
     assert (captured.stdout + captured.stderr).strip() == expected
     assert shell.user_ns["ran"] is False  # nothing ran
+
+
+def test_help_of_the_package_opens_with_a_map_of_the_api():
+    import pydoc
+
+    import torchmagic
+
+    first_screen = "\n".join(pydoc.render_doc(torchmagic, renderer=pydoc.plaintext).splitlines()[:80])
+    magics = {"%%torchprofile": "profile(fn)", "%torchprofile --load": "analyze(", "--diff": "diff(",
+              "%%torchprofile --ranks": "profile_ranks(", "%%amp_compare": "compare(", "%autobatch": "autobatch(",
+              "%%autobatch --ranks": "autobatch_ranks(", "%gpumem ": "memory(", "%%gpumem": "measure_memory(",
+              "%gpumem --free": "free(", "%gpumem --watch": "watch_memory(", "%loadertune": "loadertune("}
+    for magic, twin in magics.items():  # each magic beside its Python twin, one line each
+        assert any(magic in line and twin in line for line in first_screen.splitlines()), magic
+    for result in ("ProfileResult", "ProfileDiff", "TraceAnalysis", "CompareResult", "AutobatchResult",
+                   "MemoryResult", "LoaderTuneResult"):
+        assert result in first_screen  # where the results live
+    assert "-o NAME" in first_screen and "%name?" in first_screen  # how to keep one, where the options are
+    assert first_screen.index("%loadertune") < first_screen.index("CLASSES")  # the details come after the map

@@ -100,6 +100,35 @@ def test_exception_shows_partial_profile_then_user_traceback(shell):
     assert shell.user_ns["x"][0] == 21  # the cell's assignments before the error stay
 
 
+@pytest.mark.parametrize("options, cell", [
+    ("", "undefined_name + 1"),  # a typo on the first line
+    ("--warmup 2", "undefined_name + 1"),  # in the first warm-up run
+    ("--steps 3 --memory", "label = 'run'\nundefined_name + 1"),  # after lines that do no torch work
+])
+def test_an_error_before_any_of_the_cells_work_shows_the_error_alone(shell, tmp_path, options, cell):
+    shell.user_ns["kept"] = "an earlier profile"
+    trace = tmp_path / "t.json"
+    result, captured = run(shell, f"%%torchprofile -o kept --trace {trace} {options}\n{cell}")
+    assert isinstance(result.error_in_exec, NameError)  # re-raised: "Run all" stops here
+    shown = captured.stdout + captured.stderr
+    assert "NameError" in shown and "undefined_name" in shown and "torchmagic/" not in shown  # the user's frames
+    assert captured.outputs == []  # no report: no "0 steps", categories or warm-up advice around a typo
+    assert "0 step" not in shown and "first run includes" not in shown and "category" not in shown
+    assert shell.user_ns["kept"] == "an earlier profile"  # -o keeps what it held
+    assert not trace.exists()  # nor a trace of nothing, which the run after the fix would have to replace
+    assert not torch.autograd.profiler._is_profiler_enabled
+
+
+def test_an_error_after_a_completed_step_still_shows_the_profile_of_what_ran(shell):
+    shell.user_ns["runs"] = 0
+    cell = "runs += 1\ny = torch.ones(8) + 1\nif runs == 2: undefined_name"
+    result, captured = run(shell, f"%%torchprofile -o partial --steps 3\n{cell}")
+    assert isinstance(result.error_in_exec, NameError)
+    r = shell.user_ns["partial"]
+    assert len(r.step_s) == 1 and r.error.startswith("NameError") and any(op.name == "aten::add" for op in r.ops)
+    assert len(captured.outputs) == 1 and "NameError" in captured.outputs[0].data["text/plain"]
+
+
 def test_traceback_shows_user_frames_not_torchmagic(shell):
     shell.run_cell("def inner():\n    return 1 / 0")
     with capture_output() as captured:
@@ -225,20 +254,30 @@ def test_every_offered_verify_command_is_a_registered_magic_that_parses(shell):
 
 
 def test_the_dataloader_finding_names_the_cells_loader_and_its_button_runs_the_check(shell):
-    from torchmagic.core.render.base import tabbed  # noqa: F401  (ipywidgets is installed with the test extras)
+    from IPython.display import display
 
     shell.run_cell("from tests import workloads as w\nfrom torch.utils.data import DataLoader\n"
                    "train_loader = DataLoader(w.SlowTransformDataset(), batch_size=16)")
     result, _ = run(shell, "%%torchprofile -q -o prof\nfor x, y in train_loader:\n    pass")
     prof = shell.user_ns["prof"]
     assert prof.finding("dataloader").verify == "%loadertune train_loader"
-    ran = []
-    prof.verify_runner = ran.append
-    summary = prof.widget().children[0]
-    buttons = summary.children[2].children
+    ran, shown = [], []
+
+    def runner(command):
+        ran.append(command)
+        print("measured")
+        display({"text/plain": "report", "text/html": f'<div class="tm-report">the report of {command}</div>'},
+                raw=True)  # as a kernel shows a result
+
+    prof.verify_runner = runner
+    buttons = prof.controls(shown.append).children[1].children
     assert buttons[0].description == "▶ %loadertune train_loader"
     buttons[0].click()
     assert ran == ["%loadertune train_loader"]
+    # what the run printed and showed goes under the buttons as HTML, which a saved notebook keeps
+    assert shown[0]["text/plain"] == "running %loadertune train_loader ..."
+    assert shown[-1]["text/html"] == ('<pre class="">measured\n</pre>'
+                                      '<div class="tm-report">the report of %loadertune train_loader</div>')
 
 
 def test_a_cell_magic_verify_button_runs_on_top_of_the_profiled_cell(shell):

@@ -1,13 +1,17 @@
-"""Views of a ProfileResult: text, HTML, widget, dict — built from numbers, no profiler needed."""
+"""Views of a ProfileResult: text, HTML, live controls, dict — built from numbers, no profiler needed."""
 
+import dataclasses
 import json
+import re
 import types
 
 import pytest
 
 from torchmagic.features.profile.result import Finding, OpRow, ProfileResult, TimelineSpan
 from torchmagic.core.render import base
-from torchmagic.core.render.format import bar, fmt_bytes, fmt_pct, fmt_us
+from torchmagic.core.render.format import bar, fmt_bytes, fmt_pct, fmt_s, fmt_us
+
+from ..tabs import tabs
 
 
 def make_result(n_ops=40, **kw):
@@ -61,24 +65,32 @@ def test_to_dict_is_json_and_complete():
     assert {"label", "device", "ops", "categories_s", "notes", "error", "options"} <= set(data)
 
 
-def test_widget_has_tabs_with_table_and_plot():
-    import ipywidgets
-
-    tab = make_result().widget()
-    assert isinstance(tab, ipywidgets.Tab)
-    titles = [tab.get_title(i) for i in range(len(tab.children))]
-    assert titles[:3] == ["Summary", "Operators", "Timeline"]
-    assert isinstance(tab.children[2], ipywidgets.Image) and tab.children[2].value[:4] == b"\x89PNG"
-    assert "aten::op0" in tab.children[1].value
+def test_the_html_has_tabs_with_table_and_plot():
+    pages = tabs(make_result().to_html())
+    assert [title for title, _ in pages][:3] == ["Summary", "Operators", "Timeline"]
+    assert 'src="data:image/png;base64,iVBORw0KGgo' in pages[2][1]  # a PNG, inlined
+    assert "aten::op0" in pages[1][1] and "aten::op0" not in pages[0][1]
 
 
-def test_mimebundle_adds_widget_only_with_a_kernel(monkeypatch):
+def test_a_page_is_hidden_only_by_a_rule_that_needs_its_unchecked_button():
+    """Where a frontend strips the inputs (a sanitiser) or the styles (GitHub), every page shows."""
+    css = base.CSS
+    hiding = [rule for rule in re.findall(r"([^{}]+)\{([^{}]*)\}", css) if "display:none" in rule[1]]
+    assert [selector.strip() for selector, _ in hiding] == [".tm-tabs>input:not(:checked)+label+.tm-page"]
+    assert tabs(base.report_html(base.tabs_html([("Only", "<p>one</p>")]))) == []  # one page: no tabs
+
+
+def test_the_report_is_html_in_every_frontend_and_controls_come_below_it(monkeypatch):
     r = make_result()
-    assert set(r._repr_mimebundle_()) == {"text/plain", "text/html"}
-    monkeypatch.setattr(base, "widget_frontend", lambda: True)
-    bundle = r._repr_mimebundle_()
-    assert {"text/plain", "text/html", base.WIDGET_MIME} <= set(bundle)
-    assert "model_id" in bundle[base.WIDGET_MIME]
+    monkeypatch.setattr(base, "widget_frontend", lambda: True)  # a JupyterLab kernel
+    assert set(r._repr_mimebundle_()) == {"text/plain", "text/html"}  # what a saved notebook keeps
+    assert r._ipython_display_ is None  # no verify runner: IPython shows the bundle itself
+    r.verify_runner = lambda command: None
+    assert r._ipython_display_ is None  # nor with one, while no finding has a verify command
+    r.findings[0] = dataclasses.replace(r.findings[0], verify="%loadertune train_loader")
+    assert callable(r._ipython_display_)
+    monkeypatch.setattr(base, "widget_frontend", lambda: False)  # nbconvert, a terminal
+    assert r._ipython_display_ is None
 
 
 @pytest.mark.parametrize("allow_stdin, forced, expected", [
@@ -119,3 +131,16 @@ def test_formatting_units():
     assert fmt_bytes(-2 * 2**30) == "-2.0 GiB"
     assert fmt_pct(0.054) == "5.4%" and fmt_pct(0.5) == "50%"
     assert bar(1.0, 4) == "████" and bar(0.0) == ""
+
+
+def test_category_times_are_per_step_and_operator_times_say_they_are_totals():
+    """Beside a per-step headline, a category table of totals over the steps read 3x too long."""
+    r = make_result()  # 3 steps; forward 20 ms and data loading 13 ms over the three
+    text, page = r.to_text(), r.to_html()
+    assert "CPU time by category, per step (mean of 3 steps):" in text
+    assert "Top operators by self CPU time, totals over the 3 steps:" in text
+    forward = next(line for line in text.splitlines() if line.strip().startswith("forward"))
+    assert fmt_s(0.02 / 3) in forward and fmt_s(0.02) not in forward
+    assert "CPU time by category, per step (mean of 3 steps)</h4>" in page and fmt_s(0.02 / 3) in page
+    one = make_result(step_s=[0.01])
+    assert "CPU time by category, in the one step:" in one.to_text()

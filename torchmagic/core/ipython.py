@@ -139,9 +139,19 @@ def help_for_cell_magics(shell, magics_classes) -> None:
     for magics in magics_classes:
         cells |= set(magics.magics["cell"])
         lines |= set(magics.magics["line"])
-    names = cells - lines  # %torchprofile is also a line magic (--load): its own help answers
+    names = cells - lines  # a name that is a line magic too answers with one help (share_help)
     shell.ast_transformers[:] = [t for t in shell.ast_transformers if not isinstance(t, CellMagicHelp)]
     shell.ast_transformers.append(CellMagicHelp(names))
+
+
+def share_help(cell_magic, line_magic, line_form: str) -> None:
+    """One help for a name that is both a cell magic and a line magic of different functions
+    (%%torchprofile profiles a cell; %torchprofile --load reads traces).  IPython answers ``%name?``,
+    ``name?`` and a notebook's Shift-Tab with the line magic's docstring, ``%%name?`` with the cell
+    magic's; whoever asks is after the cell magic's options.  Both docstrings become the cell
+    magic's help, then the line form's under a heading (``line_form``) that says what it is for."""
+    cell_help, line_help = cell_magic.__doc__.rstrip(), line_magic.__doc__.strip()
+    cell_magic.__doc__ = line_magic.__doc__ = f"{cell_help}\n\n{line_form}:\n\n{line_help}\n"
 
 
 class TorchMagicsBase(Magics):

@@ -9,6 +9,7 @@ import pytest
 import torchmagic
 from torchmagic.features.profile.traces import ops
 
+from ...tabs import tabs
 from .synthetic import event, write_trace
 
 @pytest.fixture
@@ -27,14 +28,13 @@ def test_one_ranks_trace_gets_the_operators_and_findings_of_torchprofile(one_ran
     text = r.to_text()
     name = os.path.basename(one_rank_files[1])
     assert f"Operators of {name} (rank 1), as %%torchprofile reports them:" in text
-    assert "Top operators by self CPU time:" in text and "Operators" in [t for t, _ in _tabs(r)]
+    assert "Top operators by self CPU time, totals over the 4 steps:" in text and "Operators" in [t for t, _ in _tabs(r)]
     assert r.to_dict()["profile"]["steps"] == 4
     assert torchmagic.analyze(one_rank_files).profile is None  # two ranks: the cross-rank report
 
 
 def _tabs(r):
-    widget = r.widget()
-    return [(widget.get_title(i), child) for i, child in enumerate(widget.children)]
+    return tabs(r.to_html())
 
 
 def test_kernels_go_to_the_ops_that_launched_them_and_the_gpu_is_named(tmp_path):

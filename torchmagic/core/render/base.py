@@ -7,8 +7,9 @@ import html
 import importlib
 import json
 import os
+import uuid
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 from ..shell import current_shell
 
@@ -33,11 +34,24 @@ CSS = """<style>
 .tm-finding pre,.tm-report pre{background:var(--jp-layout-color2,#f6f8fa);padding:6px 8px;margin:4px 0;
   font-size:12px;overflow-x:auto}
 .tm-bar{font-family:var(--jp-code-font-family,monospace);line-height:1}
+.tm-tabs{display:flex;flex-wrap:wrap;align-items:flex-end}
+.tm-tabs>input{position:absolute;opacity:0;width:1px;height:1px}
+.tm-tabs>label{order:0;padding:3px 12px;margin:0 2px -1px 0;cursor:pointer;color:var(--jp-ui-font-color2,#59636e);
+  border:1px solid transparent;border-bottom:none}
+.tm-tabs>input:checked+label{color:var(--jp-ui-font-color1,#1f2328);font-weight:600;
+  border-color:var(--jp-border-color2,#e5e7eb);background:var(--jp-layout-color1,#fff)}
+.tm-tabs>input:focus-visible+label{outline:2px solid #0969da}
+.tm-tabs>.tm-page{order:1;width:100%;border-top:1px solid var(--jp-border-color2,#e5e7eb);padding-top:4px}
+.tm-tabs>input:not(:checked)+label+.tm-page{display:none}
 </style>"""
 
 
 class Result:
-    """A measurement: data first, with text, HTML and widget views derived from it."""
+    """A measurement: data first, with text and HTML views derived from it.
+
+    The HTML is the report everywhere, live or saved: it needs no kernel, so a notebook reopened
+    tomorrow, in JupyterLab, Notebook, VS Code or on GitHub, shows what the cell showed.  What only
+    a live kernel can do (a view's buttons) is a second output below it (``controls``)."""
 
     def to_dict(self) -> dict:
         raise NotImplementedError
@@ -47,8 +61,8 @@ class Result:
         return "interrupted: what was measured is below"
 
     # The module beside the result's own that renders it: functions text(r), html(r) and, where the
-    # view builds tabs, widget(r).  It imports the result only for type checking, so the result
-    # imports it when first shown, never the other way round.
+    # live view has buttons, has_controls(r) and controls(r, show_below).  It imports the result only for type checking, so the
+    # result imports it when first shown, never the other way round.
     _view_module = "view"
 
     def _view(self):
@@ -61,14 +75,11 @@ class Result:
     def to_html(self) -> str:
         return self._view().html(self)
 
-    def widget(self):
-        """An ipywidgets view; views build tabs, the default wraps the HTML."""
+    def controls(self, show_below: Callable[[dict], None]):
+        """The live view's ipywidgets controls (a finding's verify buttons), or None.  ``show_below``
+        puts a MIME bundle in the output under them, one that lasts (not a widget)."""
         view = self._view()
-        if hasattr(view, "widget"):
-            return view.widget(self)
-        import ipywidgets
-
-        return ipywidgets.HTML(self.to_html())
+        return view.controls(self, show_below) if hasattr(view, "controls") else None
 
     def to_json(self, **kwargs) -> str:
         return json.dumps(self.to_dict(), **kwargs)
@@ -90,13 +101,17 @@ class Result:
         return f"<{type(self).__name__}: {summary}>" if summary else f"<{type(self).__name__}>"
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        bundle = {"text/plain": self.to_text(), "text/html": self.to_html()}
-        if widget_frontend():
-            try:
-                bundle[WIDGET_MIME] = _shown_widget(self)._repr_mimebundle_()[WIDGET_MIME]
-            except Exception:  # a broken widget view must never hide the result
-                pass
-        return bundle
+        return {"text/plain": self.to_text(), "text/html": self.to_html()}
+
+    @property
+    def _ipython_display_(self):
+        """IPython shows a result through this method where it is callable: only where a live view
+        has controls to add.  Elsewhere it is None, and IPython shows the bundle as usual (the
+        value of a cell stays an execute_result, Out[n])."""
+        view = self._view()
+        if not widget_frontend() or not hasattr(view, "controls") or not view.has_controls(self):
+            return None
+        return lambda: _display_with_controls(self)
 
     def _repr_pretty_(self, printer, cycle) -> None:
         printer.text(self.to_text())
@@ -115,20 +130,74 @@ def png_img(png: bytes | None, alt: str) -> str:
             f'src="data:image/png;base64,{base64.b64encode(png).decode()}"/>')
 
 
-def tabbed(pages: list[tuple[str, Any]]):
-    """An ipywidgets Tab; each page is an HTML body (str), a picture (PNG bytes) or a widget."""
-    import ipywidgets as w
+def tabs_html(pages: list[tuple[str, str | bytes]]) -> str:
+    """Pages as tabs made of HTML and CSS only (a radio button per page), so they switch in a saved
+    notebook with no kernel.  Each page is an HTML body or a picture (PNG bytes).  Where a frontend
+    strips styles or inputs (GitHub, a sanitised untrusted output), every page shows, under its title:
+    a page is hidden only by a rule that needs its unchecked button."""
+    if len(pages) == 1:
+        title, page = pages[0]
+        return png_img(page, title) if isinstance(page, bytes) else page
+    group = f"tm-tabs-{uuid.uuid4().hex[:12]}"  # one radio group per report: two reports never share one
+    parts = []
+    for i, (title, page) in enumerate(pages):
+        tab = f"{group}-{i}"
+        body = png_img(page, title) if isinstance(page, bytes) else page
+        parts.append(f'<input type="radio" name="{group}" id="{tab}"{" checked" if i == 0 else ""}>'
+                     f'<label for="{tab}">{html.escape(title)}</label><div class="tm-page">{body}</div>')
+    return f'<div class="tm-tabs">{"".join(parts)}</div>'
 
-    def child(page):
-        if isinstance(page, bytes):
-            return w.Image(value=page, format="png", layout=w.Layout(max_width="100%"))
-        return w.HTML(report_html(page)) if isinstance(page, str) else page
 
-    children = [child(page) for _, page in pages]
-    tab = w.Tab(children=children)
-    for i, (title, _) in enumerate(pages):
-        tab.set_title(i, title)
-    return tab
+# A saved output whose widget's model is gone (the notebook reopened after the kernel ended) shows
+# "Error displaying widget: model not found" in JupyterLab and Notebook 7: the output element itself
+# then has class jupyter-widgets (a live view has it on an element inside).  The report before the
+# controls hides that one output when so.
+_DEAD_CONTROLS_CSS = ("<style>.jp-OutputArea-child:has(.{key})+.jp-OutputArea-child"
+                      ":has(.jp-OutputArea-output.jupyter-widgets){{display:none}}</style><span class=\"{key}\"></span>")
+
+
+def _display_with_controls(result: Result) -> None:
+    """The report, then its controls (a widget, with an empty text fallback for frontends without
+    widgets), then an output that what the controls run fills with HTML that lasts."""
+    from IPython.display import display
+
+    bundle = result._repr_mimebundle_()
+    below: list = []  # the display handle of the output under the controls, once shown
+    try:
+        controls = _shown_widget(result, lambda shown: below[-1].update(shown, raw=True))
+    except Exception:  # a broken control must never hide the report
+        controls = None
+    if controls is None:
+        display(bundle, raw=True)
+        return
+    bundle["text/html"] += _DEAD_CONTROLS_CSS.format(key=f"tm-live-{uuid.uuid4().hex[:12]}")
+    display(bundle, raw=True)
+    display({WIDGET_MIME: controls._repr_mimebundle_()[WIDGET_MIME], "text/plain": ""}, raw=True)
+    below.append(display({"text/plain": ""}, raw=True, display_id=True))
+
+
+def captured_bundle(captured, error: BaseException | None = None) -> dict:
+    """What a command printed and displayed (IPython's ``capture_output``), and its error, as one
+    text and HTML bundle: the HTML of each display where it has one."""
+    texts, pages = [], []
+
+    def printed(text: str, css: str = "") -> None:
+        if text:
+            texts.append(text.rstrip("\n"))
+            pages.append(f'<pre class="{css}">{html.escape(text)}</pre>')
+
+    printed(captured.stdout)
+    for output in captured.outputs:
+        data = output.data
+        if data.get("text/html"):
+            texts.append(data.get("text/plain", ""))
+            pages.append(data["text/html"])
+        else:
+            printed(data.get("text/plain", ""))
+    printed(captured.stderr, "tm-note")
+    if error is not None:
+        printed(f"{type(error).__name__}: {error}", "tm-note")
+    return {"text/plain": "\n".join(t for t in texts if t), "text/html": "".join(pages)}
 
 
 def widget_frontend() -> bool:
@@ -153,29 +222,35 @@ def widget_frontend() -> bool:
     return bool(getattr(kernel, "_allow_stdin", True))
 
 
-# A result's widget view lives as long as the result, and a result shown while a cell ran lives until
-# that cell runs again.  ipywidgets keeps every widget until it is closed, and a report's widgets hold
-# its HTML and pictures: each display of an analyze report kept ~0.2 MB for good (9-15 MiB per 50).
+# A result's controls live as long as the result, and a result shown while a cell ran lives until
+# that cell runs again.  ipywidgets keeps every widget until it is closed.
 # JupyterLab clears a cell's outputs when it runs it again, so its old views are gone by then;
 # closing a widget still on screen would blank it, so a display outside any known cell (no cell id:
 # a button's callback, a frontend that sends none) keeps its result for the session, as before.
-_widgets: dict[int, Any] = {}          # id(result) -> its widget, until the result is collected
+_widgets: dict[int, Any] = {}          # id(result) -> its controls, until the result is collected
+_below: dict[int, Callable[[dict], None]] = {}  # id(result) -> shows a bundle under its latest display
 _shown_in_cell: dict[str, list] = {}   # cell id -> the results shown while it last ran
 _shown_elsewhere: list = []
 _shells_watched: set[int] = set()
 
 
-def _shown_widget(result: Result):
-    """The result's widget, built on its first display and kept for the next ones."""
-    widget = _widgets.get(id(result))
+def _shown_widget(result: Result, show_below: Callable[[dict], None]):
+    """The result's controls (or None), built on their first display and kept for the next ones:
+    what they run shows under the latest display."""
+    key = id(result)
+    widget = _widgets.get(key)
     if widget is None:
-        widget = result.widget()
+        widget = result.controls(lambda shown: _below[key](shown))
+        if widget is None:
+            return None
         try:
-            weakref.finalize(result, _close_widget, id(result))
-        except TypeError:  # a result that takes no weak reference: a new widget each time, kept
+            weakref.finalize(result, _close_widget, key)
+        except TypeError:  # a result that takes no weak reference: its controls run where first shown
             _shown_elsewhere.append(widget)
+            _below[key] = show_below
             return widget
-        _widgets[id(result)] = widget
+        _widgets[key] = widget
+    _below[key] = show_below
     _keep_while_shown(result)
     return widget
 
@@ -206,6 +281,7 @@ def _close_widget(key: int) -> None:
     only the one it is asked to."""
     from ipywidgets import Widget
 
+    _below.pop(key, None)
     pending, seen = [_widgets.pop(key, None)], set()
     while pending:
         widget = pending.pop()

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from html import escape
 from typing import TYPE_CHECKING
 
-from ...core.render.base import png_img, report_html, tabbed
+from ...core.render.base import report_html, tabs_html
 from ...core.render.format import fmt_bytes, fmt_s
 from ...core.render.plot import figure_png, new_figure
 from ...core.render.table import Column, Table
@@ -144,18 +144,12 @@ def _tables_html(r: AutobatchResult) -> str:
 
 
 def html(r: AutobatchResult) -> str:
-    return report_html(_summary_html(r) + png_img(plot_png(r), "peak memory against batch size")
-                       + _tables_html(r))
-
-
-# -- widget ----------------------------------------------------------------------------
-def widget(r: AutobatchResult):
     pages: list[tuple[str, str | bytes]] = [("Answer", _summary_html(r))]
     png = plot_png(r)
     if png:
         pages.append(("Memory law", png))
     pages.append(("Trials", _tables_html(r)))
-    return tabbed(pages)
+    return report_html(tabs_html(pages))
 
 
 # -- plot ------------------------------------------------------------------------------

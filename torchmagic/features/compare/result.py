@@ -10,6 +10,9 @@ from ...core.expectations import Expectation, Measured
 from ...core.render.base import Result
 
 
+HEADLINE_REASON_CHARS = 80  # of a failed variant's reason, in the headline
+
+
 @dataclass
 class VariantResult:
     name: str
@@ -53,6 +56,16 @@ class VariantResult:
             return "baseline" if self.speedup == 1.0 else "unknown"
         low, high = self.ci
         return "faster" if low > 1 else "slower" if high < 1 else "no clear difference"
+
+    def failure(self, width: int = HEADLINE_REASON_CHARS) -> str | None:
+        """The headline's words for a variant that did not run, ``compile failed: <reason>``, the reason's
+        first line cut to ``width`` (the report's notes give it whole); None when it ran."""
+        if self.ok:
+            return None
+        reason = " ".join((self.error or "no reason given").splitlines()[0].split())
+        if len(reason) > width:
+            reason = reason[:width - 1].rsplit(" ", 1)[0].rstrip(",;:") + "…"
+        return f"{self.name} failed: {reason}"
 
     @property
     def trustworthy(self) -> bool:

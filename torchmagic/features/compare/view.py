@@ -7,7 +7,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from ...core.expectations import judge
-from ...core.render.base import png_img, report_html, tabbed
+from ...core.render.base import report_html, tabs_html
 from ...core.render.format import fmt_bytes, fmt_s
 from ...core.render.plot import figure_png, new_figure
 from ...core.render.table import Column, Table
@@ -20,6 +20,12 @@ VERDICT_COLORS = {"faster": "#1a7f37", "slower": "#d1242f", "no clear difference
 
 
 def headline(r: CompareResult) -> str:
+    """The verdict, then each variant that failed and why (a table note alone was easy to miss)."""
+    failed = [v.failure() for v in r.variants[1:] if not v.ok] if r.baseline.ok else []
+    return "; ".join([_verdict(r).removesuffix("."), *failed]) if failed else _verdict(r)
+
+
+def _verdict(r: CompareResult) -> str:
     base = r.baseline
     if not base.ok:
         return f"No comparison: eager failed ({base.error})."
@@ -141,17 +147,11 @@ def _summary_html(r: CompareResult) -> str:
 
 
 def html(r: CompareResult) -> str:
-    return report_html(_summary_html(r)
-                       + png_img(plot_png(r), "speedup over eager with 95% confidence intervals"))
-
-
-# -- widget ----------------------------------------------------------------------------
-def widget(r: CompareResult):
     pages: list[tuple[str, str | bytes]] = [("Verdict", _summary_html(r))]
     png = plot_png(r)
     if png:
         pages.append(("Chart", png))
-    return tabbed(pages)
+    return report_html(tabs_html(pages))
 
 
 # -- plot ------------------------------------------------------------------------------

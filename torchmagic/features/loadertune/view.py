@@ -8,7 +8,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from ...core.expectations import judge
-from ...core.render.base import png_img, report_html, tabbed
+from ...core.render.base import report_html, tabs_html
 from ...core.render.format import fmt_s
 from ...core.render.plot import figure_png, new_figure
 from ...core.render.table import Column, Table
@@ -130,16 +130,11 @@ def _body_html(r: LoaderTuneResult) -> str:
 
 
 def html(r: LoaderTuneResult) -> str:
-    return report_html(_body_html(r) + png_img(plot_png(r), "batches per second for each setting"))
-
-
-# -- widget ----------------------------------------------------------------------------
-def widget(r: LoaderTuneResult):
     pages: list[tuple[str, str | bytes]] = [("Answer", _body_html(r))]
     png = plot_png(r)
     if png:
         pages.append(("Chart", png))
-    return tabbed(pages)
+    return report_html(tabs_html(pages))
 
 
 # -- plot ------------------------------------------------------------------------------

@@ -127,14 +127,11 @@ class MemoryMagics(TorchMagicsBase):
             raise usage_error(f"%gpumem --watch: {exc.problem}") from None
         self.stop_watch()
         view = None
-        if widget_frontend():
-            import ipywidgets
-
-            view = ipywidgets.HTML()
-            display(view)
+        if widget_frontend():  # an output updated in place: HTML, so the last reading stays in a saved notebook
+            view = display({"text/plain": ""}, raw=True, display_id=True)
         self._watch = MemoryWatch(visible_accelerators(), interval,
-                                  on_sample=(lambda w: setattr(view, "value", w.result().to_html())) if view else None
-                                  ).start()
+                                  on_sample=(lambda w: view.update(w.result()._repr_mimebundle_(), raw=True))
+                                  if view else None).start()
         # a watch outlives neither these magics nor the process's shell: stopped when they are
         # collected (a reloaded extension's), and at exit, before the interpreter tears down
         weakref.finalize(self, self._watch.stop)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING
 
-from ...core.render.base import report_html, tabbed
+from ...core.render.base import report_html, tabs_html
 from ...core.render.format import fmt_s
 from ...core.render.table import Column, Table
 
@@ -78,8 +78,4 @@ def _tables_html(d: ProfileDiff) -> str:
 
 
 def html(d: ProfileDiff) -> str:
-    return report_html(_summary_html(d) + _tables_html(d))
-
-
-def widget(d: ProfileDiff):
-    return tabbed([("Summary", _summary_html(d)), ("Operators", _tables_html(d))])
+    return report_html(tabs_html([("Summary", _summary_html(d)), ("Operators", _tables_html(d))]))

@@ -9,13 +9,13 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from ...core.devices.profiler import ProfilerBusyError
 from ...core.ipython import (BACKEND_ARGUMENT, DEVICE_ARGUMENT, SHARE_ARGUMENT, TorchMagicsBase, parse_argstring,
-                             refused, run_from_button, usage_error, user_frames_only)
+                             refused, run_from_button, share_help, usage_error, user_frames_only)
 from ...core.limits import usable_cores
 from ...core.state import names_used, values_named
 from .diff import diff_profiles
 from .result import SORT_KEYS, ProfileResult
-from .traces.magic import ranks_magic
-from .run import ProfileOptions, run_profile
+from .traces.magic import TracesMagics, ranks_magic
+from .run import ProfileOptions, measured_nothing, run_profile
 from .user import user_objects
 
 
@@ -63,12 +63,16 @@ class ProfileMagics(TorchMagicsBase):
         The cell runs as usual: its variables stay defined and its last expression is
         returned.  The report shows findings (bottleneck, fix, command to verify it), time by
         category, the top operators and a timeline.  If the cell raises, the profile of
-        what ran is shown and the exception re-raised.
+        what ran is shown and the exception re-raised; the exception alone if none of the
+        cell's work was measured (a typo on its first line).
 
         With --ranks N the cell is a distributed program: it runs once in each of N processes
         (the process group set up, gloo on CPU, NCCL with a GPU per rank), its loop marking
         steps with prof.step(); --warmup and --steps choose the profiled ones.  Output is shown
         live per rank; the report compares the ranks (the straggler, waiting, communication).
+
+        The line magic %torchprofile --load PATH analyses traces a job wrote elsewhere: its
+        options are at the end.
         """
         __tracebackhide__ = True  # noqa: F841
         args = parse_argstring(self.torchprofile, line, "%%torchprofile")
@@ -104,6 +108,8 @@ class ProfileMagics(TorchMagicsBase):
             raise usage_error(f"%%torchprofile: {exc}") from None
         except KeyboardInterrupt as exc:  # held while the profiler stopped, raised as the run ended
             self.interrupted(args, exc)
+        if isinstance(run.error, Exception) and measured_nothing(run.result):
+            raise run.error  # the user's own error before any of the cell's work was measured: shown alone
         run.result.verify_runner = self._verify_runner(cell, run.result)
         changed = (diff_profiles(before, run.result, (args.diff, args.output or f"this cell (In [{self._running_cell_number()}])"))
                    if before is not None and run.result.step_s else None)
@@ -128,15 +134,18 @@ class ProfileMagics(TorchMagicsBase):
     def _verify_runner(self, cell: str, result: ProfileResult):
         """Runs a finding's verify command from the report's button: a cell magic on top of the
         profiled cell's code (%%torchprofile with the diff against this profile), a line magic as it is."""
-        def run(command: str) -> None:
+        def run(command: str):
             if command.startswith("%%torchprofile"):
                 self.shell.user_ns[VERIFY_BASE] = result
                 command += f" --diff {VERIFY_BASE}"
             with run_from_button():
-                self.shell.run_cell(f"{command}\n{cell}" if command.startswith("%%") else command,
-                                    store_history=False)
+                return self.shell.run_cell(f"{command}\n{cell}" if command.startswith("%%") else command,
+                                           store_history=False)
 
         return run
 
+
+share_help(ProfileMagics.torchprofile, TracesMagics.torchprofile_load,
+           "The line magic %torchprofile --load PATH, for traces a job wrote elsewhere")
 
 VERIFY_BASE = "_torchprofile_before"  # where a verify button keeps the profile its diff compares with

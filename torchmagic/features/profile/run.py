@@ -128,6 +128,13 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
     return Outcome(result, value, error)  # the value: the last completed step's
 
 
+def measured_nothing(result: ProfileResult) -> bool:
+    """The code failed before any of it was measured: no warm-up run or step finished and the profiler
+    saw no operator (a NameError on a cell's first line).  A report of that is clutter around the error,
+    and a trace of it would take the --trace path from the run that follows the fix."""
+    return not result.step_s and not result.warmup_s and not result.ops
+
+
 ENERGY_MIN_S = 1.0  # NVML refreshes its counter every few to tens of ms: shorter windows read coarsely
 
 
@@ -218,7 +225,7 @@ def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: Ru
     if options.flops:
         place_on_roofline(result, device)
     result.analysis_s = time.perf_counter() - started
-    if options.trace:
+    if options.trace and not measured_nothing(result):
         try:
             with NewFile(options.trace, options.trace_overwrite) as trace:
                 prof.export_chrome_trace(trace.temp)

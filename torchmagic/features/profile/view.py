@@ -7,7 +7,7 @@ from collections import defaultdict
 from html import escape
 from typing import TYPE_CHECKING
 
-from ...core.render.base import png_img, report_html, tabbed
+from ...core.render.base import captured_bundle, png_img, report_html, tabs_html
 from ...core.render.format import bar, fmt_bytes, fmt_count, fmt_flops, fmt_pct, fmt_s, fmt_us
 from ...core.render.plot import figure_png, new_figure
 from ...core.render.table import Column, Table
@@ -55,11 +55,24 @@ def sort_label(r: ProfileResult) -> str:
     return SORT_LABELS[r.sort_field]
 
 
-def _categories_table(values_s: dict[str, float]) -> Table | None:
+def per_step_unit(r: ProfileResult) -> str:
+    """What the category times are: a step's (the totals divided by the steps), or what ran."""
+    if r.steps > 1:
+        return f"per step (mean of {r.steps} steps)"
+    return "in the one step" if r.steps == 1 else "total over what ran"
+
+
+def totals_unit(r: ProfileResult) -> str:
+    return f"totals over the {r.steps} steps" if r.steps > 1 else per_step_unit(r)
+
+
+def _categories_table(r: ProfileResult, values_s: dict[str, float]) -> Table | None:
+    """Time by category per step, beside a per-step headline and per-step findings."""
     total = sum(values_s.values())
     if total <= 0:
         return None
-    rows = [(name, s, s / total) for name, s in values_s.items() if s > 0]
+    steps = max(r.steps, 1)
+    rows = [(name, s / steps, s / total) for name, s in values_s.items() if s > 0]
     rows.sort(key=lambda row: -row[1])
     return Table([
         Column("category", lambda row: row[0], "left"),
@@ -249,16 +262,17 @@ def text(r: ProfileResult) -> str:
 def operator_lines(r: ProfileResult) -> list[str]:
     """Where the time went, below the findings: categories, operators, your functions, memory."""
     out: list[str] = []
-    categories = _categories_table(r.categories_s)
+    categories = _categories_table(r, r.categories_s)
     if categories:
-        out += ["", "CPU time by category:", categories.to_text()]
-    device_categories = _categories_table(r.device_categories_s)
+        out += ["", f"CPU time by category, {per_step_unit(r)}:", categories.to_text()]
+    device_categories = _categories_table(r, r.device_categories_s)
     if device_categories:
-        out += ["", "GPU kernel time by the category of the op that launched it:", device_categories.to_text()]
+        out += ["", f"GPU kernel time by the category of the op that launched it, {per_step_unit(r)}:",
+                device_categories.to_text()]
     if r.kernel_stats:
         out += ["", kernel_line(r)]
     if r.ops:
-        out += ["", f"Top operators by {sort_label(r)}:", _ops_table(r).to_text()]
+        out += ["", f"Top operators by {sort_label(r)}, {totals_unit(r)}:", _ops_table(r).to_text()]
     if r.hot_lines:
         out += ["", "Your functions by the op time they call (the innermost one of your code):", _hot_lines_table(r).to_text()]
     memory = _memory_lines(r)
@@ -310,20 +324,22 @@ def findings_html(findings) -> str:
     return "<h4>Findings, most costly first</h4>" + "".join(items)
 
 
-def _categories_html(values_s: dict[str, float], title: str) -> str:
+def _categories_html(r: ProfileResult, values_s: dict[str, float], what: str) -> str:
     total = sum(values_s.values())
     if total <= 0:
         return ""
+    steps = max(r.steps, 1)
     rows = sorted(((n, s) for n, s in values_s.items() if s > 0), key=lambda row: -row[1])
     body = "".join(
-        f'<tr><td style="text-align:left">{escape(n)}</td><td style="text-align:right">{fmt_s(s)}</td>'
+        f'<tr><td style="text-align:left">{escape(n)}</td><td style="text-align:right">{fmt_s(s / steps)}</td>'
         f'<td style="text-align:right">{fmt_pct(s / total)}</td><td style="text-align:left">'
         # a bar of block characters: it survives sanitisers that strip inline styles (untrusted notebooks)
         f'<span class="tm-bar" style="color:{CATEGORY_COLORS.get(n, "#888")}">{bar(s / total)}</span></td></tr>'
         for n, s in rows
     )
-    return (f"<h4>{escape(title)}</h4><table class=\"tm-table\"><thead><tr><th style=\"text-align:left\">"
-            f"category</th><th>time</th><th>share</th><th></th></tr></thead><tbody>{body}</tbody></table>")
+    return (f"<h4>{escape(f'{what} by category, {per_step_unit(r)}')}</h4><table class=\"tm-table\"><thead><tr>"
+            f"<th style=\"text-align:left\">category</th><th>time</th><th>share</th><th></th></tr></thead>"
+            f"<tbody>{body}</tbody></table>")
 
 
 def _summary_html(r: ProfileResult) -> str:
@@ -334,8 +350,8 @@ def _summary_html(r: ProfileResult) -> str:
     nvml = _nvml_line(r)
     parts += [f'<div class="tm-note">{escape(note)}</div>' for note in r.notes + ([nvml] if nvml else [])]
     parts.append(_findings_html(r))
-    parts.append(_categories_html(r.categories_s, "CPU time by category"))
-    parts.append(_categories_html(r.device_categories_s, "GPU kernel time by category"))
+    parts.append(_categories_html(r, r.categories_s, "CPU time"))
+    parts.append(_categories_html(r, r.device_categories_s, "GPU kernel time"))
     if r.kernel_stats:
         parts.append(f'<p class="tm-note">{escape(kernel_line(r))}</p>')
     trace = _trace_line(r)
@@ -347,7 +363,7 @@ def _summary_html(r: ProfileResult) -> str:
 def _ops_html(r: ProfileResult) -> str:
     if not r.ops:
         return ""
-    title = f"Top operators by {sort_label(r)}"
+    title = f"Top operators by {sort_label(r)}, {totals_unit(r)}"
     return f"<h4>{escape(title)}</h4>" + _ops_table(r).to_html()
 
 
@@ -390,20 +406,26 @@ def memory_timeline_png(r: ProfileResult, width_in: float = 10.0) -> bytes | Non
     return figure_png(fig)
 
 
-def _timeline_img(r: ProfileResult) -> str:
-    img = png_img(timeline_png(r), "timeline of the profiled steps")
-    return f"<h4>Timeline</h4>{img}" if img else ""
-
-
 def html(r: ProfileResult) -> str:
-    return report_html(_summary_html(r) + _ops_html(r) + _extras_html(r) + _timeline_img(r))
+    """The report's tabs: the summary first (headline, findings, categories), then what a reader
+    digs into."""
+    pages: list[tuple[str, str | bytes]] = [("Summary", _summary_html(r))]
+    if r.ops:
+        pages.append(("Operators", _ops_html(r)))
+    png = timeline_png(r)
+    if png is not None:
+        pages.append(("Timeline", png))
+    extras = _extras_html(r)
+    if extras:
+        pages.append(("Sources & memory", extras))
+    return report_html(tabs_html(pages))
 
 
 def operators_html(r: ProfileResult) -> str:
     """Where the time went, below the findings, as HTML: categories, operators, functions, memory."""
     kernels = f'<p class="tm-note">{escape(kernel_line(r))}</p>' if r.kernel_stats else ""
-    return (_categories_html(r.categories_s, "CPU time by category")
-            + _categories_html(r.device_categories_s, "GPU kernel time by category")
+    return (_categories_html(r, r.categories_s, "CPU time")
+            + _categories_html(r, r.device_categories_s, "GPU kernel time")
             + kernels + _ops_html(r) + _extras_html(r))
 
 
@@ -445,41 +467,38 @@ def timeline_figure_png(spans, colors: dict[str, str], step_starts_us=(), width_
     return figure_png(fig)
 
 
-# -- widget ----------------------------------------------------------------------------
-def widget(r: ProfileResult):
-    runner = getattr(r, "verify_runner", None)
-    summary = _summary_html(r)
-    pages: list[tuple[str, object]] = [("Summary", _with_verify_buttons(summary, r, runner) if runner else summary)]
-    if r.ops:
-        pages.append(("Operators", _ops_html(r)))
-    png = timeline_png(r)
-    if png is not None:
-        pages.append(("Timeline", png))
-    extras = _extras_html(r)
-    if extras:
-        pages.append(("Sources & memory", extras))
-    return tabbed(pages)
+# -- live controls -----------------------------------------------------------------------
+def _verify_commands(r: ProfileResult) -> list[str]:
+    return list(dict.fromkeys(f.verify for f in r.findings if f.verify))
 
 
-def _with_verify_buttons(summary: str, r: ProfileResult, runner):
-    """The summary, then one button per distinct verify command: a click runs it (a cell magic on
-    top of the profiled cell), its report appearing below the buttons."""
+def has_controls(r: ProfileResult) -> bool:
+    return getattr(r, "verify_runner", None) is not None and bool(_verify_commands(r))
+
+
+def controls(r: ProfileResult, show_below):
+    """One button per distinct verify command, below the report while the kernel lives: a click runs
+    it (a cell magic on top of the profiled cell) and its report goes in the output under the
+    buttons, as HTML that stays when the notebook is saved."""
+    if not has_controls(r):
+        return None
+    runner, commands = r.verify_runner, _verify_commands(r)
     import ipywidgets as w
+    from IPython.utils.capture import capture_output
 
-    commands = list(dict.fromkeys(f.verify for f in r.findings if f.verify))
-    if not commands:
-        return w.HTML(report_html(summary))
-    out = w.Output()
+    def on_click(_, command):
+        show_below({"text/plain": f"running {command} ...",
+                    "text/html": report_html(f'<p class="tm-note">Running <code>{escape(command)}</code> ...</p>')})
+        with capture_output() as captured:
+            ran = runner(command)
+        show_below(captured_bundle(captured, getattr(ran, "error_before_exec", None)
+                                   or getattr(ran, "error_in_exec", None)))
+
     buttons = []
     for command in commands:
         button = w.Button(description=f"▶ {command}", tooltip=f"run {command}" + (" on top of the profiled cell"
                           if command.startswith("%%") else ""), layout=w.Layout(width="auto"))
-
-        def on_click(_, command=command):
-            with out:
-                runner(command)
-
-        button.on_click(on_click)
+        button.on_click(lambda b, command=command: on_click(b, command))
         buttons.append(button)
-    label = w.HTML('<span class="tm-note">Verify a fix (runs the command; the report appears below):</span>')
-    return w.VBox([w.HTML(report_html(summary)), label, w.HBox(buttons, layout=w.Layout(flex_flow="row wrap")), out])
+    label = w.HTML('<span class="tm-note">Verify a fix (runs the command; its report appears below):</span>')
+    return w.VBox([label, w.HBox(buttons, layout=w.Layout(flex_flow="row wrap"))])

@@ -28,7 +28,7 @@ class TracesMagics(TorchMagicsBase):
         """Analyse the traces a job wrote: per rank, and across ranks.
 
         %torchprofile --load PATH       PATH: a trace, or a directory of one trace per rank
-        %%torchprofile [options]        (a cell magic) profile the cell below: see %%torchprofile?
+        %%torchprofile [options]        (the cell magic) profile the cell below: its options are above
 
         Per rank, seconds per step: compute, data loading, communication (and how much of it is
         exposed), waiting for other ranks against transfer; the straggler the others wait for and

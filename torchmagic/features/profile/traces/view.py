@@ -6,7 +6,7 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING
 
-from ....core.render.base import png_img, report_html, tabbed
+from ....core.render.base import report_html, tabs_html
 from ....core.render.format import fmt_bytes, fmt_s
 from ....core.render.plot import figure_png, new_figure
 from ....core.render.table import Column, Table
@@ -110,11 +110,6 @@ def _collectives_html(r: TraceAnalysis) -> str:
 
 
 def html(r: TraceAnalysis) -> str:
-    return report_html(_body_html(r) + png_img(plot_png(r), "one step per rank") + _collectives_html(r)
-                       + _operators_html(r))
-
-
-def widget(r: TraceAnalysis):
     pages: list[tuple[str, str | bytes]] = [("Ranks", _body_html(r))]
     png = plot_png(r)
     if png:
@@ -123,7 +118,7 @@ def widget(r: TraceAnalysis):
         pages.append(("Collectives", _collectives_html(r)))
     if r.profile is not None:
         pages.append(("Operators", _operators_html(r)))
-    return tabbed(pages)
+    return report_html(tabs_html(pages))
 
 
 # -- plot ------------------------------------------------------------------------------
