@@ -60,3 +60,14 @@ def test_a_result_kept_or_shown_twice_keeps_one_set_of_controls(shell, widgets):
     shell.run_cell("pass", cell_id="b")
     gc.collect()
     assert widgets() < before  # nothing shows or holds it any more
+
+
+def test_reports_without_controls_make_no_widget(shell, widgets):
+    """A %gpumem report of many variables once built a widget holding its HTML, and the next call paid
+    for freeing it (489 ms against 17 ms after 30,000 variables): reports are HTML, nothing to free."""
+    shell.run_cell("import torch\nfor i in range(2000): globals()[f'v{i}'] = torch.zeros(4)")
+    before = widgets()
+    for _ in range(3):
+        shell.run_cell("%gpumem -o r", cell_id="g")
+    assert widgets() == before
+    shell.run_cell("for i in range(2000): del globals()[f'v{i}']\ndel r")

@@ -30,6 +30,7 @@ from ...core.interrupts import deliver_pending, guards, uninterruptible
 from ...core.limits import SettingError, check_count, check_seconds, check_workers, describe_error
 from ...core.measure import min_pairs, paired_ratio, summarize
 from ...core.state import Generators, Snapshot, objects_used_by, referenced_values
+from .cut_off import release_loader_frames
 from .result import DATALOADER_DEFAULTS, LoaderRow, LoaderSettings, LoaderTuneResult
 
 WORKER_TIMEOUT_S = 120  # a worker that sends nothing for this long is taken as hung
@@ -128,6 +129,7 @@ def run_loadertune(loader: DataLoader, options: LoaderTuneOptions = LoaderTuneOp
     finally:
         tuner.give_back()
     if interrupted is not None:  # what was measured goes with it: the magic shows it
+        release_loader_frames(interrupted)
         interrupted.torchmagic_result = tuner.interrupted_result(label, time.perf_counter() - started)
         raise interrupted
     return tuner.result(label, time.perf_counter() - started)
