@@ -61,8 +61,8 @@ class Result:
         return "interrupted: what was measured is below"
 
     # The module beside the result's own that renders it: functions text(r), html(r) and, where the
-    # live view has buttons, has_controls(r) and controls(r, show_below).  It imports the result only for type checking, so the
-    # result imports it when first shown, never the other way round.
+    # live view has buttons, has_controls(r) and controls(r, show_below).  It imports the result only
+    # for type checking, so the result imports it when first shown, never the other way round.
     _view_module = "view"
 
     def _view(self):
