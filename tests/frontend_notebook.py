@@ -39,7 +39,7 @@ def step(bs):
     model.zero_grad(set_to_none=True)
 """
 
-# What each magic's result must show.  "tabs": the widget view's tab titles; "table": a results
+# What each magic's result must show.  "tabs": the report's tab titles (None: one page); "table": a results
 # table with rows; "image": a plot drawn as an <img>.
 MAGICS = {
     "torchprofile": {

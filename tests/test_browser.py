@@ -175,7 +175,8 @@ def test_each_magic_renders_its_report_and_a_reopened_notebook_still_shows_it(tm
     saved = nbformat.read(notebook, as_version=4)
     assert all(o.output_type != "error" for c in saved.cells for o in c.get("outputs", []))
     assert notebook.stat().st_size < MAX_NOTEBOOK_BYTES, f"saved notebook is {notebook.stat().st_size:,} bytes"
-    reports = [o for c in saved.cells for o in c.get("outputs", []) if "tm-report" in o.get("data", {}).get("text/html", "")]
+    reports = [o for c in saved.cells for o in c.get("outputs", [])
+               if "tm-report" in o.get("data", {}).get("text/html", "")]
     assert reports and not [o for o in reports if WIDGET_MIME in o.data], "a report saved as a widget"
 
     # the next morning: a new server, the notebook reopened (a fresh kernel, none of the widgets' models)

@@ -153,7 +153,8 @@ def tabs_html(pages: list[tuple[str, str | bytes]]) -> str:
 # then has class jupyter-widgets (a live view has it on an element inside).  The report before the
 # controls hides that one output when so.
 _DEAD_CONTROLS_CSS = ("<style>.jp-OutputArea-child:has(.{key})+.jp-OutputArea-child"
-                      ":has(.jp-OutputArea-output.jupyter-widgets){{display:none}}</style><span class=\"{key}\"></span>")
+                      ":has(.jp-OutputArea-output.jupyter-widgets){{display:none}}</style>"
+                      "<span class=\"{key}\"></span>")
 
 
 def _display_with_controls(result: Result) -> None:
