@@ -73,16 +73,8 @@ def test_a_ctrl_c_in_the_compile_shows_the_users_frames_and_the_next_compile_wor
     assert compiled.ok and compiled.graphs >= 1 and compiled.numerics_ok, compiled.notes
 
 
-INTERRUPTED_IN_THE_LINKER = textwrap.dedent("""
-    import json, os, signal, threading, time
-    import torch
-    from torch import nn
-    from IPython.testing.globalipapp import start_ipython
-    from IPython.utils.capture import capture_output
-
-    shell = start_ipython()
-    shell.run_line_magic("load_ext", "torchmagic")
-    shell.run_cell('''
+# the model both processes compile: the same graph, so the second reads what the first left in the cache
+LINKED = textwrap.dedent("""
     import torch
     from torch import nn
     class Linked(nn.Module):
@@ -93,7 +85,18 @@ INTERRUPTED_IN_THE_LINKER = textwrap.dedent("""
             return torch.tanh(self.linear(x)) * 2.5
     torch.manual_seed(0)
     net, x = Linked(), torch.randn(4, 8)
-    ''')
+""")
+
+INTERRUPTED_IN_THE_LINKER = textwrap.dedent("""
+    import json, os, signal, threading, time
+    import torch
+    from torch import nn
+    from IPython.testing.globalipapp import start_ipython
+    from IPython.utils.capture import capture_output
+
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "torchmagic")
+    shell.run_cell(LINKED)
 
     def linker_writing():
         for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -135,17 +138,7 @@ INTERRUPTED_IN_THE_LINKER = textwrap.dedent("""
                       "numerics_ok": compiled.numerics_ok}))
 """)
 
-FRESH = textwrap.dedent("""
-    import torch
-    from torch import nn
-    class Linked(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.linear = nn.Linear(8, 8)
-        def forward(self, x):
-            return torch.tanh(self.linear(x)) * 2.5
-    torch.manual_seed(0)
-    net, x = Linked(), torch.randn(4, 8)
+FRESH = LINKED + textwrap.dedent("""
     with torch.no_grad():
         assert torch.allclose(torch.compile(net)(x), net(x), atol=1e-6)
     print("compiled")
@@ -157,7 +150,7 @@ def test_a_ctrl_c_that_kills_the_linker_leaves_no_partial_file_for_any_process(t
     """The C++ compile's linker is stopped mid-write by the process group's SIGINT, as in a notebook:
     the empty .so it leaves used to fail every later compile of that graph ("file too short")."""
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "TORCHINDUCTOR_VEC_ISA_OK": "1"}
-    script = f"CELL = {CELL!r}\n" + INTERRUPTED_IN_THE_LINKER
+    script = f"CELL = {CELL!r}\nLINKED = {LINKED!r}\n" + INTERRUPTED_IN_THE_LINKER
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=ROOT,
                           env=env, start_new_session=True, check=False)  # its own process group, to signal whole
     assert done.returncode == 0, done.stderr[-3000:]
