@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import io
-import shutil
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from tests.lab import chromium_page, find_chromium  # noqa: E402  (the browser the tests drive, launched alike)
 
 # The README's example, line for line: its set-up cell, then the profiled cell.
 SETUP = """\
@@ -38,12 +39,11 @@ PAGE = """<!doctype html><html><head><meta charset="utf-8">
 </head><body><div id="cell">{html}</div></body></html>"""
 
 
-def find_chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    sys.exit("docs/screenshot.py: no Chromium on PATH (Debian/Ubuntu: apt install chromium)")
+def chromium() -> str:
+    found = find_chromium()
+    if found is None:
+        sys.exit("docs/screenshot.py: no Chromium on PATH (Debian/Ubuntu: apt install chromium)")
+    return found
 
 
 def report_html() -> str:
@@ -55,22 +55,12 @@ def report_html() -> str:
     return result.to_html()
 
 
-def screenshot(html: str, chromium: str, width: int, height: int) -> bytes:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=chromium, headless=True,
-            args=["--no-sandbox", "--disable-background-networking", "--disable-component-update",
-                  "--disable-dev-shm-usage"])
-        try:
-            page = browser.new_page(viewport={"width": width, "height": height})
-            page.set_content(PAGE.format(html=html), wait_until="load")
-            shown = page.locator("#cell").bounding_box()
-            clip_height = min(height, int(shown["y"] + shown["height"]) + 16) if shown else height
-            return page.screenshot(clip={"x": 0, "y": 0, "width": width, "height": clip_height})
-        finally:
-            browser.close()
+def screenshot(html: str, executable: str, width: int, height: int) -> bytes:
+    with chromium_page(executable, width, height) as (page, _):
+        page.set_content(PAGE.format(html=html), wait_until="load")
+        shown = page.locator("#cell").bounding_box()
+        clip_height = min(height, int(shown["y"] + shown["height"]) + 16) if shown else height
+        return page.screenshot(clip={"x": 0, "y": 0, "width": width, "height": clip_height})
 
 
 def small_png(png: bytes) -> bytes:
@@ -88,8 +78,7 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--width", type=int, default=1000)
     parser.add_argument("--height", type=int, default=900, help="the most of the page kept, in pixels")
     args = parser.parse_args(argv)
-    chromium = find_chromium()
-    png = small_png(screenshot(report_html(), chromium, args.width, args.height))
+    png = small_png(screenshot(report_html(), chromium(), args.width, args.height))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(png)
     print(f"wrote {args.out} ({len(png) / 1024:.0f} KB)")
