@@ -121,13 +121,19 @@ def _check_tabs(name: str, spec: dict, report, cell) -> None:
         report.locator(f":scope > .tm-tabs > label:text-is('{spec['tabs'][0]}')").click()
 
 
-def _run_verify_button(cell) -> str:
-    """Clicks the report's first verify button; the text of the report it puts below the buttons."""
+def _run_verify_button(cell, diagnose) -> str:
+    """Clicks the report's first verify button; the text of the report it puts below the buttons,
+    once it is the verify's report (a "Running ..." note shows there first, and a save before the
+    report replaced it would leave the notebook changed)."""
     button = cell.locator(".widget-button").first
-    button.wait_for(timeout=30_000)
+    try:
+        button.wait_for(timeout=60_000)
+    except Exception as exc:
+        outputs = "\n".join(cell.locator(".jp-OutputArea-output").all_inner_texts())
+        raise AssertionError(f"no verify button ({exc.__class__.__name__}); the cell shows:\n{outputs}\n{diagnose()}")
     button.click()
     below = cell.locator(".jp-OutputArea-output:has(.tm-report)").nth(1)
-    below.wait_for(timeout=CELL_TIMEOUT_MS)
+    below.locator(".tm-headline").first.wait_for(timeout=CELL_TIMEOUT_MS)
     return below.inner_text()
 
 
@@ -159,7 +165,7 @@ def test_each_magic_renders_its_report_and_a_reopened_notebook_still_shows_it(tm
             cell.scroll_into_view_if_needed()
             cell.screenshot(path=str(ARTIFACTS / f"{name}.png"))
             _check_tabs(name, spec, reports.first, cell)
-        verified = _run_verify_button(_cell(page, "torchprofile"))
+        verified = _run_verify_button(_cell(page, "torchprofile"), lambda: _diagnosis(page, tmp_path, errors))
         assert "%%torchprofile" in verified and "Traceback" not in verified, verified
 
         page.click(".lm-MenuBar-itemLabel:text-is('File')")
