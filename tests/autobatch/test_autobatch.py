@@ -6,6 +6,7 @@ from torch import nn
 
 import torchmagic
 from torchmagic.core.devices import CpuDevice
+from torchmagic.core.devices.profiler import allocation_peak
 from torchmagic.features.autobatch.run import AutobatchOptions, resolve_budget
 from torchmagic.features.autobatch.search import MAX_ESTIMATES
 
@@ -233,10 +234,47 @@ def test_fake_tensor_estimates_calibrated_and_harmless():
 
 
 def test_steps_that_cannot_run_on_fake_tensors_fall_back_to_real_runs():
-    step, _, _ = _train_step(torch.optim.Adam)  # Adam reads its step count with .item()
+    train, _, _ = _train_step(torch.optim.SGD)
+    losses = []
+
+    def step(bs):  # logs a value: .item() needs real data
+        train(bs)
+        losses.append(torch.ones(bs).sum().item())
     r = torchmagic.autobatch(step, budget=32 * MiB, multiple_of=8, device=CpuDevice())
     assert r.calibration is None and not any(t.estimated for t in r.trials)
     assert r.batch_size is not None
+
+
+def test_adam_is_estimated_from_the_users_state_where_its_first_step_makes_its_moments():
+    # Adam with state reads its step count with .item(), which fake tensors cannot; every estimate
+    # starts from the user's state (no moments yet), as every trial does
+    step, _, opt = _train_step(torch.optim.Adam)
+    r = torchmagic.autobatch(step, budget=32 * MiB, multiple_of=8, device=CpuDevice())
+    assert r.calibration is not None and any(t.estimated for t in r.trials), r.to_text()
+    assert r.batch_size is not None and not opt.state
+
+
+def test_the_answer_fits_when_training_starts_from_the_users_state():
+    """A trial is the user's first steps at its size: the optimizer's moments the first step creates
+    count (found on an H200, where one step from a warm state chose a size that ran out of memory)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024))  # 8 MiB of weights
+    opt = torch.optim.Adam(model.parameters())  # 16 MiB of moments, made by the first step
+
+    def step(bs):
+        opt.zero_grad()
+        model(torch.randn(bs, 1024)).square().mean().backward()
+        opt.step()
+    r = torchmagic.autobatch(step, budget=40 * MiB, margin=0.0, estimate=False, device=CpuDevice())
+    assert r.batch_size and not opt.state
+    with allocation_peak(torch.autograd.DeviceType.CPU) as reading:
+        step(r.batch_size)
+        step(r.batch_size)
+    answer = next(t for t in r.trials if t.batch_size == r.batch_size and not t.estimated)
+    # what training takes at the answer is what its trial counted (torch's share; the process's
+    # resident growth, the rest of the peak, varies more), and it is under the limit
+    assert reading.peak_bytes <= answer.allocated_bytes * 1.02 and reading.peak_bytes <= r.limit_bytes, \
+        (reading.peak_bytes / MiB, r.to_text())
 
 
 def test_no_estimate_option():

@@ -21,7 +21,7 @@ from ...core.limits import SettingError, describe_error
 from ...core.measure import timed_call
 from ...core.state import Snapshot, objects_used_by, referenced_values
 from .estimate import fake_estimator
-from .result import AutobatchResult, ThroughputPoint, Trial
+from .result import TRIAL_STEPS, AutobatchResult, ThroughputPoint, Trial
 from .search import Probe, SearchSpace, fits, search
 
 CPU_DEFAULT_BUDGET = 0.5   # of available RAM: the rest of the notebook (and the OS) needs some
@@ -107,29 +107,32 @@ def run_autobatch(step: Callable[[int], Any], options: AutobatchOptions = Autoba
     started = time.perf_counter()
     try:
         result = _search(step, options, space, device, label, before, started, on_probe or (lambda probe: None),
-                         state)
+                         state, snapshot)
     finally:
         _put_back(snapshot, device)
     result.memory_after_bytes = device.memory_in_use()
     return result
 
 
-def _search(step, options, space, device, label, before, started, on_probe, state) -> AutobatchResult:
+def _search(step, options, space, device, label, before, started, on_probe, state,
+            snapshot: Snapshot) -> AutobatchResult:
     __tracebackhide__ = True  # noqa: F841
 
     probes: list[Probe] = []
 
+    from_users_state = starting_over(snapshot, device)
+
     def probe(size: int) -> Probe:
         __tracebackhide__ = True  # noqa: F841
-        result = _probe(step, size, device)
+        result = _probe(step, size, device, from_users_state)
         probes.append(result)
         on_probe(result)
         return result
 
-    # One un-measured step at the smallest size creates what a step creates once (optimizer
-    # state, cuDNN plans, lazy modules), so every measured trial sees the steady state.
+    # The first trial, at the smallest size, also makes what a process makes once and keeps (cuBLAS
+    # and cuDNN handles and workspaces, lazy modules): the budget is what is left after it.
     warm = probe(space.smallest)
-    budget, how = resolve_budget(options.budget, device)  # after the warm-up: its state is in use
+    budget, how = resolve_budget(options.budget, device)
     try:
         return _search_from(warm, budget, how, probe, step, options, space, device, label, before, started, state)
     except KeyboardInterrupt as exc:  # what ran so far goes with it: the magic shows it
@@ -192,24 +195,39 @@ def _throughput(step, answer: int, space: SearchSpace, device: Device) -> list[T
     return points
 
 
-def _probe(step: Callable[[int], Any], size: int, device: Device) -> Probe:
+def starting_over(snapshot: Snapshot, device: Device) -> Callable[..., None]:
+    """``reset(collect=True)``: back to where the user's training starts, after each trial's runs:
+    their weights and optimizer state (often none yet: a trial's first step then creates it, as the
+    first training step will), and memory released."""
+    def reset(collect: bool = True) -> None:
+        snapshot.restore()
+        _release(device, collect)
+    return reset
+
+
+def _probe(step: Callable[[int], Any], size: int, device: Device,
+           reset: Callable[..., None] | None = None) -> Probe:
+    """One trial: ``TRIAL_STEPS`` steps at ``size`` and their peak above the start.  ``reset(collect)``
+    puts the state back after each run (default: only memory is released)."""
     __tracebackhide__ = True  # noqa: F841
+    reset = reset or (lambda collect=True: _release(device, collect))
     error = unallocated = None
     start = time.perf_counter()
     with device.peak_scope() as reading:
         try:
-            step(size)
+            for _ in range(TRIAL_STEPS):
+                step(size)
             device.synchronize()
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
             error = describe_error(exc, width=200)
             unallocated = _unallocated(device)
-    seconds = time.perf_counter() - start
+    seconds = (time.perf_counter() - start) / TRIAL_STEPS
     # Out here, past the except block, the failed step's frames and the tensors they hold are
     # unreachable; a collection frees what sits in reference cycles.  A step that succeeded
     # freed its tensors by reference counting (a full collection costs ~0.15 s with torch loaded).
-    _release(device, collect=error is not None)
+    reset(collect=error is not None)
     if error is not None:
         return Probe(size, None, False, seconds=seconds, error=error, unallocated_bytes=unallocated)
     # what counts against the budget: torch's allocations, or all the process took if that is more
@@ -218,9 +236,10 @@ def _probe(step: Callable[[int], Any], size: int, device: Device) -> Probe:
     scope = device.footprint_scope()
     if scope is not None:  # read in a run of its own: the profiler's events are resident memory too
         with scope as own:
-            step(size)
+            for _ in range(TRIAL_STEPS):
+                step(size)
         footprint = own.footprint_bytes
-        _release(device, collect=False)
+        reset(collect=False)
     peak = max(reading.peak_bytes, footprint or 0)
     return Probe(size, peak, True, seconds=seconds, allocated_bytes=reading.peak_bytes)
 

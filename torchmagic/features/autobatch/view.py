@@ -10,6 +10,7 @@ from ...core.render.base import report_html, tabs_html
 from ...core.render.format import fmt_bytes, fmt_s
 from ...core.render.plot import figure_png, new_figure
 from ...core.render.table import Column, Table
+from .result import TRIAL_STEPS
 
 if TYPE_CHECKING:  # the result imports this view when it is shown, not the other way round
     from .result import AutobatchResult
@@ -73,7 +74,8 @@ def details(r: AutobatchResult) -> list[str]:
     how = (f"{estimated} fake-tensor estimates (scaled by {r.calibration:.2f} to match a real run) and "
            if r.calibration else "")
     lines.append(f"{how}{real} real trial{'s' if real != 1 else ''} in {fmt_s(r.seconds)} on "
-                 f"{r.device.get('name', r.device.get('kind'))}, after one warm-up step")
+                 f"{r.device.get('name', r.device.get('kind'))}, each {TRIAL_STEPS} steps from your model's and "
+                 "optimizer's state")
     target = r.options.get("target_batch")
     if r.accumulation_steps == 1:
         lines.append(f"Batch {target} fits in one step: no gradient accumulation needed")

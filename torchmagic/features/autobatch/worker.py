@@ -17,7 +17,8 @@ import sys
 from ...core.ranks.control import reply, requests
 from ...core.ranks.rank import (SetupFailed, cell_namespace, compile_cell, exit_rank, join_group, leave_group,
                                 read_payload, setup_failed, show_cell_error, stop_with_the_notebook)
-from .run import THROUGHPUT_REPEATS, _probe, _throughput, resolve_budget
+from ...core.state import Snapshot
+from .run import THROUGHPUT_REPEATS, _probe, _throughput, objects_to_restore, resolve_budget, starting_over
 from .search import SearchSpace
 
 CELL_FILENAME = "<%%autobatch cell>"
@@ -44,9 +45,10 @@ def main(payload_path: str) -> int:
         step = _step(payload, namespace)
         if step is None:
             return EXIT_NO_STEP
+        reset = starting_over(Snapshot(objects_to_restore(step), device), device)  # each trial from here
         for request in requests():
             try:
-                reply(_answer(request, step, device))
+                reply(_answer(request, step, device, reset))
             except BaseException as exc:
                 show_cell_error(exc, CELL_FILENAME, STEP_FILENAME)
                 return EXIT_STEP_FAILED
@@ -75,10 +77,10 @@ def _step(payload: dict, namespace: dict):
     return step
 
 
-def _answer(request: dict, step, device) -> dict:
+def _answer(request: dict, step, device, reset) -> dict:
     rank = int(os.environ["RANK"])
     if request["do"] == "probe":
-        return {"rank": rank, **dataclasses.asdict(_probe(step, request["size"], device))}
+        return {"rank": rank, **dataclasses.asdict(_probe(step, request["size"], device, reset))}
     if request["do"] == "budget":
         budget, how = resolve_budget(request["budget"], device)
         sharing = int(os.environ["LOCAL_WORLD_SIZE"])
