@@ -91,4 +91,5 @@ def test_a_bare_memory_error_is_out_of_memory_and_named(shell):
 def test_errors_are_described_by_their_type_when_they_say_nothing():
     assert describe_error(MemoryError()) == "MemoryError"
     assert describe_error(RuntimeError("  first line\nsecond")) == "RuntimeError: first line"
-    assert describe_error(torch.OutOfMemoryError("x" * 400), width=10) == "OutOfMemoryError: " + "x" * 10
+    assert describe_error(torch.OutOfMemoryError("x" * 400), width=10) == "OutOfMemoryError: " + "x" * 9 + "…"
+    assert describe_error(RuntimeError("One. Two three. Four five six."), width=20) == "RuntimeError: One. Two three."

@@ -55,6 +55,14 @@ def check_workers(workers: tuple[int, ...] | None) -> None:
 
 
 def describe_error(exc: BaseException, width: int = 300) -> str:
-    """'TypeName: first line of the message', or the type alone for an empty message (MemoryError())."""
+    """'TypeName: first line of the message', or the type alone for an empty message (MemoryError()).
+    A longer line ends at its last sentence that fits (CUDA's out-of-memory message runs 500
+    characters on one line), else is cut with an ellipsis."""
     text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0][:width]}" if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    line = text.splitlines()[0]
+    if len(line) > width:
+        sentence = line.rfind(". ", 0, width)
+        line = line[:sentence + 1] if sentence > width // 3 else line[:width - 1] + "…"
+    return f"{type(exc).__name__}: {line}"

@@ -257,6 +257,9 @@ def fill_from_summary(result: ProfileResult, s: TraceSummary, ctx: RuleContext) 
                           sorted(s.one_time_us.items(), key=lambda kv: -kv[1]))
         result.notes.append(f"One-time costs in the profiled steps, shown as start-up and kept out of the findings' "
                             f"shares: {costs}. Profile after a warm-up step (--warmup 1) to see the steady state alone.")
+    if s.profiler_start_us:
+        result.notes.append(f"The first profiled step took {fmt_us(s.profiler_start_us)} more than the others' median: "
+                            "the profiler starting to trace the GPU, kept out of the findings' shares.")
     result.event_count = s.event_count
     result.ops = [
         OpRow(o.name, o.calls, o.self_cpu_us, o.total_cpu_us, o.self_device_us, o.flops,
