@@ -265,7 +265,7 @@ def test_the_answer_fits_when_training_starts_from_the_users_state():
         opt.zero_grad()
         model(torch.randn(bs, 1024)).square().mean().backward()
         opt.step()
-    r = torchmagic.autobatch(step, budget=40 * MiB, margin=0.0, estimate=False, device=CpuDevice())
+    r = torchmagic.autobatch(step, budget=64 * MiB, margin=0.0, estimate=False, device=CpuDevice())
     assert r.batch_size and not opt.state
     with allocation_peak(torch.autograd.DeviceType.CPU) as reading:
         step(r.batch_size)

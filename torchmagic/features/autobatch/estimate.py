@@ -14,6 +14,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from ...core.interrupts import deliver_pending, uninterruptible
 from ...core.state import Snapshot
 from .search import Probe
@@ -43,6 +45,8 @@ def fake_estimator(step: Callable[[int], Any], state: list[Any], snapshot: Calla
     def fake_step(size: int) -> Probe | None:
         undo = snapshot()
         started = time.perf_counter()
+        before_update: list[int] = []  # the peak before the first optimizer update: forward and backward
+        hooks = []
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -50,17 +54,32 @@ def fake_estimator(step: Callable[[int], Any], state: list[Any], snapshot: Calla
                     tracker = MemTracker()
                     if state:  # count their parameters, gradients and optimizer states too
                         tracker.track_external(*state)
+                    hooks = [o.register_step_pre_hook(lambda *_: before_update.append(
+                                 _total(tracker.get_tracker_snapshot("peak"))) if not before_update else None)
+                             for o in state if isinstance(o, torch.optim.Optimizer)]
                     with tracker:
                         start = _total(tracker.get_tracker_snapshot("current"))
                         step(size)
                         peak = _total(tracker.get_tracker_snapshot("peak"))
+                        made = _optimizer_state(tracker.get_tracker_snapshot("current"))
         except Exception:  # data-dependent ops, unsupported kernels: measure for real instead
             return None
         finally:
+            for hook in hooks:
+                hook.remove()
             undo.restore()
+        # A trial runs TRIAL_STEPS steps; a second fake one cannot run (Adam reads the step count its
+        # first made).  The second's forward and backward run among the optimizer state the first made.
+        if before_update:
+            peak = max(peak, before_update[0] + made)
         return Probe(size, max(peak - start, 0), True, estimated=True, seconds=time.perf_counter() - started)
 
     return estimate
+
+
+def _optimizer_state(snapshot: dict) -> int:
+    return int(sum(n for per_device in snapshot.values() for kind, n in per_device.items()
+                   if getattr(kind, "name", None) == "OPT"))
 
 
 def _total(snapshot: dict) -> int:
