@@ -11,12 +11,26 @@
    that answer (the most of three runs), against the budget.  Beside it, the answer a search on
    torch's allocations alone would give (what %autobatch did before it read the process's
    footprint) and the growth at that answer.
+3. The issue's "done when", on the residual CNN with AdamW and the transformer with AdamW, under
+   `%autobatch step --budget 256MiB --margin 0`: five runs per model, each on a fresh model built
+   from seed 0; the truth is the largest batch size whose two steps from a freshly built model, in
+   a new Python process, peak at or under the limit (the larger of torch's allocations and the
+   process's exact resident growth, VmHWM after clear_refs, each read in a process of its own),
+   found by bisection around the median answer.  Verdicts: at most 4 real trials; every answer
+   within 5% of the truth and never above it; the five answers within 3% of each other.
+
+    python -m benchmarks.autobatch_budget --sections 3
 """
 
 from __future__ import annotations
 
+import argparse
 import math
+import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -70,12 +84,14 @@ class Block(nn.Module):
         return torch.relu(x + self.body(x))
 
 
-def resnet_step():
-    """A small residual CNN on 32x32 images, SGD with momentum: runs on fake tensors (estimates)."""
-    model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), Block(32), Block(32),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+def residual_cnn() -> nn.Module:
+    """The residual CNN of resnet_step, built from seed 0 (a fresh process builds the same one)."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), Block(32), Block(32),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
 
+
+def cnn_step(model: nn.Module, opt):
     def step(bs):
         loss = nn.functional.cross_entropy(model(torch.randn(bs, 3, 32, 32)), torch.randint(0, 10, (bs,)))
         opt.zero_grad()
@@ -85,9 +101,24 @@ def resnet_step():
     return step
 
 
+def resnet_step():
+    """A small residual CNN on 32x32 images, SGD with momentum: runs on fake tensors (estimates)."""
+    model = residual_cnn()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    return cnn_step(model, opt)
+
+
+def resnet_adamw_step():
+    """The residual CNN of resnet_step with AdamW: its moments are optimizer state the first step creates."""
+    model = residual_cnn()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return cnn_step(model, opt)
+
+
 def transformer_step():
-    """Four transformer encoder layers over 64 tokens, AdamW: Adam reads its step count on the
-    host, so no fake-tensor estimates; real runs only."""
+    """Four transformer encoder layers over 64 tokens, AdamW (estimated from the user's state, where
+    its moments do not exist yet).  Built from seed 0."""
+    torch.manual_seed(0)
     model = nn.TransformerEncoder(nn.TransformerEncoderLayer(128, 4, 512, batch_first=True), 4)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
@@ -136,13 +167,168 @@ def model_row(name: str, make, budget: int) -> list[str]:
     return lines
 
 
-def main() -> None:
+# -- 3. the issue's "done when" ---------------------------------------------------------------
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = 5
+
+# In a new process: build the model with the factory, run two steps at the size (the first creates
+# the optimizer state, the second runs among it), print the peak above the start in bytes.
+FRESH = """
+import gc, os, sys
+import torch
+import benchmarks.autobatch_budget as bench
+factory, size, reading = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+step = getattr(bench, factory)()
+if reading == "allocations":
+    from torchmagic.core.devices.profiler import allocation_peak
+    with allocation_peak(torch.autograd.DeviceType.CPU) as r:
+        step(size)
+        step(size)
+    peak = r.peak_bytes
+else:
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    with open("/proc/self/statm") as f:
+        before = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    step(size)
+    step(size)
+    with open("/proc/self/status") as f:
+        hwm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+    peak = hwm - before
+print("PEAK", peak)
+"""
+
+
+class FreshPeaks:
+    """Each size's peak in fresh processes: the larger of torch's allocations and the resident
+    growth, each read in a process of its own; kept by size, so a size runs once."""
+
+    def __init__(self, factory, limit: int):
+        self.factory, self.limit, self.readings, self.processes = factory.__name__, limit, {}, 0
+
+    def _read(self, size: int, reading: str) -> int:
+        done = subprocess.run([sys.executable, "-c", FRESH, self.factory, str(size), reading], cwd=ROOT,
+                              capture_output=True, text=True, check=False)
+        self.processes += 1
+        lines = [line for line in done.stdout.splitlines() if line.startswith("PEAK ")]
+        if done.returncode != 0 or not lines:
+            raise RuntimeError(f"fresh process ({self.factory}, {size}, {reading}) failed:\n{done.stderr[-2000:]}")
+        return int(lines[-1].split()[1])
+
+    def __call__(self, size: int) -> int:
+        if size not in self.readings:
+            allocated, grew = self._read(size, "allocations"), self._read(size, "resident")
+            self.readings[size] = (allocated, grew)
+            peak = max(allocated, grew)
+            print(f"      size {size:5d}: allocations {allocated / MiB:6.1f} MiB, resident growth {grew / MiB:6.1f} MiB"
+                  f" -> {peak / MiB:6.1f} MiB {'fits' if peak <= self.limit else 'over'}", flush=True)
+        return max(self.readings[size])
+
+    def fits(self, size: int) -> bool:
+        return self(size) <= self.limit
+
+
+def fresh_truth(peaks: FreshPeaks, around: float) -> int:
+    """The largest size that fits in fresh processes: a bracket around ``around``, widened until its
+    low end fits and its high end does not, then bisected to neighbours."""
+    low, high = max(1, math.floor(0.9 * around)), max(2, math.ceil(1.1 * around))
+    while not peaks.fits(low):
+        if low == 1:
+            return 0
+        high, low = low, max(1, math.floor(0.8 * low))
+    while peaks.fits(high):
+        low, high = high, math.ceil(1.25 * high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if peaks.fits(middle):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def done_when(name: str, make, budget: int) -> list[str]:
+    runs = []
+    for i in range(RUNS):
+        step = make()
+        started = time.perf_counter()
+        r = torchmagic.autobatch(step, budget=budget, margin=0.0, device=CpuDevice())
+        seconds = time.perf_counter() - started
+        real = sum(not t.estimated for t in r.trials)
+        own = [t.peak_bytes for t in r.trials
+               if t.batch_size == r.batch_size and not t.estimated and t.peak_bytes is not None]
+        runs.append((r.batch_size, real, len(r.trials) - real, seconds, r.limit_bytes, max(own) if own else None))
+        print(f"    run {i + 1}: answer {r.batch_size}, {real} real trials, {len(r.trials) - real} estimates, "
+              f"{seconds:5.1f} s, limit {r.limit_bytes / MiB:.1f} MiB, its trial's peak "
+              f"{max(own) / MiB if own else float('nan'):.1f} MiB", flush=True)
+    limit = runs[0][4]
+    answers = [run[0] for run in runs]
+    print(f"    the truth in fresh processes (limit {limit} B = {limit / MiB:.1f} MiB of run 1), "
+          f"bisected around the median {statistics.median(answers)}:", flush=True)
+    peaks = FreshPeaks(make, limit)
+    started = time.perf_counter()
+    truth = fresh_truth(peaks, statistics.median(answers))
+    for answer in sorted(set(answers)):
+        peaks(answer)
+    seconds = time.perf_counter() - started
+    most_real = max(run[1] for run in runs)
+    spread = max(answers) / min(answers) - 1
+    shares = [a / truth for a in answers]
+    within = all(abs(share - 1) <= 0.05 and a <= truth for share, a in zip(shares, answers))
+    lines = [
+        f"  {name}: answers {', '.join(map(str, answers))}; at most {most_real} real trials; "
+        f"spread {spread:.1%}; truth {truth} ({peaks.processes} fresh processes, {seconds:.0f} s)",
+        "    answers as % of the truth: " + ", ".join(f"{share:.1%}" for share in shares),
+        f"    <= 4 real trials: {'PASS' if most_real <= 4 else 'FAIL'} (at most {most_real})",
+        f"    within 5% of the truth, never above: {'PASS' if within else 'FAIL'} "
+        f"({min(shares):.1%}-{max(shares):.1%})",
+        f"    spread <= 3%: {'PASS' if spread <= 0.03 else 'FAIL'} ({spread:.1%})",
+    ]
+    fit = {size: max(reading) <= limit for size, reading in peaks.readings.items()}
+    above, below = sorted(b for b, ok in fit.items() if ok and b > truth), sorted(b for b, ok in fit.items()
+                                                                                  if not ok and b < truth)
+    if above or below:
+        lines.append(f"    not monotonic in fresh processes: fit above the truth {above or '-'}, over below it "
+                     f"{below or '-'}; the largest size read that fits: {max(b for b, ok in fit.items() if ok)}")
+    for i, (answer, *_, own) in enumerate(runs):
+        fresh = peaks(answer)
+        trial = "no trial at the answer" if own is None else \
+            f"its trial peaked {own / MiB:6.1f} MiB ({'<=' if own <= limit else '>'} limit {limit / MiB:.1f})"
+        lines.append(f"    run {i + 1} at {answer}: {trial}; fresh processes "
+                     f"{fresh / MiB:6.1f} MiB ({'<=' if fresh <= limit else '>'} limit)")
+    return lines
+
+
+def main(sections=(1, 2, 3)) -> None:
     print(machine_line())
+    if 1 in sections:
+        section_1()
+    if 2 in sections:
+        section_2()
+    if 3 in sections:
+        section_3()
+
+
+def section_3() -> None:
+    budget = 256 * MiB
+    print(f"\n3. Done when: CPU, %autobatch step --budget {budget / MiB:.0f}MiB --margin 0, {RUNS} runs per model; "
+          "the truth from two steps of a fresh model in fresh processes", flush=True)
+    for name, make in (("residual CNN + AdamW", resnet_adamw_step), ("transformer + AdamW", transformer_step)):
+        print(f"  {name}:", flush=True)
+        for line in done_when(name, make, budget):
+            print(line, flush=True)
+
+
+def section_1() -> None:
     print(f"\n1. Real runs to an answer within 5% of the truth: simulated {CAPACITY / GiB:.0f} GiB device, "
           f"limit {LIMIT / GiB:.1f} GiB, sizes 1-100000")
     for estimates in (True, False):
         for name, law in LAWS.items():
             print(law_row(name, law, estimates))
+
+
+def section_2() -> None:
     budget = 256 * MiB
     torch.manual_seed(0)
     print(f"\n2. CPU, budget {budget / MiB:.0f} MiB (limit {0.9 * budget / MiB:.0f} MiB): the process's growth at the answer")
@@ -151,5 +337,15 @@ def main() -> None:
             print(line)
 
 
+def parse_sections(text: str) -> tuple[int, ...]:
+    sections = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    if not sections or not set(sections) <= {1, 2, 3}:
+        raise argparse.ArgumentTypeError(f"sections are 1, 2 and 3, comma-separated: not {text!r}")
+    return sections
+
+
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sections", "--section", type=parse_sections, default=(1, 2, 3),
+                        help="which sections to run, comma-separated (default 1,2,3)")
+    main(parser.parse_args().sections)
