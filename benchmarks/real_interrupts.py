@@ -123,7 +123,7 @@ def _state(shell) -> dict:
         "handler": signal.getsignal(signal.SIGINT), "unraisablehook": sys.unraisablehook,
         "threads": {t.ident for t in threading.enumerate()},
         "children": {p.pid for p in proc.children(recursive=True)},
-        "fds": len(fds),
+        "fds": len(fds), "fd_targets": _targets(fds),
         "pipes": sum(os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:")
                      for fd in fds if os.path.exists(f"/proc/self/fd/{fd}")),
         "weights": [t.detach().clone() for t in ns["model"].state_dict().values()],
@@ -131,6 +131,22 @@ def _state(shell) -> dict:
         "optimizer_state": sum(len(s) for s in ns["opt"].state.values()),
         "rng": torch.get_rng_state(), "python_rng": __import__("random").getstate(),
     }
+
+
+def _targets(fds: list[str]) -> dict[str, str]:
+    """fd -> what it points at (a file, pipe:[...], socket:[...]), for a leak's report."""
+    with open("/proc/self/maps") as maps:  # shared memory a storage holds is mapped; an orphan is not
+        mapped = {fields[4] for fields in (line.split(None, 5) for line in maps) if len(fields) > 4}
+    found = {}
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("/dev/shm/"):
+                target += " mapped" if str(os.fstat(int(fd)).st_ino) in mapped else " unmapped"
+            found[fd] = target
+        except OSError:  # listdir's own, closed by now
+            pass
+    return found
 
 
 def _differences(before: dict, after: dict, restoring: bool) -> list[str]:
@@ -144,7 +160,8 @@ def _differences(before: dict, after: dict, restoring: bool) -> list[str]:
         found.append(f"child processes left: {sorted(after['children'] - before['children'])}")
     for key in ("fds", "pipes"):
         if after[key] > before[key]:
-            found.append(f"{key}: {before[key]} -> {after[key]}")
+            new = sorted(set(after["fd_targets"].items()) - set(before["fd_targets"].items()))
+            found.append(f"{key}: {before[key]} -> {after[key]}" + (f" (new: {new})" if key == "fds" else ""))
     if restoring:
         if not all(torch.equal(a, b) for a, b in zip(before["weights"], after["weights"])):
             found.append("weights changed")
@@ -173,7 +190,7 @@ def sweep(shell, workload: str, magic: str, runs: int, rng: random.Random) -> tu
     duration = time.perf_counter() - started
     if not result.success:
         return 0, 0, [f"{workload}/{magic}: the uninterrupted run failed: {result.error_in_exec!r}\n{shown[-1500:]}"]
-    interrupted = completed = after_run = 0
+    interrupted = completed = after_run = before_run = 0
     failures: list[str] = []
     for i in range(runs):
         shell.run_cell(WORKLOADS[workload])  # fresh objects: the cell's training moves the weights
@@ -181,9 +198,14 @@ def sweep(shell, workload: str, magic: str, runs: int, rng: random.Random) -> tu
         before = _state(shell)
         delay = rng.uniform(0.0, duration)
         timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
         try:
-            result, shown = _run(shell, source)
+            try:
+                timer.start()
+                result, shown = _run(shell, source)
+            except KeyboardInterrupt:  # landed here, before the cell started (a delay near 0, a slow thread start)
+                before_run += 1
+                timer.join()
+                continue
         finally:
             try:  # a signal that arrives after the run is the shell's, not the magic's: it lands here
                 timer.join()
@@ -209,6 +231,8 @@ def sweep(shell, workload: str, magic: str, runs: int, rng: random.Random) -> tu
             failures.append(f"{where}: " + "; ".join(found))
     if after_run:
         print(f"  ({workload}/{magic}: {after_run} SIGINTs landed after the run had ended)")
+    if before_run:
+        print(f"  ({workload}/{magic}: {before_run} SIGINTs landed before the cell started: not counted)")
     return interrupted, completed, failures
 
 

@@ -30,7 +30,7 @@ from ...core.interrupts import deliver_pending, guards, uninterruptible
 from ...core.limits import SettingError, check_count, check_seconds, check_workers, describe_error
 from ...core.measure import min_pairs, paired_ratio, summarize
 from ...core.state import Generators, Snapshot, objects_used_by, referenced_values
-from .cut_off import release_loader_frames
+from .cut_off import free_cut_off_batch, shared_memory_fds
 from .result import DATALOADER_DEFAULTS, LoaderRow, LoaderSettings, LoaderTuneResult
 
 WORKER_TIMEOUT_S = 120  # a worker that sends nothing for this long is taken as hung
@@ -119,6 +119,7 @@ def run_loadertune(loader: DataLoader, options: LoaderTuneOptions = LoaderTuneOp
     progress = on_progress or (lambda text: None)
     started = time.perf_counter()
     tuner = _Tuner(loader, options, device, progress)
+    shared_before = shared_memory_fds()
     interrupted = None
     try:
         tuner.sweep()
@@ -129,7 +130,7 @@ def run_loadertune(loader: DataLoader, options: LoaderTuneOptions = LoaderTuneOp
     finally:
         tuner.give_back()
     if interrupted is not None:  # what was measured goes with it: the magic shows it
-        release_loader_frames(interrupted)
+        free_cut_off_batch(interrupted, shared_before)
         interrupted.torchmagic_result = tuner.interrupted_result(label, time.perf_counter() - started)
         raise interrupted
     return tuner.result(label, time.perf_counter() - started)
