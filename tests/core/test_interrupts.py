@@ -21,6 +21,7 @@ import torchmagic
 from torchmagic.core import interrupts
 from torchmagic.core.devices import profiler
 from torchmagic.core import gc_pause, settings, state
+from torchmagic.features.autobatch.result import TRIAL_STEPS
 from torchmagic.features.loadertune import run as loadertune
 
 
@@ -192,9 +193,9 @@ def test_a_ctrl_c_that_lands_in_a_weakref_callback_is_not_lost():
 def test_an_interrupted_batch_search_hands_over_its_trials_and_no_answer():
     model = nn.Linear(64, 64)
     calls = []
-    # a warm-up, then each trial runs the step twice on CPU (torch's allocations, then the
-    # process's resident memory without the profiler)
-    third_trial = 1 + 2 * 2 + 1
+    # each trial runs TRIAL_STEPS steps twice on CPU (torch's allocations, then the process's
+    # resident memory without the profiler): the first step of the third trial
+    third_trial = 2 * 2 * TRIAL_STEPS + 1
 
     def step(bs):
         calls.append(bs)

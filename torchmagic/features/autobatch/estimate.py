@@ -65,9 +65,7 @@ def fake_estimator(step: Callable[[int], Any], state: list[Any], snapshot: Calla
         except Exception:  # data-dependent ops, unsupported kernels: measure for real instead
             return None
         finally:
-            for hook in hooks:
-                hook.remove()
-            undo.restore()
+            _undo(hooks, undo)
         # A trial runs TRIAL_STEPS steps; a second fake one cannot run (Adam reads the step count its
         # first made).  The second's forward and backward run among the optimizer state the first made.
         if before_update:
@@ -75,6 +73,14 @@ def fake_estimator(step: Callable[[int], Any], state: list[Any], snapshot: Calla
         return Probe(size, max(peak - start, 0), True, estimated=True, seconds=time.perf_counter() - started)
 
     return estimate
+
+
+@uninterruptible
+def _undo(hooks: list, undo: Snapshot) -> None:
+    """The optimizers' hooks removed, then the fake run's gradients and optimizer state undone."""
+    for hook in hooks:
+        hook.remove()
+    undo.restore()
 
 
 def _optimizer_state(snapshot: dict) -> int:
