@@ -38,13 +38,13 @@ def release_loader_frames(exc: BaseException) -> None:
         tb = tb.tb_next
 
 
-# Shared memory as /proc shows it: torch's file-descriptor strategy unlinks its /dev/shm files at once
-# (" (deleted)"); memfd_create's have no path.
-_SHARED_MEMORY = ("/dev/shm/", "/memfd:")
+# torch's shared memory as /proc shows it: its file-descriptor strategy names its /dev/shm files
+# torch_<pid>_... and unlinks them at once (" (deleted)").  Only those: a user's own are never ours.
+_SHARED_MEMORY = "/dev/shm/torch_"
 
 
 def shared_memory_fds() -> set[int]:
-    """The process's open file descriptors on shared memory (Linux; empty elsewhere)."""
+    """The process's open file descriptors on torch's shared memory (Linux; empty elsewhere)."""
     found = set()
     try:
         names = os.listdir("/proc/self/fd")
