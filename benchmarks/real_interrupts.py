@@ -135,14 +135,15 @@ def _state(shell) -> dict:
 
 def _targets(fds: list[str]) -> dict[str, str]:
     """fd -> what it points at (a file, pipe:[...], socket:[...]), for a leak's report."""
-    with open("/proc/self/maps") as maps:  # shared memory a storage holds is mapped; an orphan is not
-        mapped = {fields[4] for fields in (line.split(None, 5) for line in maps) if len(fields) > 4}
+    from torchmagic.features.loadertune.cut_off import mapped_inodes
+
+    mapped = mapped_inodes() or set()  # shared memory a storage holds is mapped; an orphan is not
     found = {}
     for fd in fds:
         try:
             target = os.readlink(f"/proc/self/fd/{fd}")
             if target.startswith("/dev/shm/"):
-                target += " mapped" if str(os.fstat(int(fd)).st_ino) in mapped else " unmapped"
+                target += " mapped" if os.fstat(int(fd)).st_ino in mapped else " unmapped"
             found[fd] = target
         except OSError:  # listdir's own, closed by now
             pass

@@ -59,6 +59,15 @@ def shared_memory_fds() -> set[int]:
     return found
 
 
+def mapped_inodes() -> set[int] | None:
+    """The inodes of the files the process maps (/proc/self/maps), or None where it cannot be read."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return {int(fields[4]) for fields in (line.split(None, 5) for line in maps) if len(fields) > 4}
+    except (OSError, ValueError):
+        return None
+
+
 def close_unmapped_shared_memory(before: set[int]) -> int:
     """Close the shared-memory descriptors opened since ``before`` that nothing maps: a Ctrl-C between
     multiprocessing's receipt of a batch's descriptor (recvmsg) and torch's storage taking it leaves
@@ -66,12 +75,8 @@ def close_unmapped_shared_memory(before: set[int]) -> int:
     memory (/proc/self/maps lists its inode), so one that holds a descriptor keeps it.  Returns how
     many were closed."""
     new = shared_memory_fds() - before
-    if not new:
-        return 0
-    try:
-        with open("/proc/self/maps") as maps:
-            mapped = {int(fields[4]) for fields in (line.split(None, 5) for line in maps) if len(fields) > 4}
-    except (OSError, ValueError):
+    mapped = mapped_inodes() if new else None
+    if mapped is None:
         return 0
     closed = 0
     for fd in new:
