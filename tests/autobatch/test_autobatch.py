@@ -1,5 +1,7 @@
 """torchmagic.autobatch: real CPU steps against a budget, and a fake CUDA device with a known law."""
 
+import itertools
+
 import pytest
 import torch
 from torch import nn
@@ -7,7 +9,8 @@ from torch import nn
 import torchmagic
 from torchmagic.core.devices import CpuDevice
 from torchmagic.core.devices.profiler import allocation_peak
-from torchmagic.features.autobatch.run import AutobatchOptions, resolve_budget
+from torchmagic.features.autobatch.result import TRIAL_STEPS
+from torchmagic.features.autobatch.run import FOOTPRINT_RUNS, AutobatchOptions, resolve_budget
 from torchmagic.features.autobatch.search import MAX_ESTIMATES
 
 from ..fakes import FakeCudaDevice
@@ -359,3 +362,45 @@ def test_accumulation_sums_to_the_target_exactly_where_a_few_more_steps_allow():
     assert _accumulation(96, 40, 8) == (3, 32)       # equal, and multiples of 8
     assert _accumulation(97, 40, 1) == (3, 33)       # a prime: the fewest steps, 99 in effect
     assert _accumulation(None, 40, 1) == (None, None) and _accumulation(256, None, 1) == (None, None)
+
+
+def test_a_resident_footprint_that_differs_between_runs_is_read_again_and_its_most_counts():
+    """On CPU a trial's resident growth can differ from run to run of the same steps (glibc's heap):
+    the trial reads it in more runs, counts the most against the limit and says so."""
+    runs = itertools.count()
+    model = nn.Linear(64, 64)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(bs):
+        # runs of TRIAL_STEPS steps take 0, 24 or 48 MiB more in turn, as bytes Python writes (resident)
+        held = b"\x01" * ((next(runs) // TRIAL_STEPS % 3) * 24 * MiB)
+        opt.zero_grad()
+        model(torch.randn(bs, 64)).square().mean().backward()
+        opt.step()
+        del held
+
+    r = torchmagic.autobatch(step, budget=1024 * MiB, max=4, estimate=False, device=CpuDevice())
+    real = [t for t in r.trials if not t.estimated]
+    assert r.batch_size == 4 and real
+    for trial in real:
+        reads = trial.footprint_reads
+        assert reads is not None and len(reads) == FOOTPRINT_RUNS[1], r.to_text()
+        assert trial.peak_bytes == max(reads) >= 48 * MiB and max(reads) - min(reads) >= 40 * MiB, reads
+    text = r.to_text()
+    assert "Resident memory differed from run to run" in text and "MALLOC_MMAP_THRESHOLD_" in text
+    assert "resident reads" in text and "(3 runs)" in text
+
+
+def test_a_footprint_that_repeats_is_read_twice():
+    model = nn.Linear(64, 64)
+    calls = []
+
+    def step(bs):
+        calls.append(bs)
+        model(torch.randn(bs, 64)).sum().backward()
+
+    r = torchmagic.autobatch(step, budget=1024 * MiB, max=2, estimate=False, device=CpuDevice())
+    # the trial at 2: its profiled run, then two runs that read the footprint alike
+    assert [t.batch_size for t in r.trials] == [1, 2] and calls.count(2) == 3 * TRIAL_STEPS
+    assert [t.footprint_reads for t in r.trials] == [None] * len(r.trials), r.to_text()  # kept only where they differ
+    assert "differed from run to run" not in r.to_text() and "resident reads" not in r.to_text()

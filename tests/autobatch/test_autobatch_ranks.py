@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from torchmagic.features.autobatch.run import TRIAL_STEPS
+from torchmagic.features.autobatch.run import FOOTPRINT_RUNS, TRIAL_STEPS
 
 from ..conftest import run
 from ..processes import assert_left_as_it_was, process_state
@@ -153,9 +153,11 @@ def test_an_interrupt_stops_every_rank_and_shows_the_trials_so_far(shell, when, 
     stop = threading.Event()
 
     def interrupt():
-        if when == "during the trials":  # a trial (two runs of TRIAL_STEPS per rank) done, however loaded the machine
+        if when == "during the trials":  # a trial done on both ranks, however loaded the machine: its
+            # profiled run and the runs that read the footprint, TRIAL_STEPS steps each
+            calls = 2 * (1 + FOOTPRINT_RUNS[0]) * TRIAL_STEPS
             while not stop.is_set() and (not os.path.exists(shell.user_ns["marker"])
-                                         or len(open(shell.user_ns["marker"]).read()) < 2 * 2 * TRIAL_STEPS + 2):
+                                         or len(open(shell.user_ns["marker"]).read()) < calls + 2):
                 time.sleep(0.05)
         if not stop.wait(0.3):
             os.kill(os.getpid(), signal.SIGINT)

@@ -25,7 +25,7 @@ from ...core.ranks.output import show_rank_line
 from ...core.ranks.processes import threads_per_rank
 from ...core.ranks.share import shared_note
 from .result import AutobatchResult, ThroughputPoint
-from .run import AutobatchOptions, _result, search_space
+from .run import AutobatchOptions, _result, search_space, varied_footprint_note
 from .search import Probe, fits, search
 from .worker import EXIT_NO_STEP
 
@@ -83,9 +83,11 @@ class _Trials:
                          unallocated_bytes=first["unallocated_bytes"])
         ordered = [replies[rank] for rank in sorted(replies)]
         allocated = [r["allocated_bytes"] for r in ordered if r["allocated_bytes"] is not None]
-        return Probe(size, max(r["peak_bytes"] for r in ordered), True, seconds=max(r["seconds"] for r in ordered),
+        largest = max(ordered, key=lambda r: r["peak_bytes"])
+        return Probe(size, largest["peak_bytes"], True, seconds=max(r["seconds"] for r in ordered),
                      allocated_bytes=max(allocated) if allocated else None,
-                     rank_peaks_bytes=tuple(r["peak_bytes"] for r in ordered))
+                     rank_peaks_bytes=tuple(r["peak_bytes"] for r in ordered),
+                     footprint_reads=tuple(largest["footprint_reads"]) if largest.get("footprint_reads") else None)
 
 
 @guards
@@ -151,6 +153,7 @@ def _search(trials: _Trials, control: RankControl, options: AutobatchOptions, sp
     result.restarts = trials.restarts
     result.notes += least["notes"]
     result.notes.append("Fake-tensor estimates are not used with --ranks: a trial is a real step on every rank.")
+    result.notes += varied_footprint_note(outcome.probes)
     if options.throughput and result.batch_size:
         trials.ready()
         result.throughput = _throughput(control, result.batch_size, space, ranks)

@@ -22,6 +22,8 @@ class Trial:
                                         # and the process's footprint (resident memory on CPU, reserved on CUDA)
     rank_peaks_bytes: tuple[int, ...] | None = None  # with ranks: each rank's peak, by rank (``peak_bytes``:
                                                      # the largest, since a size fits only if it fits on every rank)
+    footprint_reads: tuple[int, ...] | None = None  # the footprint read in runs of their own, kept where they
+                                                    # disagreed; ``peak_bytes`` counts the most
 
 
 # A trial runs the step this many times from the user's state: the first creates the optimizer's

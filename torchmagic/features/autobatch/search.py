@@ -46,6 +46,8 @@ class Probe:
     allocated_bytes: int | None = None    # torch's allocations alone, where ``peak_bytes`` also counts
                                           # the process's footprint (resident memory on CPU)
     rank_peaks_bytes: tuple[int, ...] | None = None  # with ranks: each one's peak (``peak_bytes`` is the largest)
+    footprint_reads: tuple[int, ...] | None = None   # the footprint of each run that read it, kept where the
+                                                     # runs disagreed (``peak_bytes`` counts the most)
 
 
 @dataclass(frozen=True)

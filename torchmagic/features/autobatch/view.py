@@ -104,6 +104,8 @@ def _trials_table(r: AutobatchResult) -> Table:
         *([Column("torch's share", lambda t: size(t.allocated_bytes) if t.allocated_bytes is not None else "")]
           if any(t.allocated_bytes not in (None, t.peak_bytes) for t in r.trials) else []),
         *([Column("ranks' peaks", lambda t: _rank_range(t, size))] if r.ranks > 1 else []),
+        *([Column("resident reads", lambda t: _reads_range(t, size))]
+          if any(t.footprint_reads for t in r.trials) else []),
         Column("result", lambda t: ("estimate" if t.estimated else "fits" if t.ok else
                                     "over the limit" if t.ran else "out of memory"), "left"),
         Column("time", lambda t: fmt_s(t.seconds)),
@@ -114,6 +116,12 @@ def _rank_range(trial, size) -> str:
     """The least and the largest of the ranks' peaks: how far apart the ranks are."""
     peaks = trial.rank_peaks_bytes
     return f"{size(min(peaks))} – {size(max(peaks))}" if peaks else ""
+
+
+def _reads_range(trial, size) -> str:
+    """The least and the most of a trial's footprint reads (the most is its peak)."""
+    reads = trial.footprint_reads
+    return f"{size(min(reads))} – {size(max(reads))} ({len(reads)} runs)" if reads else ""
 
 
 def _throughput_table(r: AutobatchResult) -> Table:
