@@ -44,18 +44,35 @@ def _browser_or_skip() -> str:
 
 
 def _run_all(page) -> None:
-    """Run > Run All Cells, retried until the first cell is queued (the menu can race the kernel's start)."""
+    """Run > Run All Cells, retried until the first cell is queued (the menu can race the kernel's start,
+    and on a loaded machine a dialog JupyterLab opens meanwhile can cover the menu: it is closed, and said)."""
+    dialogs = []
     for _ in range(5):
-        page.click(".lm-MenuBar-itemLabel:text-is('Run')")
-        page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
+        _close_dialogs(page, dialogs)
         try:
+            page.click(".lm-MenuBar-itemLabel:text-is('Run')", timeout=10_000)
+            page.click(".lm-Menu-itemLabel:text-is('Run All Cells')", timeout=10_000)
             page.wait_for_function(
                 "() => !document.querySelector('.jp-CodeCell .jp-InputPrompt').textContent.includes('[ ]')",
                 timeout=10_000)
+            if dialogs:
+                print("closed JupyterLab dialogs before running:", *dialogs, sep="\n")
             return
         except Exception:
             page.keyboard.press("Escape")
-    raise AssertionError("JupyterLab never started running the notebook")
+    raise AssertionError("JupyterLab never started running the notebook; dialogs it showed: " + repr(dialogs))
+
+
+def _close_dialogs(page, seen: list[str]) -> None:
+    dialog = page.locator(".jp-Dialog")
+    while dialog.count():
+        text = dialog.first.inner_text().strip()
+        seen.append(text)
+        if "Select Kernel" in text:  # the notebook's own kernel is the default choice
+            dialog.first.locator(".jp-mod-accept").click()
+        else:
+            page.keyboard.press("Escape")
+        dialog.first.wait_for(state="detached", timeout=5_000)
 
 
 def _cell(page, name: str):

@@ -98,6 +98,7 @@ def test_every_rules_snippet_names_the_cells_objects_and_runs(fp16, optimizer):
     torch.set_num_threads(1)  # as conftest set it
 
 
+@pytest.mark.slow  # each case starts the loader's workers it recommends
 @pytest.mark.parametrize("cores, torch_threads, share, workers, threads", [
     (2, 1, 0.6, 2, 1),     # 6 ms of loading against 4 ms of work on one thread: 2 workers, 5 ms of core time each
     (2, 1, 0.2, 1, 1),     # 2 ms against 8 ms: one worker on the idle core keeps up
