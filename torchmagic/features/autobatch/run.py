@@ -318,8 +318,8 @@ def varied_footprint_note(probes: list[Probe]) -> list[str]:
             "keeps tensors under its mmap threshold (which rises to 32 MiB) in a heap whose freed pages stay resident "
             "in varying amounts. Each trial counts the most it read, and a run can take more: keep a margin. "
             "A process started with MALLOC_MMAP_THRESHOLD_=1048576 in its environment gives each tensor from "
-            "1 MiB its own pages, so its resident memory stays near torch's allocations and varies less; "
-            "time its steps, as each such tensor then costs page faults."]
+            "1 MiB its own pages, so its resident memory stays near torch's allocations and varies less, "
+            "but each such tensor then costs page faults: its steps can run 2x slower."]
 
 
 @uninterruptible
