@@ -310,7 +310,7 @@ def varied_footprint_note(probes: list[Probe]) -> list[str]:
     varied = [p for p in probes if p.footprint_reads]
     if not varied:
         return []
-    widest = max(varied, key=lambda p: max(p.footprint_reads) / min(p.footprint_reads))
+    widest = max(varied, key=lambda p: max(p.footprint_reads) - min(p.footprint_reads))  # a read can be 0
     reads = widest.footprint_reads
     torch_share = f", torch allocating {fmt_bytes(widest.allocated_bytes)} each time" if widest.allocated_bytes else ""
     return [f"Resident memory differed from run to run of the same {TRIAL_STEPS} steps (batch {widest.batch_size}: "
