@@ -240,8 +240,7 @@ def _probe(step: Callable[[int], Any], size: int, device: Device,
         return Probe(size, None, False, seconds=seconds, error=error, unallocated_bytes=unallocated)
     # what counts against the budget: torch's allocations, or all the process took if that is more
     # (CPU: resident memory, for Python objects, oneDNN scratch and malloc's pages; CUDA: reserved)
-    reads = _footprint_reads(step, size, device, reset, footprint_runs) \
-        if device.footprint_scope() is not None else ()
+    reads = _footprint_reads(step, size, device, reset, footprint_runs)
     footprint = max(reads) if reads else reading.footprint_bytes
     peak = max(reading.peak_bytes, footprint or 0)
     return Probe(size, peak, True, seconds=seconds, allocated_bytes=reading.peak_bytes,
@@ -256,12 +255,16 @@ FOOTPRINT_AGREEMENT_BYTES = 2**20
 def _footprint_reads(step, size: int, device: Device, reset, runs: tuple[int, int]) -> tuple[int, ...]:
     """The footprint of ``TRIAL_STEPS`` steps at ``size``, read in ``runs`` (fewest, most) runs without
     the profiler (its event buffers are resident memory too), each from the user's state; more than
-    the fewest only while the reads disagree."""
+    the fewest only while the reads disagree.  Empty where the device has no footprint to read apart
+    (CUDA: its peak scope reads what the allocator reserved)."""
     __tracebackhide__ = True  # noqa: F841
     least, most = runs
     reads: list[int] = []
     while len(reads) < most:
-        with device.footprint_scope() as own:
+        scope = device.footprint_scope()
+        if scope is None:
+            return ()
+        with scope as own:
             for _ in range(TRIAL_STEPS):
                 step(size)
         reset(collect=False)

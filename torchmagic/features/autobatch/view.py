@@ -114,14 +114,17 @@ def _trials_table(r: AutobatchResult) -> Table:
 
 def _rank_range(trial, size) -> str:
     """The least and the largest of the ranks' peaks: how far apart the ranks are."""
-    peaks = trial.rank_peaks_bytes
-    return f"{size(min(peaks))} – {size(max(peaks))}" if peaks else ""
+    return _span(trial.rank_peaks_bytes, size)
 
 
 def _reads_range(trial, size) -> str:
     """The least and the most of a trial's footprint reads (the most is its peak)."""
     reads = trial.footprint_reads
-    return f"{size(min(reads))} – {size(max(reads))} ({len(reads)} runs)" if reads else ""
+    return f"{_span(reads, size)} ({len(reads)} runs)" if reads else ""
+
+
+def _span(values, size) -> str:
+    return f"{size(min(values))} – {size(max(values))}" if values else ""
 
 
 def _throughput_table(r: AutobatchResult) -> Table:
