@@ -17,7 +17,9 @@ from torch.utils.data import DataLoader, Dataset
 torch.manual_seed(0)
 torch.set_num_threads(1)
 model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
+# Adam's per-parameter update is ~44% of the step: %%torchprofile's optimizer finding (and its verify button)
+# shows on a loaded machine too (SGD's 16% fell under the rule's 10% once in CI)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 data = [(torch.randn(32, 64), torch.randint(0, 10, (32,))) for _ in range(4)]
 
 
