@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from torchmagic.features.autobatch.run import FOOTPRINT_RUNS, TRIAL_STEPS
+from torchmagic.features.autobatch.footprint import FOOTPRINT_RUNS
+from torchmagic.features.autobatch.result import TRIAL_STEPS
 
 from ..conftest import run
 from ..processes import assert_left_as_it_was, process_state

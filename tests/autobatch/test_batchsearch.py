@@ -202,3 +202,44 @@ def test_with_estimates_every_law_lands_within_5_percent_in_at_most_4_real_runs(
     assert _real_runs_to_land(out, expected, limit) <= 4
     assert 0.95 * expected <= out.batch_size <= expected and out.real_trials <= 10
     assert sum(p.estimated for p in out.probes) <= MAX_ESTIMATES  # each is a fake step: bounded too
+
+
+def test_a_footprint_that_grows_with_the_allocations_is_read_halfway_before_a_size_is_verified():
+    """CPU: resident memory grows ~1.8x as fast as torch's allocations (glibc's heap keeps freed pages)
+    while a constant 2 MiB dominates at the smallest size.  Calibrated there alone, the estimates put
+    the first verifying run far over the limit; read halfway to their answer, they land on it."""
+    limit = 256 * MiB
+
+    def allocated(bs):
+        return 1 * MiB + int(1.5 * MiB) * bs
+
+    def run(bs):
+        return Probe(bs, 2 * MiB + int(1.8 * allocated(bs)), True, allocated_bytes=allocated(bs))
+
+    def estimate(bs):  # fake tensors see 90% of torch's allocations
+        return Probe(bs, int(0.9 * allocated(bs)), True, estimated=True)
+
+    truth = true_limit(lambda bs: run(bs).peak_bytes, limit, SearchSpace(max_size=4096))
+    space = SearchSpace(max_size=4096)
+    scaled = search(run, limit, space, estimate, footprint_scales=True)
+    p = scaled.prediction
+    assert p.read_at > space.smallest and p.share == pytest.approx(1.8, rel=0.01)
+    assert p.calibration == pytest.approx(1 / 0.9, rel=0.01) and p.fixed_bytes == run(1).peak_bytes - allocated(1)
+    assert p.batch_size == truth and p.measured_bytes <= limit and p.measured_bytes == pytest.approx(p.peak_bytes, rel=0.01)
+    assert scaled.batch_size == truth and scaled.real_trials <= 4  # smallest, halfway, the answer, its neighbour
+
+    unscaled = search(run, limit, space, estimate)  # a caching allocator's reserve: a constant, no halfway run
+    first = unscaled.prediction
+    assert first.read_at == space.smallest and first.share == 1.0
+    assert first.measured_bytes > 1.5 * limit  # the run the constant predicted took far more than the limit
+    assert unscaled.batch_size == truth
+
+
+def test_estimates_stay_bounded_when_bracketed_twice():
+    def run(bs):
+        return Probe(bs, 2 * MiB + 2 * MiB * bs, True, allocated_bytes=MiB * bs)
+
+    out = search(run, 1000 * MiB, SearchSpace(max_size=100_000), lambda bs: Probe(bs, MiB * bs, True, estimated=True),
+                 footprint_scales=True)
+    assert out.batch_size == 499 and sum(p.estimated for p in out.probes) <= 2 * MAX_ESTIMATES
+    assert len({p.batch_size for p in out.probes if p.estimated}) == sum(p.estimated for p in out.probes)  # each once

@@ -21,8 +21,6 @@ import torchmagic
 from torchmagic.core import interrupts
 from torchmagic.core.devices import profiler
 from torchmagic.core import gc_pause, settings, state
-from torchmagic.features.autobatch.result import TRIAL_STEPS
-from torchmagic.features.autobatch.run import FOOTPRINT_RUNS
 from torchmagic.features.loadertune import run as loadertune
 
 
@@ -193,15 +191,13 @@ def test_a_ctrl_c_that_lands_in_a_weakref_callback_is_not_lost():
 
 def test_an_interrupted_batch_search_hands_over_its_trials_and_no_answer():
     model = nn.Linear(64, 64)
-    calls = []
-    # each trial on CPU runs TRIAL_STEPS steps for torch's allocations, then as many in each run
-    # that reads the process's resident memory without the profiler (these agree here): the first
-    # step of the third trial
-    third_trial = 2 * (1 + FOOTPRINT_RUNS[0]) * TRIAL_STEPS + 1
+    sizes = []
 
     def step(bs):
-        calls.append(bs)
-        if len(calls) == third_trial:  # the user presses Ctrl-C during the third trial
+        # each trial at its own size (real runs only: 1, 2, 4, ...), in several runs of its steps
+        if bs not in sizes:
+            sizes.append(bs)
+        if len(sizes) == 3:  # the user presses Ctrl-C in the third trial's first step
             raise KeyboardInterrupt
         model(torch.randn(bs, 64)).sum().backward()
 

@@ -135,3 +135,21 @@ def test_timed_block_syncs_only_at_its_ends():
     calls = []
     seconds = timed_block(lambda: calls.append(1), 5, dev)
     assert len(calls) == 5 and dev.syncs == 2 and seconds >= 0
+
+
+def test_t95_is_students_one_sided_quantile_and_the_bound_covers_one_more_sample():
+    from torchmagic.core.measure.stats import t95, upper_prediction_bound
+
+    # published values at 1, 4, 30 degrees of freedom; the expansion past the table meets it at 30
+    assert (t95(1), t95(4), t95(30)) == (6.314, 2.132, 1.697)
+    assert t95(31) == pytest.approx(1.696, abs=2e-3) and t95(120) == pytest.approx(1.658, abs=1e-3)
+    with pytest.raises(ValueError):
+        t95(0)
+    assert upper_prediction_bound([3.0, 5.0]) == 5.0  # two samples' spread says too little
+    # a normal sample of 5, then one more: the bound holds the next one 95% of the time
+    gen = torch.Generator().manual_seed(0)
+    trials, held = 4000, 0
+    for _ in range(trials):
+        draws = (100 + 10 * torch.randn(6, generator=gen, dtype=torch.float64)).tolist()
+        held += draws[5] <= upper_prediction_bound(draws[:5])
+    assert 0.94 <= held / trials <= 0.96

@@ -58,6 +58,9 @@ class Device:
     # What the device can do, for the features' choices (a fake device declares what it fakes):
     captures_cuda_graphs = False  # torch.compile's reduce-overhead and max-autotune replay CUDA graphs
     has_tf32 = False              # allowing TF32 can speed up fp32 matmuls and convolutions
+    # what a run takes beyond torch's allocations grows with them (a process's resident memory),
+    # rather than by blocks that round them up (a caching allocator's reserve)
+    footprint_scales = False
     runs_dynamic_int8 = False     # torch.ao's dynamic int8 kernels run here
     pinned_memory_helps = False   # batches are copied here from host memory (DataLoader pin_memory)
     traces_kernels = False        # ops run asynchronously as kernels the profiler records (CUPTI), so an
@@ -186,6 +189,7 @@ class Device:
 
 class CpuDevice(Device):
     kind = "cpu"
+    footprint_scales = True
     runs_dynamic_int8 = True
 
     def profile_note(self) -> str | None:

@@ -25,7 +25,8 @@ from ...core.ranks.output import show_rank_line
 from ...core.ranks.processes import threads_per_rank
 from ...core.ranks.share import shared_note
 from .result import AutobatchResult, ThroughputPoint
-from .run import AutobatchOptions, _result, search_space, varied_footprint_note
+from .footprint import varied_footprint_note
+from .run import AutobatchOptions, _result, search_space
 from .search import Probe, fits, search
 from .worker import EXIT_NO_STEP
 

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ...core.render.base import Result
+from .search import Prediction
 
 
 @dataclass(frozen=True)
@@ -65,10 +66,15 @@ class AutobatchResult(Result):
     memory_before_bytes: int | None = None
     memory_after_bytes: int | None = None
     throughput: list[ThroughputPoint] = field(default_factory=list)
-    calibration: float | None = None  # real / fake-tensor peak at the smallest size, when estimated
+    prediction: Prediction | None = None  # what the estimates predicted, on what, and what its run read
     notes: list[str] = field(default_factory=list)
     ranks: int = 1                    # processes each running the step at ``batch_size`` (data parallel)
     restarts: int = 0                 # with ranks: times every rank was started again after one ran out
+
+    @property
+    def calibration(self) -> float | None:
+        """torch's allocations in a real run / the fake-tensor estimate, where estimates were used."""
+        return self.prediction.calibration if self.prediction is not None else None
 
     @property
     def global_batch_size(self) -> int | None:

@@ -19,9 +19,9 @@ from ...core.devices.profiler import ensure_profiler_free
 from ...core.interrupts import deliver_pending, guards, uninterruptible
 from ...core.limits import SettingError, describe_error
 from ...core.measure import timed_call
-from ...core.render.format import fmt_bytes
 from ...core.state import Snapshot, objects_used_by, referenced_values
 from .estimate import fake_estimator
+from .footprint import FootprintCount, agree, read_footprints, varied_footprint_note
 from .result import TRIAL_STEPS, AutobatchResult, ThroughputPoint, Trial
 from .search import Probe, SearchSpace, fits, search
 
@@ -122,10 +122,11 @@ def _search(step, options, space, device, label, before, started, on_probe, stat
     probes: list[Probe] = []
 
     from_users_state = starting_over(snapshot, device)
+    footprint = FootprintCount()
 
     def probe(size: int) -> Probe:
         __tracebackhide__ = True  # noqa: F841
-        result = _probe(step, size, device, from_users_state)
+        result = _probe(step, size, device, from_users_state, footprint)
         probes.append(result)
         on_probe(result)
         return result
@@ -157,7 +158,7 @@ def _search_from(warm, budget, how, probe, step, options, space, device, label, 
                        reason=f"the smallest size ({space.smallest}) runs out of memory")
     limit = int(budget * (1 - options.margin))
     estimate = fake_estimator(step, list(state), lambda: Snapshot(state, device)) if options.estimate else None
-    outcome = search(probe, limit, space, estimate)
+    outcome = search(probe, limit, space, estimate, footprint_scales=device.footprint_scales, warm=warm)
     result = _result(label, device.describe(), options, budget, how, outcome, outcome.probes, before, started,
                      reason=outcome.reason)
     result.notes = _notes(outcome, budget, state, device)
@@ -176,12 +177,6 @@ def _search_from(warm, budget, how, probe, step, options, space, device, label, 
 
 
 THROUGHPUT_REPEATS = 3
-# Runs that read a trial's footprint (fewest, most): see _footprint_reads.  On CPU the process's
-# resident growth over the same two steps varies from run to run (a residual CNN with AdamW at batch
-# 95: 227-287 MiB over 5 runs in one process, with torch allocating 144 every time): glibc's malloc
-# serves tensors under its mmap threshold, which rises to 32 MiB, from a heap whose freed pages stay
-# resident in varying amounts.  The most read counts against the limit.
-FOOTPRINT_RUNS = (2, 3)
 
 
 def _throughput(step, answer: int, space: SearchSpace, device: Device) -> list[ThroughputPoint]:
@@ -213,10 +208,10 @@ def starting_over(snapshot: Snapshot, device: Device) -> Callable[..., None]:
 
 
 def _probe(step: Callable[[int], Any], size: int, device: Device,
-           reset: Callable[..., None] | None = None, footprint_runs: tuple[int, int] = FOOTPRINT_RUNS) -> Probe:
+           reset: Callable[..., None] | None = None, footprint: FootprintCount | None = None) -> Probe:
     """One trial: ``TRIAL_STEPS`` steps at ``size`` and their peak above the start.  ``reset(collect)``
-    puts the state back after each run (default: only memory is released).  ``footprint_runs``: the
-    fewest and the most runs that read the footprint (ranks run in lockstep: the same number each)."""
+    puts the state back after each run (default: only memory is released).  ``footprint``: how many
+    runs read the footprint and what it counts, with the reads of the search's trials so far."""
     __tracebackhide__ = True  # noqa: F841
     reset = reset or (lambda collect=True: _release(device, collect))
     error = unallocated = None
@@ -240,44 +235,13 @@ def _probe(step: Callable[[int], Any], size: int, device: Device,
         return Probe(size, None, False, seconds=seconds, error=error, unallocated_bytes=unallocated)
     # what counts against the budget: torch's allocations, or all the process took if that is more
     # (CPU: resident memory, for Python objects, oneDNN scratch and malloc's pages; CUDA: reserved)
-    reads = _footprint_reads(step, size, device, reset, footprint_runs)
-    footprint = max(reads) if reads else reading.footprint_bytes
-    peak = max(reading.peak_bytes, footprint or 0)
+    footprint = footprint or FootprintCount()
+    reads = read_footprints(step, size, device, reset, footprint.runs_for(reading.peak_bytes))
+    counted = footprint.counted(reads, reading.peak_bytes) if reads else reading.footprint_bytes
+    peak = max(reading.peak_bytes, counted or 0)
+    shown = reads and (not agree(reads) or counted > max(reads))  # the reads behind a peak they do not show
     return Probe(size, peak, True, seconds=seconds, allocated_bytes=reading.peak_bytes,
-                 footprint_reads=None if _agree(reads) else reads)
-
-
-# Reads agree within 2%, or within 1 MiB (a few pages more or less on a small step do not matter).
-FOOTPRINT_AGREEMENT = 0.02
-FOOTPRINT_AGREEMENT_BYTES = 2**20
-
-
-def _footprint_reads(step, size: int, device: Device, reset, runs: tuple[int, int]) -> tuple[int, ...]:
-    """The footprint of ``TRIAL_STEPS`` steps at ``size``, read in ``runs`` (fewest, most) runs without
-    the profiler (its event buffers are resident memory too), each from the user's state; more than
-    the fewest only while the reads disagree.  Empty where the device has no footprint to read apart
-    (CUDA: its peak scope reads what the allocator reserved)."""
-    __tracebackhide__ = True  # noqa: F841
-    least, most = runs
-    reads: list[int] = []
-    while len(reads) < most:
-        scope = device.footprint_scope()
-        if scope is None:
-            return ()
-        with scope as own:
-            for _ in range(TRIAL_STEPS):
-                step(size)
-        reset(collect=False)
-        if own.footprint_bytes is None:
-            return ()
-        reads.append(own.footprint_bytes)
-        if len(reads) >= least and _agree(reads):
-            break
-    return tuple(reads)
-
-
-def _agree(reads) -> bool:
-    return not reads or max(reads) - min(reads) <= max(FOOTPRINT_AGREEMENT * min(reads), FOOTPRINT_AGREEMENT_BYTES)
+                 footprint_reads=reads if shown else None)
 
 
 def _unallocated(device: Device) -> int | None:
@@ -306,23 +270,6 @@ def _notes(outcome, budget: int, state, device: Device) -> list[str]:
         notes.append("torch.backends.cudnn.benchmark is on: cuDNN may pick a different algorithm, with a "
                      "different workspace, for each size; leave headroom (--margin).")
     return notes
-
-
-def varied_footprint_note(probes: list[Probe]) -> list[str]:
-    """Where a trial's footprint reads disagreed: by how much, why, and what would steady it."""
-    varied = [p for p in probes if p.footprint_reads]
-    if not varied:
-        return []
-    widest = max(varied, key=lambda p: max(p.footprint_reads) - min(p.footprint_reads))  # a read can be 0
-    reads = widest.footprint_reads
-    torch_share = f", torch allocating {fmt_bytes(widest.allocated_bytes)} each time" if widest.allocated_bytes else ""
-    return [f"Resident memory differed from run to run of the same {TRIAL_STEPS} steps (batch {widest.batch_size}: "
-            f"{fmt_bytes(min(reads))} to {fmt_bytes(max(reads))} over {len(reads)} runs{torch_share}): glibc's malloc "
-            "keeps tensors under its mmap threshold (which rises to 32 MiB) in a heap whose freed pages stay resident "
-            "in varying amounts. Each trial counts the most it read, and a run can take more: keep a margin. "
-            "A process started with MALLOC_MMAP_THRESHOLD_=1048576 in its environment gives each tensor from "
-            "1 MiB its own pages, so its resident memory stays near torch's allocations and varies less, "
-            "but each such tensor then costs page faults: its steps can run 2x slower."]
 
 
 @uninterruptible
@@ -362,7 +309,7 @@ def _result(label, device, options, budget, how, outcome, probes, before, starte
     accumulation, micro = _accumulation(target, size, options.multiple_of)
     limit = int(budget * (1 - options.margin))
     return AutobatchResult(
-        calibration=outcome.calibration if outcome is not None else None,
+        prediction=outcome.prediction if outcome is not None else None,
         label=label, device=device, batch_size=size, ranks=ranks,
         budget_bytes=budget, limit_bytes=limit, budget_source=how,
         fixed_bytes=law.fixed_bytes if law else None,

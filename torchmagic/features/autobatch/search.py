@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ...core.limits import SettingError
 
@@ -83,13 +83,40 @@ def fit_law(points: list[tuple[int, int]]) -> MemoryLaw | None:
 
 
 @dataclass
+class Prediction:
+    """What the estimates rested on when they chose the first size to verify, and what its run read.
+
+    A real run's peak is predicted as ``fixed_bytes + share * calibration * estimate``: the fake-tensor
+    estimate scaled to torch's allocations (``calibration``: fake tensors miss allocator and kernel
+    scratch), times what the run takes per byte allocated (``share``: on CPU the process's resident
+    memory grows 1.6-2.2x faster than torch's allocations while glibc's heap serves them), plus
+    what it holds whatever the size (``fixed_bytes``, read at the smallest size)."""
+
+    batch_size: int | None              # None until a size is verified
+    peak_bytes: int | None              # its predicted peak
+    calibration: float
+    share: float = 1.0
+    fixed_bytes: int = 0
+    read_at: int = 1                    # the real run ``calibration`` and ``share`` were read at
+    measured_bytes: int | None = None   # what the run at ``batch_size`` read (None: it ran out of memory)
+
+    def peak(self, estimate_bytes: int) -> int:
+        return round(estimate_bytes * self.calibration * self.share) + self.fixed_bytes
+
+
+@dataclass
 class SearchOutcome:
     batch_size: int | None            # the largest size that ran under the limit; None if none did
     limit_bytes: int
     law: MemoryLaw | None
     probes: list[Probe] = field(default_factory=list)
     reason: str = ""                  # why the search stopped where it did
-    calibration: float | None = None  # real / estimated peak at the smallest size, when estimated
+    prediction: Prediction | None = None  # where estimates chose the first size to verify
+
+    @property
+    def calibration(self) -> float | None:
+        """torch's allocations in a real run / the fake-tensor estimate, where estimates were used."""
+        return self.prediction.calibration if self.prediction is not None else None
 
     @property
     def real_trials(self) -> int:
@@ -133,16 +160,23 @@ MAX_FIT_POINTS = 8
 
 
 def search(run: Callable[[int], Probe], limit_bytes: int, space: SearchSpace,
-           estimate: Callable[[int], Probe | None] | None = None) -> SearchOutcome:
-    """Find the largest allowed batch size whose real run peaks under ``limit_bytes``."""
+           estimate: Callable[[int], Probe | None] | None = None, *, footprint_scales: bool = False,
+           warm: Probe | None = None) -> SearchOutcome:
+    """Find the largest allowed batch size whose real run peaks under ``limit_bytes``.
+
+    ``footprint_scales``: a run's peak beyond torch's allocations grows with them (a CPU process's
+    resident memory), so estimates are scaled by a real run near the answer before one is verified.
+    ``warm``: a real run the caller made already (its warm-up, at the smallest size), taken as the
+    search's first trial there rather than run again."""
     __tracebackhide__ = True  # noqa: F841  (an error in a probe is the user's step's: IPython shows their frames)
     out = SearchOutcome(None, limit_bytes, None)
     state = _Bounds()
     real_points: list[tuple[int, int]] = []
+    made = {warm.batch_size: warm} if warm is not None else {}
 
     def trial(size: int) -> Probe:
         __tracebackhide__ = True  # noqa: F841
-        probe = run(size)
+        probe = made.pop(size, None) or run(size)
         out.probes.append(probe)
         if probe.peak_bytes is not None:
             real_points.append((size, probe.peak_bytes))
@@ -152,7 +186,7 @@ def search(run: Callable[[int], Probe], limit_bytes: int, space: SearchSpace,
     # 1. fit points: from estimates, calibrated by one real run, where the probe can estimate;
     #    else from real runs at sizes that grow, ever faster, until the peak does (allocator
     #    rounding can hide small sizes' per-sample cost)
-    fit_points = _estimated_points(estimate, space, limit_bytes, trial, out) if estimate else []
+    fit_points = _estimated_points(estimate, space, limit_bytes, trial, out, footprint_scales) if estimate else []
     if not fit_points and state.bad is None:
         fit_points = _measured_points(space, trial, state, dict(real_points))
     if state.good is None and state.bad is not None:
@@ -161,11 +195,19 @@ def search(run: Callable[[int], Probe], limit_bytes: int, space: SearchSpace,
 
     # 2. predict, 3. verify: climb while runs succeed, then home in between good and bad
     out.law = fit_law(fit_points)
+    first_verify = out.prediction is not None
     while out.real_trials < MAX_REAL_TRIALS:
-        nxt = state.next_size(_local_law(real_points, state) or out.law, limit_bytes, space)
+        # the first size verified is the estimates' (the real runs before it only calibrated them)
+        law = out.law if first_verify else _local_law(real_points, state) or out.law
+        nxt = state.next_size(law, limit_bytes, space)
         if nxt is None:
             break
-        trial(nxt)
+        probe = trial(nxt)
+        if first_verify:
+            first_verify = False
+            predicted = round(law.fixed_bytes + law.per_sample_bytes * nxt) if law is not None else None
+            out.prediction = replace(out.prediction, batch_size=nxt, peak_bytes=predicted,
+                                     measured_bytes=probe.peak_bytes if probe.ran else None)
     if len({bs for bs, _ in real_points}) >= 2:
         out.law = fit_law(real_points)  # real runs outrank estimates in the reported law
     out.batch_size = state.good
@@ -176,7 +218,7 @@ def search(run: Callable[[int], Probe], limit_bytes: int, space: SearchSpace,
 def _measured_points(space: SearchSpace, trial, state: _Bounds, measured: dict[int, int]
                      ) -> list[tuple[int, int]]:
     """Real runs at sizes that grow, ever faster, until the peak grows with them (a size
-    already ``measured``, by a calibration run, is not run again)."""
+    already ``measured`` (the first trial, at the smallest size) is not run again)."""
     __tracebackhide__ = True  # noqa: F841
     points: list[tuple[int, int]] = []
     size, growth = space.smallest, 2
@@ -202,63 +244,118 @@ MAX_ESTIMATES = 12         # ... but each costs a fake step: stop narrowing afte
 ESTIMATE_PRECISION = 0.01  # narrow the estimated bracket to 1% of its size
 
 
-def _estimated_points(estimate, space: SearchSpace, limit: int, trial, out: SearchOutcome
-                      ) -> list[tuple[int, int]]:
+def _estimated_points(estimate, space: SearchSpace, limit: int, trial, out: SearchOutcome,
+                      footprint_scales: bool) -> list[tuple[int, int]]:
     """Two calibrated estimates that bracket the limit closely: a secant between them predicts
     the answer, whatever the law's shape (curved, or in allocator blocks that hide the per-sample
-    cost at small sizes).  Estimates at sizes 8x apart find the bracket, then secant steps
-    (bisection where they stall) narrow it.  One real run at the smallest size calibrates them:
-    fake tensors miss the allocator's and kernels' scratch memory, which grows with the batch
-    (a ratio), and what the process holds besides torch's allocations (a constant)."""
+    cost at small sizes).  The first real run, at the smallest size, calibrates them: fake tensors miss
+    the allocator's and kernels' scratch memory, which grows with the batch (a ratio), and what
+    the process holds besides torch's allocations (a constant).  Where that footprint grows with
+    the allocations (``footprint_scales``), a real run halfway to the predicted answer reads how
+    fast, and the estimates are bracketed again with it: predicted from the smallest size alone,
+    the first verifying run of a residual CNN read 2.2x the limit."""
     __tracebackhide__ = True  # noqa: F841
     smallest = space.smallest
     first = estimate(smallest)
     if first is None or not first.peak_bytes:
         return []  # the step does not run on fake tensors: fit on real runs
     out.probes.append(first)
+    estimated = _Estimates(estimate, out.probes, {smallest: first.peak_bytes})
     real = trial(smallest)
     allocated = real.allocated_bytes if real.allocated_bytes is not None else real.peak_bytes
     if not fits(real, limit) or not allocated:
         return []  # the smallest does not fit, or there is nothing to calibrate against: real runs decide
-    out.calibration = allocated / first.peak_bytes
-    beyond = real.peak_bytes - allocated
+    out.prediction = Prediction(None, None, allocated / first.peak_bytes, fixed_bytes=real.peak_bytes - allocated,
+                                read_at=smallest)
+    points = _bracket(estimated, out.prediction, limit, space, (smallest, real.peak_bytes), MAX_ESTIMATES)
+    if not points:
+        out.prediction = None  # the step stopped running on fake tensors: real runs decide
+        return []
+    halfway = space.round_down(_predicted_size(points, limit, space) / 2)
+    if not footprint_scales or halfway <= smallest:
+        return points
+    scale = trial(halfway)
+    at_halfway = estimated(halfway)
+    if not scale.ran or not scale.allocated_bytes or not at_halfway:
+        return points  # out of memory halfway (the verifying runs take it from here), or nothing to scale by
+    fixed = out.prediction.fixed_bytes
+    out.prediction = replace(out.prediction, calibration=scale.allocated_bytes / at_halfway, read_at=halfway,
+                             share=max(scale.peak_bytes - fixed, 0) / scale.allocated_bytes)
+    start = (halfway, scale.peak_bytes) if fits(scale, limit) else (smallest, real.peak_bytes)
+    again = _bracket(estimated, out.prediction, limit, space, start, estimated.made + MAX_ESTIMATES)
+    return again or points
 
-    def predicted(size: int) -> int | None:
+
+class _Estimates:
+    """Fake-tensor estimates by size, each made once (a size estimated again is free)."""
+
+    def __init__(self, estimate, probes: list[Probe], made: dict[int, int]):
+        self.estimate, self.probes, self.raw = estimate, probes, made
+
+    @property
+    def made(self) -> int:
+        return len(self.raw)
+
+    def __call__(self, size: int) -> int | None:
         __tracebackhide__ = True  # noqa: F841
-        probe = estimate(size)
-        if probe is None or probe.peak_bytes is None:
-            return None
-        out.probes.append(probe)
-        return round(probe.peak_bytes * out.calibration) + beyond
+        if size not in self.raw:
+            probe = self.estimate(size)
+            if probe is None or probe.peak_bytes is None:
+                return None
+            self.probes.append(probe)
+            self.raw[size] = probe.peak_bytes
+        return self.raw[size]
 
-    low, high = (smallest, real.peak_bytes), None
+
+def _bracket(estimated: _Estimates, prediction: Prediction, limit: int, space: SearchSpace,
+             low: tuple[int, int], most: int) -> list[tuple[int, int]]:
+    """Predicted peaks that bracket the limit, from ``low`` (a size that fits) up: sizes 8x apart
+    find the bracket, then secant steps (bisection where they stall) narrow it until ``most``
+    estimates are made.  [fits, over], or [low, the largest allowed size] where that fits too;
+    [] where the step stops running on fake tensors."""
+    __tracebackhide__ = True  # noqa: F841
+    start, high = low, None
     top = space.round_down(space.max_size)
-    size = smallest
-    while high is None and size < top:  # bracket: grow until a calibrated estimate is over the limit
+    size = low[0]
+
+    def peak(size: int) -> int | None:
+        __tracebackhide__ = True  # noqa: F841
+        raw = estimated(size)
+        return None if raw is None else prediction.peak(raw)
+
+    while high is None and size < top:  # grow until a predicted peak is over the limit
         size = min(space.round_down(size * ESTIMATE_GROWTH), top)
-        peak = predicted(size)
-        if peak is None:
+        predicted = peak(size)
+        if predicted is None:
             return []
-        if peak <= limit:
-            low = (size, peak)
+        if predicted <= limit:
+            low = (size, predicted)
         else:
-            high = (size, peak)
+            high = (size, predicted)
     bounds = _Bounds(good=low[0], bad=high[0] if high else None)
-    while high is not None and sum(p.estimated for p in out.probes) < MAX_ESTIMATES:
+    while high is not None and estimated.made < most:
         if high[0] - low[0] <= max(space.multiple_of, ESTIMATE_PRECISION * low[0]):
             break
         size = bounds.next_size(fit_law([low, high]), limit, space)
         if size is None:
             break
-        peak = predicted(size)
-        if peak is None:
+        predicted = peak(size)
+        if predicted is None:
             break
-        bounds.record(size, peak <= limit)
-        if peak <= limit:
-            low = (size, peak)
+        bounds.record(size, predicted <= limit)
+        if predicted <= limit:
+            low = (size, predicted)
         else:
-            high = (size, peak)
-    return [low, high] if high is not None else [(smallest, real.peak_bytes), low]
+            high = (size, predicted)
+    return [low, high] if high is not None else [start, low]
+
+
+def _predicted_size(points: list[tuple[int, int]], limit: int, space: SearchSpace) -> int:
+    """Where the line through ``points`` meets the limit, as an allowed size (0 without points)."""
+    law = fit_law(points)
+    if law is None:
+        return 0
+    return max(min(space.round_down(law.largest_under(limit)), space.round_down(space.max_size)), 0)
 
 
 def _local_law(points: list[tuple[int, int]], state: _Bounds) -> MemoryLaw | None:

@@ -71,8 +71,8 @@ def details(r: AutobatchResult) -> list[str]:
                      f"{fmt_bytes(r.per_sample_bytes)} per sample, fitted on the runs")
     real = sum(not t.estimated for t in r.trials)
     estimated = len(r.trials) - real
-    how = (f"{estimated} fake-tensor estimates (scaled by {r.calibration:.2f} to match a real run) and "
-           if r.calibration else "")
+    how = f"{estimated} fake-tensor estimates and " if r.prediction else ""
+    lines += _prediction(r)
     lines.append(f"{how}{real} real trial{'s' if real != 1 else ''} in {fmt_s(r.seconds)} on "
                  f"{r.device.get('name', r.device.get('kind'))}, each {TRIAL_STEPS} steps from your model's and "
                  "optimizer's state")
@@ -94,6 +94,25 @@ def details(r: AutobatchResult) -> list[str]:
         lines.append(f"Memory in use before the search {fmt_bytes(r.memory_before_bytes)}, "
                      f"after {fmt_bytes(r.memory_after_bytes)}")
     return lines
+
+
+def _prediction(r: AutobatchResult) -> list[str]:
+    """What the estimates predicted for the first size verified, what that rested on, what its run read."""
+    p = r.prediction
+    if p is None or p.batch_size is None:
+        return []
+    scaled = f"torch's allocations taken as {p.calibration:.2f}x the fake-tensor estimate"
+    if p.share != 1.0:
+        scaled += (f", the process's resident memory as {p.share:.2f}x those allocations "
+                   f"+ {fmt_bytes(p.fixed_bytes)}")
+    rested = f"{scaled}, read in a real run at batch {p.read_at}"
+    if p.measured_bytes is None:
+        read = "its run ran out of memory"
+    elif p.peak_bytes:
+        read = f"its run read {fmt_bytes(p.measured_bytes)} ({p.measured_bytes / p.peak_bytes - 1:+.0%})"
+    else:
+        read = f"its run read {fmt_bytes(p.measured_bytes)}"
+    return [f"Predicted: batch {p.batch_size} at {fmt_bytes(p.peak_bytes or 0)} ({rested}); {read}"]
 
 
 def _trials_table(r: AutobatchResult) -> Table:

@@ -18,7 +18,8 @@ from ...core.ranks.control import reply, requests
 from ...core.ranks.rank import (SetupFailed, cell_namespace, compile_cell, exit_rank, join_group, leave_group,
                                 read_payload, setup_failed, show_cell_error, stop_with_the_notebook)
 from ...core.state import Snapshot
-from .run import (FOOTPRINT_RUNS, THROUGHPUT_REPEATS, _probe, _throughput, objects_to_restore, resolve_budget,
+from .footprint import FOOTPRINT_RUNS, FootprintCount
+from .run import (THROUGHPUT_REPEATS, _probe, _throughput, objects_to_restore, resolve_budget,
                   starting_over)
 from .search import SearchSpace
 
@@ -82,8 +83,8 @@ def _answer(request: dict, step, device, reset) -> dict:
     rank = int(os.environ["RANK"])
     if request["do"] == "probe":
         # every rank runs the same steps (a collective in the step waits for all): a fixed number of reads
-        reads = (FOOTPRINT_RUNS[0],) * 2
-        return {"rank": rank, **dataclasses.asdict(_probe(step, request["size"], device, reset, reads))}
+        footprint = FootprintCount(runs=(FOOTPRINT_RUNS[0],) * 2)
+        return {"rank": rank, **dataclasses.asdict(_probe(step, request["size"], device, reset, footprint))}
     if request["do"] == "budget":
         budget, how = resolve_budget(request["budget"], device)
         sharing = int(os.environ["LOCAL_WORLD_SIZE"])
