@@ -148,7 +148,7 @@ def _search(trials: _Trials, control: RankControl, options: AutobatchOptions, sp
     device = least["device"]
     trials.budget = (budget, how, device)
     limit = int(budget * (1 - options.margin))
-    outcome = search(trials, limit, space, None)
+    outcome = search(trials, limit, space, None, warm=warm)  # the warm-up is the first trial, as in one process
     result = _result(label, device, options, budget, how, outcome, outcome.probes, None, started,
                      reason=outcome.reason, ranks=ranks)
     result.restarts = trials.restarts
