@@ -376,7 +376,7 @@ def test_disguised_oom_is_bisected_like_torchs_own(message, error):
 
 
 def test_accumulation_sums_to_the_target_exactly_where_a_few_more_steps_allow():
-    from torchmagic.features.autobatch.run import _accumulation
+    from torchmagic.features.autobatch.build import accumulation_steps as _accumulation
 
     assert _accumulation(256, 49, 1) == (8, 32)      # not 6 steps of 43 (258)
     assert _accumulation(1000, 300, 1) == (4, 250)

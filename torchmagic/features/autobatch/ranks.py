@@ -15,7 +15,6 @@ the cell (and warmed up) before the next trial.
 from __future__ import annotations
 
 import pickle
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,10 +23,11 @@ from ...core.ranks import RankControl, RankFailed, RankOutput, RankProcesses, ch
 from ...core.ranks.output import show_rank_line
 from ...core.ranks.processes import threads_per_rank
 from ...core.ranks.share import shared_note
-from .result import AutobatchResult, ThroughputPoint
+from .build import SearchRecord, build_result
 from .footprint import varied_footprint_note
-from .run import AutobatchOptions, _result, search_space
-from .search import Probe, fits, search
+from .result import AutobatchResult, ThroughputPoint
+from .run import AutobatchOptions, search_space
+from .search import Probe, search
 from .worker import EXIT_NO_STEP
 
 WORKER = "torchmagic.features.autobatch.worker"
@@ -45,18 +45,16 @@ class _Trials:
     """Each trial asked of every rank; the ranks started again after one that ran out."""
 
     def __init__(self, processes: RankProcesses, control: RankControl, smallest: int,
-                 on_probe: Callable[[Probe], None]):
+                 on_probe: Callable[[Probe], None], record: SearchRecord):
         self.processes, self.control, self.smallest, self.on_probe = processes, control, smallest, on_probe
-        self.probes: list[Probe] = []
-        self.restarts = 0
-        self.budget: tuple[int, str, dict] = (0, "not reached", {"kind": "ranks", "name": "ranks"})
+        self.record = record  # the trials and restarts go in it
         self._broken = False
 
     def __call__(self, size: int) -> Probe:
         __tracebackhide__ = True  # noqa: F841
         self.ready()
         probe = self._ask(size)
-        self.probes.append(probe)
+        self.record.probes.append(probe)
         self.on_probe(probe)
         return probe
 
@@ -67,7 +65,7 @@ class _Trials:
         if not self._broken:
             return
         self.processes.restart()
-        self.restarts += 1
+        self.record.restarts += 1
         self._broken = False
         warm = self._ask(self.smallest)
         if not warm.ran:
@@ -108,57 +106,49 @@ def run_autobatch_ranks(code: str, step: str | None, shared: dict[str, Any], opt
                              "backend": backend})
 
     threads = threads_per_rank(ranks)
-    started = time.perf_counter()
+    record = SearchRecord(label, options, device={"kind": "ranks", "name": f"{ranks} ranks"}, ranks=ranks)
     with RankProcesses(WORKER, payload, ranks, threads, control=True) as processes:
         control = RankControl(processes, RankOutput(processes.logs, on_output or show_rank_line))
-        trials = _Trials(processes, control, space.smallest, on_probe or (lambda probe: None))
+        trials = _Trials(processes, control, space.smallest, on_probe or (lambda probe: None), record)
         try:
-            result = _search(trials, control, options, space, ranks, label, started)
+            _search(trials, control, options, space, record)
         except KeyboardInterrupt as exc:
-            if trials.probes:  # what ran so far goes with it: the magic shows it
-                exc.torchmagic_result = _interrupted(trials, ranks, label, options, started)
+            if record.probes:  # what ran so far goes with it: the magic shows it
+                exc.torchmagic_result = build_result(record)
             raise
         except RankFailed as exc:
             if exc.exitcode == EXIT_NO_STEP:
                 raise StepMissing(exc.said) from None
             raise
         control.output.poll(final=True)
-    result.seconds = time.perf_counter() - started
-    result.notes.insert(0, f"{ranks} ranks with {backend}, {threads} thread(s) each; {shared_note(shared, blob)}"
-                        + (f"; every rank was started again {trials.restarts} time(s), after one ran out of memory"
-                           if trials.restarts else ""))
-    return result
+    record.notes.insert(0, f"{ranks} ranks with {backend}, {threads} thread(s) each; {shared_note(shared, blob)}"
+                        + (f"; every rank was started again {record.restarts} time(s), after one ran out of memory"
+                           if record.restarts else ""))
+    return build_result(record)
 
 
-def _search(trials: _Trials, control: RankControl, options: AutobatchOptions, space, ranks: int, label: str,
-            started: float) -> AutobatchResult:
+def _search(trials: _Trials, control: RankControl, options: AutobatchOptions, space, record: SearchRecord) -> None:
+    """Fills ``record`` as the search goes: a Ctrl-C leaves it with what ran."""
     __tracebackhide__ = True  # noqa: F841
     warm = trials(space.smallest)  # as in one process: the first step creates what every step reuses
     if not warm.ran:  # no budget is asked of ranks one of which is stuck in a collective: no answer either way
-        result = _result(label, {"kind": "ranks", "name": f"{ranks} ranks"}, options, 0, "not read: nothing ran",
-                         None, [warm], None, started, ranks=ranks,
-                         reason=f"the smallest size ({space.smallest}) runs out of memory on {warm.error.split(':')[0]}")
-        return result
+        record.how = "not read: nothing ran"
+        record.reason = f"the smallest size ({space.smallest}) runs out of memory on {warm.error.split(':')[0]}"
+        return
     budgets = sorted(control.ask({"do": "budget", "budget": options.budget}).values(),
                      key=lambda r: (r["bytes"], r["rank"]))
     least = budgets[0]
-    budget = least["bytes"]
-    how = least["how"] + (f" (rank {least['rank']}'s, the least of the {ranks} ranks')" if not all(
-        b["bytes"] == budget for b in budgets) else "")
-    device = least["device"]
-    trials.budget = (budget, how, device)
-    limit = int(budget * (1 - options.margin))
-    outcome = search(trials, limit, space, None, warm=warm)  # the warm-up is the first trial, as in one process
-    result = _result(label, device, options, budget, how, outcome, outcome.probes, None, started,
-                     reason=outcome.reason, ranks=ranks)
-    result.restarts = trials.restarts
-    result.notes += least["notes"]
-    result.notes.append("Fake-tensor estimates are not used with --ranks: a trial is a real step on every rank.")
-    result.notes += varied_footprint_note(outcome.probes)
-    if options.throughput and result.batch_size:
+    record.budget, record.device = least["bytes"], least["device"]
+    record.how = least["how"] + (f" (rank {least['rank']}'s, the least of the {record.ranks} ranks')" if not all(
+        b["bytes"] == record.budget for b in budgets) else "")
+    record.outcome = search(trials, record.limit, space, None, warm=warm)  # the warm-up is the first trial
+    record.reason = record.outcome.reason
+    record.notes += least["notes"]
+    record.notes.append("Fake-tensor estimates are not used with --ranks: a trial is a real step on every rank.")
+    record.notes += varied_footprint_note(record.outcome.probes)
+    if options.throughput and record.outcome.batch_size:
         trials.ready()
-        result.throughput = _throughput(control, result.batch_size, space, ranks)
-    return result
+        record.throughput = _throughput(control, record.outcome.batch_size, space, record.ranks)
 
 
 def _throughput(control: RankControl, answer: int, space, ranks: int) -> list[ThroughputPoint]:
@@ -171,15 +161,3 @@ def _throughput(control: RankControl, answer: int, space, ranks: int) -> list[Th
         for size, seconds in reply["points"]:
             slowest[size] = max(slowest.get(size, 0.0), seconds)
     return [ThroughputPoint(size, size * ranks / seconds, seconds) for size, seconds in sorted(slowest.items())]
-
-
-def _interrupted(trials: _Trials, ranks: int, label: str, options: AutobatchOptions, started: float) -> AutobatchResult:
-    """What ran before a Ctrl-C: the trials, with no answer."""
-    budget, how, device = trials.budget
-    limit = int(budget * (1 - options.margin))
-    ran = [p.batch_size for p in trials.probes if fits(p, limit)]
-    result = _result(label, device, options, budget, how, None, trials.probes, None, started, ranks=ranks,
-                     reason=f"interrupted after {len(trials.probes)} trials, before the search ended: no answer"
-                            + (f" (the largest that ran under the limit: {max(ran)}; larger may fit)" if ran else ""))
-    result.restarts = trials.restarts
-    return result

@@ -19,9 +19,9 @@ from ...core.ranks.rank import (SetupFailed, cell_namespace, compile_cell, exit_
                                 read_payload, setup_failed, show_cell_error, stop_with_the_notebook)
 from ...core.state import Snapshot
 from .footprint import FOOTPRINT_RUNS, FootprintCount
-from .run import (THROUGHPUT_REPEATS, _probe, _throughput, objects_to_restore, resolve_budget,
-                  starting_over)
+from .run import objects_to_restore, resolve_budget
 from .search import SearchSpace
+from .trial import THROUGHPUT_REPEATS, measure_throughput, run_trial, starting_over
 
 CELL_FILENAME = "<%%autobatch cell>"
 STEP_FILENAME = "<%%autobatch step>"
@@ -84,7 +84,7 @@ def _answer(request: dict, step, device, reset) -> dict:
     if request["do"] == "probe":
         # every rank runs the same steps (a collective in the step waits for all): a fixed number of reads
         footprint = FootprintCount(runs=(FOOTPRINT_RUNS[0],) * 2)
-        return {"rank": rank, **dataclasses.asdict(_probe(step, request["size"], device, reset, footprint))}
+        return {"rank": rank, **dataclasses.asdict(run_trial(step, request["size"], device, reset, footprint))}
     if request["do"] == "budget":
         budget, how = resolve_budget(request["budget"], device)
         sharing = int(os.environ["LOCAL_WORLD_SIZE"])
@@ -96,7 +96,7 @@ def _answer(request: dict, step, device, reset) -> dict:
         return {"rank": rank, "bytes": budget, "how": how, "device": device.describe(),
                 "notes": [note for note in (device.choice_note(),) if note], "accelerator": device.is_accelerator}
     if request["do"] == "throughput":
-        points = _throughput(step, request["answer"], SearchSpace(*request["space"]), device)
+        points = measure_throughput(step, request["answer"], SearchSpace(*request["space"]), device)
         return {"rank": rank, "repeats": THROUGHPUT_REPEATS,
                 "points": [[p.batch_size, p.seconds_per_step] for p in points]}
     raise ValueError(f"unknown request {request!r}")
