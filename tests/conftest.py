@@ -8,6 +8,14 @@ torch.manual_seed(0)
 torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(items):
+    """The tutorial notebooks' cells (nbval) take minutes together: `-m "not slow"`, the fast lane for
+    development, leaves them out (CI runs them)."""
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _forget_verify_measurements():
     """What a verify measured is kept for the session (core/expectations.py) and read by the next profile of

@@ -33,6 +33,10 @@ class FakeCudaDevice(Device):
         self.cache_empties = 0
         self.ooms = 0
         self.samplers_closed = 0
+        # Opt-in: an out-of-memory error leaves the blocks cached then unusable for larger tensors until
+        # empty_cache (the real allocator's fragmentation, reduced to what it does to the room left)
+        self.fragments_after_oom = False
+        self.fragmented = 0
         self._nvml = nvml if nvml is not None else NvmlReading(
             name=name, total_bytes=capacity_bytes, used_bytes=600 * 2**20,
             utilization_pct=37.0, temperature_c=41.0, power_w=120.5)
@@ -55,8 +59,10 @@ class FakeCudaDevice(Device):
         self.syncs += 1
 
     def allocate(self, nbytes: int) -> None:
-        if self.allocated + nbytes > self.capacity_bytes:
+        if self.allocated + nbytes > self.capacity_bytes - self.fragmented:
             self.ooms += 1
+            if self.fragments_after_oom:
+                self.fragmented = self.reserved - self.allocated
             raise torch.OutOfMemoryError(
                 f"CUDA out of memory. Tried to allocate {nbytes} bytes (fake device, "
                 f"{self.capacity_bytes - self.allocated} bytes free)")
@@ -114,6 +120,7 @@ class FakeCudaDevice(Device):
     def empty_cache(self) -> None:
         self.cache_empties += 1
         self.reserved = self.allocated
+        self.fragmented = 0
 
     def low_precision(self) -> LowPrecision:
         return LowPrecision(True, torch.bfloat16, "fake: bf16 tensor cores")

@@ -22,6 +22,7 @@ def step(bs):
 """
 
 
+@pytest.mark.slow
 def test_named_step_returns_result_and_restores_the_model(shell):
     shell.run_cell(SETUP)
     before = shell.user_ns["model"][0].weight.detach().clone()

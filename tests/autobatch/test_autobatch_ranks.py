@@ -57,6 +57,7 @@ def test_every_rank_runs_each_trial_and_the_answer_is_per_rank_and_global(shell)
     assert_left_as_it_was(before)
 
 
+@pytest.mark.slow
 def test_one_rank_running_out_part_way_restarts_every_rank_instead_of_hanging(shell):
     """Rank 0 runs out in the forward pass above 300 samples; rank 1 goes on into backward and
     waits in the gradients' all-reduce for a rank that will never join it."""
@@ -143,6 +144,7 @@ def test_a_cell_that_does_not_define_the_step_is_one_line(shell):
         "which builds a batch and runs one step")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("when", ["while the ranks start", "during the trials"])
 def test_an_interrupt_stops_every_rank_and_shows_the_trials_so_far(shell, when, tmp_path, tmp_path_factory,
                                                                    monkeypatch):
@@ -179,6 +181,7 @@ def test_an_interrupt_stops_every_rank_and_shows_the_trials_so_far(shell, when, 
     assert_left_as_it_was(before)
 
 
+@pytest.mark.slow
 def test_the_python_twin_takes_the_code_and_a_per_rank_budget(capsys):
     import torchmagic
 

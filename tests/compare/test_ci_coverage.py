@@ -3,12 +3,14 @@ ratio is known, with noise and load injected, it holds the truth at least 90% of
 
 import gc
 import random
+import pytest
 
 import torchmagic
 
 from ..workloads import SPIN_TWICE, Spinner, iterations_per_second
 
 
+@pytest.mark.slow
 def test_the_interval_holds_a_known_ratio_at_least_90_percent_of_the_time():
     rng, rate = random.Random(0), iterations_per_second()
     net = Spinner(rng, rate)

@@ -143,6 +143,7 @@ def test_a_ctrl_c_while_weights_and_settings_are_put_back_waits_until_all_is_bac
         assert not opt.state and settings.TorchSettings.capture() == before
 
 
+@pytest.mark.slow
 def test_loader_workers_are_stopped_whatever_line_a_ctrl_c_lands_on():
     data = torch.utils.data.TensorDataset(torch.randn(64, 4))
     loader = torch.utils.data.DataLoader(data, batch_size=8, num_workers=1, multiprocessing_context="fork")

@@ -18,6 +18,7 @@ def test_the_planted_problem_is_found_and_nothing_else(name):
     assert outcome.case.check(outcome.result) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [name for name, case in CASES.items() if case.verify is not None])
 def test_the_verify_confirms_the_finding(name):
     outcome = run_case(CASES[name])

@@ -88,6 +88,7 @@ def children() -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_workers_are_recommended_for_a_slow_reading_dataset_with_a_ci_excluding_one():
     # items that wait (reading files, decoding over the network): two workers halve the wait on
     # any machine, busy or not, where a CPU-heavy transform gains nothing when the cores are taken

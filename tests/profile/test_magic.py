@@ -177,10 +177,16 @@ def test_syntax_error_in_cell_is_reported_and_nothing_runs(shell):
 def test_global_torch_state_is_unchanged(shell):
     before = (torch.is_grad_enabled(), torch.get_default_dtype(), torch.get_float32_matmul_precision(),
               torch.is_inference_mode_enabled(), torch.is_autocast_enabled("cpu"))
-    run(shell, "%%torchprofile -q --memory --stack --flops --record-shapes\n"
-               "with torch.autocast('cpu', dtype=torch.bfloat16):\n    (torch.randn(8, 8) @ torch.randn(8, 8)).sum()")
+    shell.user_ns["seen"] = []
+    result, captured = run(shell, "%%torchprofile -q -o r --memory --stack --flops --record-shapes\n"
+                           "with torch.autocast('cpu', dtype=torch.bfloat16):\n"
+                           "    seen.append((torch.is_autocast_enabled('cpu'), (torch.randn(8, 8) @ torch.randn(8, 8)).dtype))")
     after = (torch.is_grad_enabled(), torch.get_default_dtype(), torch.get_float32_matmul_precision(),
              torch.is_inference_mode_enabled(), torch.is_autocast_enabled("cpu"))
+    # the cell ran, under its autocast, and was profiled: else the state would be unchanged for nothing
+    assert result.success, (result.error_in_exec, captured.stdout, captured.stderr)
+    assert shell.user_ns["seen"] and set(shell.user_ns["seen"]) == {(True, torch.bfloat16)}
+    assert any(op.name == "aten::mm" for op in shell.user_ns["r"].ops), [op.name for op in shell.user_ns["r"].ops]
     assert before == after
     assert not torch.autograd.profiler._is_profiler_enabled
 

@@ -18,6 +18,7 @@ from torchmagic.features.profile.traces.reader import TraceFileError
 from ...conftest import run
 from ...processes import child_pids
 
+@pytest.mark.slow
 def test_the_slow_input_rank_is_the_straggler_and_the_other_waits(job_traces):
     r = torchmagic.analyze(job_traces)
     assert [x.rank for x in r.ranks] == [0, 1] and r.world_size == 2 and r.backend == "gloo"
@@ -171,6 +172,7 @@ def test_a_failing_rank_stops_the_others_and_shows_its_traceback(shell):
     assert child_pids() <= before
 
 
+@pytest.mark.slow
 def test_too_few_steps_and_a_kept_trace_directory(shell, tmp_path):
     cell = "%%torchprofile --ranks 2 --warmup 3 --steps 2\nfor _ in range(2):\n    prof.step()\n"
     _, captured = run(shell, cell)
@@ -184,6 +186,7 @@ def test_too_few_steps_and_a_kept_trace_directory(shell, tmp_path):
     assert {"rank0.pt.trace.json", "rank1.pt.trace.json"} <= set(os.listdir(tmp_path))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.3, 2.0, 6.0])  # starting the ranks, importing torch, in the cell
 def test_an_interrupt_stops_every_rank_and_leaves_nothing_behind(shell, delay, tmp_path, monkeypatch):
     import glob
@@ -256,6 +259,7 @@ def test_a_rank_that_cannot_start_stops_the_ones_that_did(monkeypatch):
     assert started and started[0].poll() is not None
 
 
+@pytest.mark.slow
 def test_the_python_twin_of_ranks_takes_the_code_and_the_shared_values(tmp_path, capsys):
     import torchmagic
 
@@ -273,6 +277,7 @@ def test_the_python_twin_of_ranks_takes_the_code_and_the_shared_values(tmp_path,
         torchmagic.profile_ranks(code, 2)
 
 
+@pytest.mark.slow
 def test_a_job_over_two_nodes_each_running_its_ranks(shell, tmp_path):
     """Two machines, played here by the notebook (node 0) and a script (node 1), one rank each:
     node 0's rank 0 listens at --master and node 1's rank joins it, as torchrun's nodes do."""

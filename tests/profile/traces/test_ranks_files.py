@@ -101,6 +101,7 @@ time.sleep(120)
 '''
 
 
+@pytest.mark.slow
 def test_the_ranks_and_their_workers_end_when_the_notebooks_process_is_killed(tmp_path):
     """An out-of-memory kill of the kernel leaves no rank holding memory or a GPU."""
     notebook = subprocess.Popen([sys.executable, "-c", NOTEBOOK_KILLED % str(tmp_path)], start_new_session=True)

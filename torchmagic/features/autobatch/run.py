@@ -15,12 +15,13 @@ from ...core.devices import Device, choose_device
 from ...core.devices.profiler import ensure_profiler_free
 from ...core.interrupts import deliver_pending, guards, uninterruptible
 from ...core.limits import SettingError
+from ...core.render.format import fmt_bytes
 from ...core.state import Snapshot, objects_used_by, referenced_values
 from .build import SearchRecord, build_result
 from .estimate import fake_estimator
 from .footprint import FootprintCount, varied_footprint_note
 from .result import AutobatchResult
-from .search import Probe, SearchSpace, search
+from .search import Probe, SearchSpace, fits, search
 from .trial import measure_throughput, release, run_trial, starting_over
 
 CPU_DEFAULT_BUDGET = 0.5   # of available RAM: the rest of the notebook (and the OS) needs some
@@ -152,14 +153,41 @@ class LocalSearch:
                     if self.options.estimate else None)
         record.outcome = search(self.trial, record.limit, self.space, estimate,
                                 footprint_scales=self.device.footprint_scales, warm=warm)
-        record.reason = record.outcome.reason
         record.notes = _notes(record.outcome, record.budget, self.state, self.device)
+        if self.device.is_accelerator and record.outcome.batch_size is not None:
+            self._verify_again(record, estimate)
+        record.reason = record.outcome.reason
         if self.options.throughput and record.outcome.batch_size:
             try:
                 record.throughput = measure_throughput(self.step, record.outcome.batch_size, self.space, self.device)
             except KeyboardInterrupt:  # the answer stands; only its throughput is missing
                 record.notes.append("interrupted while measuring throughput: the answer above is complete")
                 raise
+
+    def _verify_again(self, record: SearchRecord, estimate) -> None:
+        """On a GPU the answer runs once more after every other trial, out-of-memory ones included, from
+        the state training starts in (the user's weights, the cache emptied; what the trials left behind,
+        cuBLAS and cuDNN workspaces among it, still held).  Where it no longer fits, the search runs again
+        below it, in that state, and its answer stands."""
+        __tracebackhide__ = True  # noqa: F841
+        outcome, limit = record.outcome, record.limit
+        answer = outcome.batch_size
+        again = self.trial(answer)
+        outcome.probes.append(again)
+        if fits(again, limit):
+            return
+        read = "ran out of memory" if not again.ran else f"peaked at {fmt_bytes(again.peak_bytes)}, over the limit"
+        below = self.space.round_down(answer - 1)
+        second = (search(self.trial, limit, SearchSpace(self.space.min_size, below, self.space.multiple_of), estimate,
+                         footprint_scales=self.device.footprint_scales) if below >= self.space.smallest else None)
+        outcome.probes += second.probes if second is not None else []
+        outcome.batch_size = second.batch_size if second is not None else None
+        outcome.law = (second.law if second is not None else None) or outcome.law
+        outcome.reason = (f"{second.reason}, searched again after {answer}, the first answer, no longer fit"
+                          if second is not None else f"{answer}, the only size that fit, no longer fits")
+        record.notes.append(f"Run again after the search, from the state training starts in, batch {answer} {read}: "
+                            "what the trials left behind (fragmentation, workspaces) changed what fits, so the search "
+                            "ran again below it.")
 
 
 FRAGMENTATION_SHARE = 0.1  # unallocated at an OOM, as a share of the budget, worth a note
