@@ -154,9 +154,10 @@ class LocalSearch:
         record.outcome = search(self.trial, record.limit, self.space, estimate,
                                 footprint_scales=self.device.footprint_scales, warm=warm)
         record.notes = _notes(record.outcome, record.budget, self.state, self.device)
+        record.reason = record.outcome.reason
         if self.device.is_accelerator and record.outcome.batch_size is not None:
             self._verify_again(record, estimate)
-        record.reason = record.outcome.reason
+            record.reason = record.outcome.reason
         if self.options.throughput and record.outcome.batch_size:
             try:
                 record.throughput = measure_throughput(self.step, record.outcome.batch_size, self.space, self.device)
@@ -177,6 +178,7 @@ class LocalSearch:
         if fits(again, limit):
             return
         read = "ran out of memory" if not again.ran else f"peaked at {fmt_bytes(again.peak_bytes)}, over the limit"
+        outcome.batch_size, record.reason = None, ""  # no answer, unless the search below ends (a Ctrl-C: none)
         below = self.space.round_down(answer - 1)
         second = (search(self.trial, limit, SearchSpace(self.space.min_size, below, self.space.multiple_of), estimate,
                          footprint_scales=self.device.footprint_scales) if below >= self.space.smallest else None)

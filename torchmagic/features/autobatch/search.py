@@ -8,7 +8,9 @@ plug in unchanged.
 The search:
 
 1. *Fit.*  Where the probe can estimate (fake tensors: no memory used), calibrated estimates
-   bracket the limit closely and the line through the bracket's ends is the law; else real runs
+   bracket the limit closely and the line through the bracket's ends is the law (where a run's
+   footprint grows with torch's allocations, as a CPU process's resident memory does, a real
+   run halfway to the answer scales them first); else real runs
    at small sizes that grow, ever faster while the peak stays flat (allocator blocks), give
    ``peak(bs) = fixed + per_sample * bs``.
 2. *Predict* the largest multiple of ``multiple_of`` whose fitted peak stays under
