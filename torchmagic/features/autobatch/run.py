@@ -180,13 +180,14 @@ class LocalSearch:
         read = "ran out of memory" if not again.ran else f"peaked at {fmt_bytes(again.peak_bytes)}, over the limit"
         outcome.batch_size, record.reason = None, ""  # no answer, unless the search below ends (a Ctrl-C: none)
         below = self.space.round_down(answer - 1)
-        second = (search(self.trial, limit, SearchSpace(self.space.min_size, below, self.space.multiple_of), estimate,
-                         footprint_scales=self.device.footprint_scales) if below >= self.space.smallest else None)
-        outcome.probes += second.probes if second is not None else []
-        outcome.batch_size = second.batch_size if second is not None else None
-        outcome.law = (second.law if second is not None else None) or outcome.law
-        outcome.reason = (f"{second.reason}, searched again after {answer}, the first answer, no longer fit"
-                          if second is not None else f"{answer}, the only size that fit, no longer fits")
+        if below < self.space.smallest:
+            outcome.reason = f"{answer}, the only size that fit, no longer fits"
+        else:
+            second = search(self.trial, limit, SearchSpace(self.space.min_size, below, self.space.multiple_of), estimate,
+                            footprint_scales=self.device.footprint_scales)
+            outcome.probes += second.probes
+            outcome.batch_size, outcome.law = second.batch_size, second.law or outcome.law
+            outcome.reason = f"{second.reason}, searched again after {answer}, the first answer, no longer fit"
         record.notes.append(f"Run again after the search, from the state training starts in, batch {answer} {read}: "
                             "what the trials left behind (fragmentation, workspaces) changed what fits, so the search "
                             "ran again below it.")

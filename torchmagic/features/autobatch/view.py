@@ -137,7 +137,7 @@ def _rank_range(trial, size) -> str:
 
 
 def _reads_range(trial, size) -> str:
-    """The least and the most of a trial's footprint reads (the most is its peak)."""
+    """The least and the most of a trial's footprint reads (its peak counts at least the most)."""
     reads = trial.footprint_reads
     return f"{_span(reads, size)} ({len(reads)} runs)" if reads else ""
 
