@@ -280,19 +280,22 @@ def profile_ranks(code: str, ranks: int, *, share: dict[str, Any] | None = None,
 def autobatch_ranks(code: str, ranks: int, *, step: str = "step", share: dict[str, Any] | None = None,
                     backend: str | None = None, budget: float | None = None, min: int = 1,  # noqa: A002
                     max: int = 65536, multiple_of: int = 1, margin: float = 0.1,  # noqa: A002
-                    target_batch: int | None = None, throughput: bool = False) -> AutobatchResult:
+                    target_batch: int | None = None, throughput: bool = False, fresh: bool = False
+                    ) -> AutobatchResult:
     """As ``%%autobatch --ranks N step``: ``code`` runs once in each of ``ranks`` processes (it wraps
     the model in DistributedDataParallel and defines ``step(batch_size)``), and every rank runs each
     trial: the answer is the per-rank batch size that fits on every rank (``.global_batch_size`` is
     times ``ranks``).  A rank that runs out of memory has every rank started again from ``code``.
     ``budget`` is per rank (a fraction: of its GPU, or of the RAM available, shared by the ranks on
-    this machine); ``target_batch`` is global.  Other options as :func:`autobatch`.
+    this machine); ``target_batch`` is global.  ``fresh`` (``--fresh``): each read of a trial is of
+    the first steps of ranks started for it, as a script's first steps run.  Other options as
+    :func:`autobatch`.
     """
     from .core.devices import nccl_gpus
     from .features.autobatch.ranks import run_autobatch_ranks
 
     options = AutobatchOptions(budget=budget, min=min, max=max, multiple_of=multiple_of, margin=margin,
-                               target_batch=target_batch, throughput=throughput, estimate=False)
+                               target_batch=target_batch, throughput=throughput, estimate=False, fresh=fresh)
     return run_autobatch_ranks(code, step, dict(share or {}), options, ranks=ranks, backend=backend,
                                gpus=nccl_gpus(), label=step)
 

@@ -463,8 +463,8 @@ def test_a_resident_footprint_that_differs_between_runs_is_read_again_and_its_mo
         reads = trial.footprint_reads
         assert reads is not None and len(reads) == FOOTPRINT_RUNS[1], r.to_text()
         assert max(reads) >= 48 * MiB and max(reads) - min(reads) >= 40 * MiB, reads
-        # it counts what one more run could take: an upper 95% prediction bound, of its reads and its
-        # neighbours' per byte torch allocated (the first trial, with none, of its own)
+        # it counts what one more run could take: an upper 95% prediction bound, from the line through
+        # its and its neighbours' reads against torch's allocations (the first trial, with none, of its own)
         assert trial.peak_bytes > max(reads), (trial.peak_bytes, reads)
     assert real[0].peak_bytes == round(upper_prediction_bound(list(real[0].footprint_reads)))
     text = r.to_text()

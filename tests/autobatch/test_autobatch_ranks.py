@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from torchmagic.features.autobatch.footprint import FOOTPRINT_RUNS
+from torchmagic.features.autobatch.footprint import FOOTPRINT_RUNS, agree
 from torchmagic.features.autobatch.result import TRIAL_STEPS
 
 from ..conftest import run
@@ -110,7 +110,8 @@ def test_a_step_that_fails_on_one_rank_shows_its_frames_and_stops_the_others(she
 
 
 @pytest.mark.parametrize("line, message", [
-    ("%autobatch --ranks 2 step", "%autobatch: --ranks needs the cell form: %%autobatch --ranks N step"),
+    ("%autobatch --ranks 2 step", "%autobatch: --ranks N needs the cell form: %%autobatch --ranks N step"),
+    ("%autobatch --fresh step", "%autobatch: --fresh needs the cell form: %%autobatch --fresh step"),
     ("%autobatch --share x step", "%autobatch: --backend and --share go with --ranks N (the cell form)"),
     ("%%autobatch step\nx = 2", "%%autobatch: the cell form runs the cell on --ranks N processes"),
     ("%%autobatch --ranks 2\nx = 2", "%%autobatch: name the step the cell defines"),
@@ -134,6 +135,42 @@ def test_bad_settings_are_one_line_before_any_rank_starts(shell, line, message):
     shown = (captured.stdout + captured.stderr).strip().splitlines()[-1]
     assert shown.startswith("UsageError: %") and message in shown, shown
     assert time.perf_counter() - started < 1 and shell.user_ns["x"] == 1
+    assert_left_as_it_was(before)
+
+
+def test_fresh_reads_each_trial_in_processes_started_for_it_and_counts_their_spread(shell):
+    """--fresh: no rank is started again after running out, yet a process is started for every read,
+    and the reads of one size in fresh processes (which vary: glibc's heap, the libraries' first use)
+    count what one more process could take."""
+    before = process_state()
+    cell = ("%%autobatch --fresh --min 64 --max 64 --budget 256MiB -o found step\n"
+            "import os, torch, torch.nn as nn\n"
+            "model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 10))\n"
+            "optimizer = torch.optim.AdamW(model.parameters())\n"
+            "steps = []\n"
+            "def step(batch_size):\n"
+            "    steps.append(batch_size)\n"
+            "    print('pid', os.getpid(), 'step', len(steps))\n"
+            "    model(torch.randn(batch_size, 256)).sum().backward()\n"
+            "    optimizer.step()\n    optimizer.zero_grad()\n")
+    result, captured = run(shell, cell)
+    assert result.success, (result.error_in_exec, captured.stderr[-2000:])
+    found = shell.user_ns["found"]
+    [trial] = found.trials
+    reads = trial.footprint_reads
+    assert found.batch_size == 64 and found.restarts == len(reads) - 1 and 2 <= len(reads) <= FOOTPRINT_RUNS[1]
+    # each process read its own first steps: one read, then torch's allocations in a second run
+    pids = re.findall(r"pid (\d+) step (\d+)", captured.stdout)
+    assert len({pid for pid, _ in pids}) == len(reads)
+    assert all(sorted(int(n) for p, n in pids if p == pid) == list(range(1, 2 * TRIAL_STEPS + 1))
+               for pid, _ in pids)
+    assert trial.peak_bytes >= max(max(reads), trial.allocated_bytes)
+    assert f"--fresh: each read of a trial was of the first {TRIAL_STEPS} steps" in found.notes[0]
+    text = found.to_text()
+    assert text.startswith("Largest batch size that fits: 64 (ran, peaked at ") and f"({len(reads)} processes)" in text
+    # the note on reads that differ is said of processes, and only where they differed
+    assert ("Resident memory differed from process to process" in text) == (trial.peak_bytes > max(reads)
+                                                                             or not agree(reads))
     assert_left_as_it_was(before)
 
 

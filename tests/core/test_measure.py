@@ -153,3 +153,22 @@ def test_t95_is_students_one_sided_quantile_and_the_bound_covers_one_more_sample
         draws = (100 + 10 * torch.randn(6, generator=gen, dtype=torch.float64)).tolist()
         held += draws[5] <= upper_prediction_bound(draws[:5])
     assert 0.94 <= held / trials <= 0.96
+
+
+def test_the_line_bound_covers_one_more_point_at_and_beyond_the_points():
+    from torchmagic.core.measure.stats import upper_line_prediction_bound
+
+    assert upper_line_prediction_bound([(1, 2), (1, 3), (1, 4), (1, 5)], 1) is None  # one x: no line
+    assert upper_line_prediction_bound([(1, 2), (2, 3), (3, 4)], 2) is None  # three points: no spread to trust
+    assert upper_line_prediction_bound([(1, 2), (2, 4), (3, 6), (4, 8)], 5) == pytest.approx(10)  # exact line
+    # a line with a large intercept (a fresh process's first-use memory) and normal noise: 6 points at
+    # 3 sizes, then one more at a size among them and one past them; each held 95% of the time
+    gen = torch.Generator().manual_seed(0)
+    trials, held = 4000, {30.0: 0, 45.0: 0}
+    for _ in range(trials):
+        noise = (4 * torch.randn(8, generator=gen, dtype=torch.float64)).tolist()
+        xs = [20.0, 20.0, 25.0, 25.0, 30.0, 30.0]
+        points = [(x, 100 + 2 * x + e) for x, e in zip(xs, noise)]
+        for x, e in zip(held, noise[6:]):
+            held[x] += 100 + 2 * x + e <= upper_line_prediction_bound(points, x)
+    assert all(0.94 <= count / trials <= 0.96 for count in held.values()), held

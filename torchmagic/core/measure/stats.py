@@ -193,3 +193,19 @@ def upper_prediction_bound(samples: list[float]) -> float:
     if n < 3:
         return max(samples)
     return statistics.mean(samples) + t95(n - 1) * statistics.stdev(samples) * math.sqrt(1 + 1 / n)
+
+
+def upper_line_prediction_bound(points: list[tuple[float, float]], x: float) -> float | None:
+    """The upper 95% prediction bound, at ``x``, for one more y from the least-squares line through
+    ``points`` (x, y) (normal errors): y(x) + t(n-2) * s * sqrt(1 + 1/n + (x - mean x)^2 / Sxx).
+    None with fewer than four points or two distinct x: too little to fit a line and its spread."""
+    n = len(points)
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    if n < 4 or len(set(xs)) < 2:
+        return None
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((v - mean_x) ** 2 for v in xs)
+    slope = sum((u - mean_x) * (v - mean_y) for u, v in zip(xs, ys)) / sxx
+    fitted = mean_y + slope * (x - mean_x)
+    s = math.sqrt(sum((v - mean_y - slope * (u - mean_x)) ** 2 for u, v in zip(xs, ys)) / (n - 2))
+    return fitted + t95(n - 2) * s * math.sqrt(1 + 1 / n + (x - mean_x) ** 2 / sxx)

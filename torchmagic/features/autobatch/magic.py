@@ -66,6 +66,9 @@ class AutobatchMagics(TorchMagicsBase):
     @DEVICE_ARGUMENT
     @argument("--ranks", type=int, metavar="N", help="(cell form) run the cell in N processes with torch.distributed "
               "set up, as torchrun runs a script; every rank runs each trial: a size fits if it fits on all")
+    @argument("--fresh", action="store_true", help="(cell form) read each trial in processes started for it, "
+              "the cell building the model there: what a script's first steps take (on CPU, glibc's heap "
+              "and the libraries' first-use memory as new); one process unless --ranks N")
     @BACKEND_ARGUMENT
     @SHARE_ARGUMENT
     @argument("-o", dest="output", metavar="NAME", help="store the AutobatchResult in variable NAME")
@@ -82,6 +85,8 @@ class AutobatchMagics(TorchMagicsBase):
         %%autobatch --ranks N [options] step     (a cell) the cell runs in each of N processes with
                                            the process group set up: it wraps the model in
                                            DistributedDataParallel and defines step(batch_size)
+        %%autobatch --fresh [options] step       (a cell) the cell builds the model and defines the
+                                           step in a new process for each read of a trial
 
         Peak memory is fitted against batch size from small runs, the largest size under the
         budget is predicted, and real runs verify it: the answer always ran.  The modules and
@@ -89,7 +94,9 @@ class AutobatchMagics(TorchMagicsBase):
         With --ranks every rank runs each trial: the answer is the per-rank batch size that fits
         on every rank (and the global batch, times N); a rank that runs out of memory has every
         rank started again from the cell, since a data-parallel step that failed part-way leaves
-        the others waiting in a collective.
+        the others waiting in a collective.  With --fresh each read of a trial is of the first steps
+        of processes started for it, as a script (or torchrun) runs them: on CPU a process's first
+        steps take memory a warmed notebook kernel took long ago, and glibc's heap starts new.
         Returns the AutobatchResult (`r = %autobatch step` keeps it); with -q returns nothing.
         """
         __tracebackhide__ = True  # noqa: F841
@@ -97,19 +104,21 @@ class AutobatchMagics(TorchMagicsBase):
         options_text, expression = _split_expression(line)
         args = parse_argstring(self.autobatch, options_text, magic)
         self.check_output_name(args.output)
-        if cell is None and args.ranks is not None:
-            raise usage_error("%autobatch: --ranks needs the cell form: %%autobatch --ranks N step, with a cell "
-                              "that builds each rank's model and defines step(batch_size)")
-        if cell is not None and args.ranks is None:
-            raise usage_error("%%autobatch: the cell form runs the cell on --ranks N processes; in this process, "
-                              "run the cell, then %autobatch step")
+        if cell is None and (args.ranks is not None or args.fresh):
+            flag = "--ranks N" if args.ranks is not None else "--fresh"
+            raise usage_error(f"%autobatch: {flag} needs the cell form: %%autobatch {flag} step, with a cell "
+                              "that builds the model and defines step(batch_size)")
+        if cell is not None and args.ranks is None and not args.fresh:
+            raise usage_error("%%autobatch: the cell form runs the cell on --ranks N processes, or in a process "
+                              "started for each read with --fresh; in this process, run the cell, then %autobatch step")
         if cell is None and (args.backend is not None or args.share is not None):
             raise usage_error("%autobatch: --backend and --share go with --ranks N (the cell form)")
         try:
             options = AutobatchOptions(
                 budget=parse_budget(args.budget, magic) if args.budget is not None else None,
                 min=args.min, max=args.max, multiple_of=args.multiple_of, margin=args.margin,
-                target_batch=args.target_batch, throughput=args.throughput, estimate=not args.no_estimate)
+                target_batch=args.target_batch, throughput=args.throughput, estimate=not args.no_estimate,
+                fresh=args.fresh)
         except ValueError as exc:
             raise refused(magic, exc) from None
         if cell is not None:
@@ -131,7 +140,8 @@ class AutobatchMagics(TorchMagicsBase):
         return self.line_outcome(args, result)
 
     def _ranks(self, args, options: AutobatchOptions, cell: str, expression: str | None):
-        """%%autobatch --ranks N: the cell builds each rank, and every rank runs each trial."""
+        """%%autobatch --ranks N (or --fresh, one rank): the cell builds each rank, and every rank runs
+        each trial."""
         __tracebackhide__ = True  # noqa: F841
         magic = "%%autobatch"
         if args.device is not None:
@@ -156,7 +166,7 @@ class AutobatchMagics(TorchMagicsBase):
         try:
             result = run_autobatch_ranks(
                 self.shell.transform_cell(cell), args.step, shared, options,
-                ranks=args.ranks, backend=args.backend, gpus=nccl_gpus(), expression=expression,
+                ranks=1 if args.ranks is None else args.ranks, backend=args.backend, gpus=nccl_gpus(), expression=expression,
                 on_probe=progress.probe if progress else None, label=args.step or expression)
         except SettingError as exc:
             error = refused(magic, exc)

@@ -15,7 +15,9 @@ the cell (and warmed up) before the next trial.
 from __future__ import annotations
 
 import pickle
+import statistics
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ...core.interrupts import guards
@@ -24,8 +26,8 @@ from ...core.ranks.output import show_rank_line
 from ...core.ranks.processes import threads_per_rank
 from ...core.ranks.share import shared_note
 from .build import SearchRecord, build_result
-from .footprint import varied_footprint_note
-from .result import AutobatchResult, ThroughputPoint
+from .footprint import FootprintCount, read_until_agreed, varied_footprint_note
+from .result import TRIAL_STEPS, AutobatchResult, ThroughputPoint
 from .run import AutobatchOptions, search_space
 from .search import Probe, search
 from .worker import EXIT_NO_STEP
@@ -42,38 +44,67 @@ class StepMissing(RuntimeError):
 
 
 class _Trials:
-    """Each trial asked of every rank; the ranks started again after one that ran out."""
+    """Each trial asked of every rank; the ranks started again after one that ran out, and, with
+    ``fresh``, before every read: each read is of a job's first steps."""
 
     def __init__(self, processes: RankProcesses, control: RankControl, smallest: int,
                  on_probe: Callable[[Probe], None], record: SearchRecord):
         self.processes, self.control, self.smallest, self.on_probe = processes, control, smallest, on_probe
         self.record = record  # the trials and restarts go in it
-        self._broken = False
+        # --fresh: each trial's reads, one per start, pooled with its neighbours' as in one process
+        self.footprint = FootprintCount() if record.options.fresh else None
+        self._broken = self._used = False
 
     def __call__(self, size: int) -> Probe:
         __tracebackhide__ = True  # noqa: F841
-        self.ready()
-        probe = self._ask(size)
+        probe = self._fresh(size) if self.footprint else self._ask(size)
         self.record.probes.append(probe)
         self.on_probe(probe)
         return probe
 
     def ready(self) -> None:
         """Ranks that can take a request: after one ran out of memory, every rank started again
-        and warmed up (optimizer state, plans, caches), as at the start."""
+        and warmed up (optimizer state, plans, caches), as at the start; with ``fresh``, ranks that
+        ran no step yet."""
         __tracebackhide__ = True  # noqa: F841
-        if not self._broken:
+        if not self._broken and not (self.footprint and self._used):
             return
         self.processes.restart()
         self.record.restarts += 1
-        self._broken = False
+        self._broken = self._used = False
+        if self.footprint:
+            return
         warm = self._ask(self.smallest)
         if not warm.ran:
             raise RanksUnsteady(f"started again after running out of memory, {warm.error} at the smallest "
                                 f"size ({self.smallest}), which ran before: memory did not come back")
 
-    def _ask(self, size: int) -> Probe:
-        replies = self.control.ask({"do": "probe", "size": size}, enough=lambda reply: not reply["ran"])
+    def _fresh(self, size: int) -> Probe:
+        """Reads of the first steps at ``size``, each in ranks started for it, until they agree (as
+        many as a trial in one process reads); counted as there, with the neighbours' reads."""
+        __tracebackhide__ = True  # noqa: F841
+        probes = [self._ask(size, fresh=True)]
+
+        def read_again() -> int | None:
+            __tracebackhide__ = True  # noqa: F841
+            probes.append(self._ask(size, fresh=True))
+            return probes[-1].footprint_reads[0] if probes[-1].ran and probes[-1].footprint_reads else None
+
+        first = probes[0]
+        if not first.ran or not first.footprint_reads:
+            return first  # out of memory, or nothing read apart from torch's allocations (CUDA)
+        reads = read_until_agreed(read_again, self.footprint.runs_for(first.allocated_bytes), first.footprint_reads)
+        if not probes[-1].ran:
+            return probes[-1]  # a later start ran out: the size does not fit
+        counted = self.footprint.counted(reads, first.allocated_bytes)
+        return replace(first, peak_bytes=max(first.allocated_bytes or 0, counted), footprint_reads=reads,
+                       seconds=statistics.median(p.seconds for p in probes))
+
+    def _ask(self, size: int, fresh: bool = False) -> Probe:
+        __tracebackhide__ = True  # noqa: F841
+        self.ready()
+        self._used = True
+        replies = self.control.ask({"do": "probe", "size": size, "fresh": fresh}, enough=lambda reply: not reply["ran"])
         ran_out = sorted((r for r in replies.values() if not r["ran"]), key=lambda r: r["rank"])
         if ran_out:
             self._broken = True
@@ -121,10 +152,17 @@ def run_autobatch_ranks(code: str, step: str | None, shared: dict[str, Any], opt
                 raise StepMissing(exc.said) from None
             raise
         control.output.poll(final=True)
-    record.notes.insert(0, f"{ranks} ranks with {backend}, {threads} thread(s) each; {shared_note(shared, blob)}"
-                        + (f"; every rank was started again {record.restarts} time(s), after one ran out of memory"
-                           if record.restarts else ""))
+    record.notes.insert(0, f"{ranks} rank{'s' if ranks > 1 else ''} with {backend}, {threads} thread(s) each; {shared_note(shared, blob)}"
+                        + _restarts_note(record))
     return build_result(record)
+
+
+def _restarts_note(record: SearchRecord) -> str:
+    if record.options.fresh:
+        return (f"; --fresh: each read of a trial was of the first {TRIAL_STEPS} steps of ranks started for it, "
+                f"as a script's ({record.restarts + 1} starts)")
+    return (f"; every rank was started again {record.restarts} time(s), after one ran out of memory"
+            if record.restarts else "")
 
 
 def _search(trials: _Trials, control: RankControl, options: AutobatchOptions, space, record: SearchRecord) -> None:
@@ -145,7 +183,7 @@ def _search(trials: _Trials, control: RankControl, options: AutobatchOptions, sp
     record.reason = record.outcome.reason
     record.notes += least["notes"]
     record.notes.append("Fake-tensor estimates are not used with --ranks: a trial is a real step on every rank.")
-    record.notes += varied_footprint_note(record.outcome.probes)
+    record.notes += varied_footprint_note(record.outcome.probes, options.fresh)
     if options.throughput and record.outcome.batch_size:
         trials.ready()
         record.throughput = _throughput(control, record.outcome.batch_size, space, record.ranks)

@@ -38,6 +38,7 @@ class AutobatchOptions:
     target_batch: int | None = None
     throughput: bool = False      # also time samples/s at the answer and smaller verified sizes
     estimate: bool = True         # fit on fake-tensor estimates where the step allows it
+    fresh: bool = False           # with ranks: each trial's reads in processes started for it
 
     def __post_init__(self):
         if self.budget is not None and not 0 < self.budget < math.inf:

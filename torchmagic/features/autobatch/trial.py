@@ -7,6 +7,7 @@ import gc
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ...core.devices import Device, is_out_of_memory
@@ -27,34 +28,69 @@ def run_trial(step: Callable[[int], Any], size: int, device: Device,
     the footprint and what it counts, with the reads of the search's trials so far."""
     __tracebackhide__ = True  # noqa: F841
     reset = reset or (lambda collect=True: release(device, collect))
-    error = unallocated = None
-    start = time.perf_counter()
-    with device.peak_scope() as reading:
-        try:
-            for _ in range(TRIAL_STEPS):
-                step(size)
-            device.synchronize()
-        except Exception as exc:
-            if not is_out_of_memory(exc):
-                raise
-            error = describe_error(exc, width=200)
-            unallocated = _unallocated(device)
-    seconds = (time.perf_counter() - start) / TRIAL_STEPS
-    # Out here, past the except block, the failed step's frames and the tensors they hold are
-    # unreachable; a collection frees what sits in reference cycles.  A step that succeeded
-    # freed its tensors by reference counting (a full collection costs ~0.15 s with torch loaded).
-    reset(collect=error is not None)
-    if error is not None:
-        return Probe(size, None, False, seconds=seconds, error=error, unallocated_bytes=unallocated)
+    run = _Run(step, size, device, device.peak_scope())
+    reset(collect=run.error is not None)
+    if run.error is not None:
+        return run.failed()
     # what counts against the budget: torch's allocations, or all the process took if that is more
     # (CPU: resident memory, for Python objects, oneDNN scratch and malloc's pages; CUDA: reserved)
+    allocated = run.reading.peak_bytes
     footprint = footprint or FootprintCount()
-    reads = read_footprints(step, size, device, reset, footprint.runs_for(reading.peak_bytes))
-    counted = footprint.counted(reads, reading.peak_bytes) if reads else reading.footprint_bytes
-    peak = max(reading.peak_bytes, counted or 0)
+    reads = read_footprints(step, size, device, reset, footprint.runs_for(allocated))
+    counted = footprint.counted(reads, allocated) if reads else run.reading.footprint_bytes
+    peak = max(allocated, counted or 0)
     shown = reads and (not agree(reads) or counted > max(reads))  # the reads behind a peak they do not show
-    return Probe(size, peak, True, seconds=seconds, allocated_bytes=reading.peak_bytes,
+    return Probe(size, peak, True, seconds=run.seconds, allocated_bytes=allocated,
                  footprint_reads=reads if shown else None)
+
+
+def run_first_trial(step: Callable[[int], Any], size: int, device: Device, reset: Callable[..., None]) -> Probe:
+    """A trial in a process that ran no step before (``--fresh``): the footprint of its first
+    ``TRIAL_STEPS`` steps, from a heap as new as a script's (CPU: glibc's mmap threshold not yet risen,
+    no freed pages kept), its one read; then torch's allocations, in a run of their own (the profiler's
+    event buffers would count in the first).  Where the device has no footprint to read apart (CUDA),
+    a plain trial's first run is the fresh one."""
+    __tracebackhide__ = True  # noqa: F841
+    scope = device.footprint_scope()
+    if scope is None:
+        return run_trial(step, size, device, reset, FootprintCount(runs=(0, 0)))
+    first = _Run(step, size, device, scope)
+    reset(collect=first.error is not None)
+    if first.error is not None:
+        return first.failed()
+    probe = run_trial(step, size, device, reset, FootprintCount(runs=(0, 0)))
+    read = first.reading.footprint_bytes
+    if not probe.ran or read is None:
+        return probe
+    return replace(probe, peak_bytes=max(probe.peak_bytes, read), seconds=first.seconds, footprint_reads=(read,))
+
+
+class _Run:
+    """``TRIAL_STEPS`` steps at a size within ``scope`` (a peak reading): their reading and time per
+    step, or the out-of-memory error that ended them (any other error is the step's own: raised)."""
+
+    def __init__(self, step: Callable[[int], Any], size: int, device: Device, scope):
+        __tracebackhide__ = True  # noqa: F841
+        self.size, self.error, self.unallocated = size, None, None
+        start = time.perf_counter()
+        with scope as self.reading:
+            try:
+                for _ in range(TRIAL_STEPS):
+                    step(size)
+                device.synchronize()
+            except Exception as exc:
+                if not is_out_of_memory(exc):
+                    raise
+                self.error = describe_error(exc, width=200)
+                self.unallocated = _unallocated(device)
+        self.seconds = (time.perf_counter() - start) / TRIAL_STEPS
+        # Out here, past the except block, the failed step's frames and the tensors they hold are
+        # unreachable; the caller's reset collects what sits in reference cycles.  A step that
+        # succeeded freed its tensors by reference counting (a full collection costs ~0.15 s).
+
+    def failed(self) -> Probe:
+        return Probe(self.size, None, False, seconds=self.seconds, error=self.error,
+                     unallocated_bytes=self.unallocated)
 
 
 def measure_throughput(step: Callable[[int], Any], answer: int, space: SearchSpace, device: Device

@@ -117,13 +117,14 @@ def _prediction(r: AutobatchResult) -> list[str]:
 
 def _trials_table(r: AutobatchResult) -> Table:
     size = bytes_format(r)
+    fresh = r.options.get("fresh", False)  # each read in a process of its own
     return Table([
         Column("batch", lambda t: str(t.batch_size)),
         Column("peak", lambda t: size(t.peak_bytes)),
         *([Column("torch's share", lambda t: size(t.allocated_bytes) if t.allocated_bytes is not None else "")]
           if any(t.allocated_bytes not in (None, t.peak_bytes) for t in r.trials) else []),
         *([Column("ranks' peaks", lambda t: _rank_range(t, size))] if r.ranks > 1 else []),
-        *([Column("resident reads", lambda t: _reads_range(t, size))]
+        *([Column("resident reads", lambda t: _reads_range(t, size, fresh))]
           if any(t.footprint_reads for t in r.trials) else []),
         Column("result", lambda t: ("estimate" if t.estimated else "fits" if t.ok else
                                     "over the limit" if t.ran else "out of memory"), "left"),
@@ -136,10 +137,10 @@ def _rank_range(trial, size) -> str:
     return _span(trial.rank_peaks_bytes, size)
 
 
-def _reads_range(trial, size) -> str:
+def _reads_range(trial, size, fresh: bool) -> str:
     """The least and the most of a trial's footprint reads (its peak counts at least the most)."""
     reads = trial.footprint_reads
-    return f"{_span(reads, size)} ({len(reads)} runs)" if reads else ""
+    return f"{_span(reads, size)} ({len(reads)} {'processes' if fresh else 'runs'})" if reads else ""
 
 
 def _span(values, size) -> str:

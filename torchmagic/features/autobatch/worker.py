@@ -21,7 +21,7 @@ from ...core.state import Snapshot
 from .footprint import FOOTPRINT_RUNS, FootprintCount
 from .run import objects_to_restore, resolve_budget
 from .search import SearchSpace
-from .trial import THROUGHPUT_REPEATS, measure_throughput, run_trial, starting_over
+from .trial import THROUGHPUT_REPEATS, measure_throughput, run_first_trial, run_trial, starting_over
 
 CELL_FILENAME = "<%%autobatch cell>"
 STEP_FILENAME = "<%%autobatch step>"
@@ -82,6 +82,8 @@ def _step(payload: dict, namespace: dict):
 def _answer(request: dict, step, device, reset) -> dict:
     rank = int(os.environ["RANK"])
     if request["do"] == "probe":
+        if request.get("fresh"):  # this process ran no step yet: its first steps are read (the notebook pools them)
+            return {"rank": rank, **dataclasses.asdict(run_first_trial(step, request["size"], device, reset))}
         # every rank runs the same steps (a collective in the step waits for all): a fixed number of reads
         footprint = FootprintCount(runs=(FOOTPRINT_RUNS[0],) * 2)
         return {"rank": rank, **dataclasses.asdict(run_trial(step, request["size"], device, reset, footprint))}
