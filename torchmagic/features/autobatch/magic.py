@@ -104,15 +104,7 @@ class AutobatchMagics(TorchMagicsBase):
         options_text, expression = _split_expression(line)
         args = parse_argstring(self.autobatch, options_text, magic)
         self.check_output_name(args.output)
-        if cell is None and (args.ranks is not None or args.fresh):
-            flag = "--ranks N" if args.ranks is not None else "--fresh"
-            raise usage_error(f"%autobatch: {flag} needs the cell form: %%autobatch {flag} step, with a cell "
-                              "that builds the model and defines step(batch_size)")
-        if cell is not None and args.ranks is None and not args.fresh:
-            raise usage_error("%%autobatch: the cell form runs the cell on --ranks N processes, or in a process "
-                              "started for each read with --fresh; in this process, run the cell, then %autobatch step")
-        if cell is None and (args.backend is not None or args.share is not None):
-            raise usage_error("%autobatch: --backend and --share go with --ranks N (the cell form)")
+        _check_form(args, cell)
         try:
             options = AutobatchOptions(
                 budget=parse_budget(args.budget, magic) if args.budget is not None else None,
@@ -214,6 +206,19 @@ class AutobatchMagics(TorchMagicsBase):
         if not callable(step):
             raise usage_error(f"%autobatch: {name!r} is not callable; it should take the batch size")
         return step, name, referenced_values(step)
+
+
+def _check_form(args, cell: str | None) -> None:
+    """The line form runs here; the cell form in processes (--ranks N, --fresh): flags of one, not the other."""
+    if cell is None and (args.ranks is not None or args.fresh):
+        flag = "--ranks N" if args.ranks is not None else "--fresh"
+        raise usage_error(f"%autobatch: {flag} needs the cell form: %%autobatch {flag} step, with a cell "
+                          "that builds the model and defines step(batch_size)")
+    if cell is not None and args.ranks is None and not args.fresh:
+        raise usage_error("%%autobatch: the cell form runs the cell on --ranks N processes, or in a process "
+                          "started for each read with --fresh; in this process, run the cell, then %autobatch step")
+    if cell is None and (args.backend is not None or args.share is not None):
+        raise usage_error("%autobatch: --backend and --share go with --ranks N (the cell form)")
 
 
 def _split_expression(line: str) -> tuple[str, str | None]:
