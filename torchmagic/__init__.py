@@ -5,6 +5,7 @@ In a notebook: ``%load_ext torchmagic``, then one magic.  In a script: ``import 
 Magic (options: ``%name?``)        Python twin                       What it answers
 %%torchprofile                     profile(fn), profile_code(code)   where a step's time goes, what to fix
 %%torchprofile --diff NAME         diff(before, after)               what a change did to the step
+%%torchprofile --diff PATH         diff(load(PATH), after)           ... against a profile saved (r.save(PATH))
 %%torchprofile --ranks N           profile_ranks(code, N)            a distributed step, rank by rank
 %torchprofile --load PATH          analyze(path)                     traces a job wrote elsewhere
 %%amp_compare                      compare(fn, model=...)            is AMP / torch.compile / ... faster here
@@ -23,7 +24,7 @@ Options: ``%name?`` lists a magic's; its twin takes them as keywords (``--trace-
 Results: each twin returns, and ``-o NAME`` stores, a result object: ProfileResult, ProfileDiff,
 TraceAnalysis, CompareResult, AutobatchResult, MemoryResult, LoaderTuneResult (classes below,
 their fields in seconds and bytes).  ``print(r)`` is the text report, ``r.to_html()`` the notebook's,
-``r.to_dict()`` / ``r.to_json()`` the data.  When the code raises, the twin re-raises with the
+``r.to_dict()`` / ``r.to_json()`` the data, ``r.save(path)`` a file ``load(path)`` reads back.  When the code raises, the twin re-raises with the
 partial result in ``exc.torchmagic_result``; the magic shows what ran, then the error.
 
 Reference: docs/ in the repository (one page per magic).  Importing the package is cheap: torch,
@@ -36,7 +37,7 @@ __version__ = "0.1.0"
 
 _API = {"profile": "api", "profile_code": "api", "autobatch": "api", "compare": "api", "memory": "api",
         "measure_memory": "api", "free": "api", "watch_memory": "api", "loadertune": "api", "analyze": "api",
-        "profile_ranks": "api", "autobatch_ranks": "api", "RankFailed": "core.ranks", "diff": "api",
+        "profile_ranks": "api", "autobatch_ranks": "api", "RankFailed": "core.ranks", "diff": "api", "load": "api",
         "ProfileDiff": "features.profile.diff",
         "TraceAnalysis": "features.profile.traces.result", "TraceFileError": "features.profile.traces.reader",
         "ProfileResult": "features.profile.result", "Finding": "features.profile.result",

@@ -246,6 +246,20 @@ def diff(before, after):
     return diff_profiles(_as_profile(before, "before"), _as_profile(after, "after"))
 
 
+def load(path: str):
+    """The result saved in ``path`` by ``result.save(path)`` (in this process or another, today or
+    before): the same plain data, shown and compared (``diff(load("before.json"), after)``) as the
+    one saved.  Raises ``ValueError`` with one line where the file holds no torchmagic result."""
+    import os
+
+    from .core.render import saved
+    from .features.loadertune import result as _loadertune  # noqa: F401  (each result class registers itself)
+    from .features.profile import diff as _diff  # noqa: F401
+    from .features.profile.traces import result as _traces  # noqa: F401
+
+    return saved.load(os.path.expanduser(os.fspath(path)))
+
+
 def _as_profile(value, name: str) -> ProfileResult:
     profile = getattr(value, "profile", value)  # a TraceAnalysis of one rank holds its ProfileResult
     if not isinstance(profile, ProfileResult):

@@ -3,6 +3,8 @@ interval, the operators and findings that changed, and the verify button's diff 
 that raised the finding."""
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -75,7 +77,7 @@ def test_the_magic_diffs_against_a_stored_profile_and_the_verify_button_does_too
     _, captured = run(shell, "%%torchprofile --diff nothing\nmodel(x)\n")
     assert (captured.stdout + captured.stderr).strip() == (
         "UsageError: %%torchprofile: --diff nothing: not defined, not a profile with a step to compare "
-        "(store one with %%torchprofile -o nothing)")
+        "(store one with %%torchprofile -o NAME, or save one with NAME.save(PATH))")
     finding = shell.user_ns["before"].finding("inference_grad")
     assert finding.verify == f"%%amp_compare --variants eager,inference_mode {finding.expected.option()}"
     from IPython.utils.capture import capture_output
@@ -83,6 +85,45 @@ def test_the_magic_diffs_against_a_stored_profile_and_the_verify_button_does_too
     with capture_output() as clicked:
         shell.user_ns["before"].verify_runner("%%torchprofile --warmup 1 --steps 4")
     assert "After / before: " in _displayed(clicked)
+
+
+SAVE_A_PROFILE = """
+import sys, torch, torchmagic
+model = torch.nn.Linear(64, 64)
+x = torch.randn(1, 64)
+
+def step():
+    for _ in range(20):
+        model(x)
+
+torchmagic.profile(step, steps=4).save(sys.argv[1])
+"""
+
+
+def test_the_magic_diffs_against_a_profile_saved_in_another_process(shell, tmp_path):
+    """--diff PATH: a profile written by a script (or yesterday's kernel) with r.save(PATH)."""
+    saved = tmp_path / "before.json.gz"
+    done = subprocess.run([sys.executable, "-c", SAVE_A_PROFILE, str(saved)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    before = torchmagic.load(saved)
+    assert isinstance(before, torchmagic.ProfileResult) and before.finding("inference_grad") is not None
+    shell.run_cell("import torch\nmodel = torch.nn.Linear(64, 64)\nx = torch.randn(1, 64)")
+    result, captured = run(shell, f"%%torchprofile --steps 4 --diff {saved} -o after\n"
+                                  "with torch.inference_mode():\n    for _ in range(20):\n        model(x)\n")
+    assert result.success, result.error_in_exec
+    shown = _displayed(captured)
+    assert "After / before: " in shown and "gone: inference_grad" in shown and str(saved) in shown
+
+    shell.user_ns["after"].save(tmp_path / "after.json")
+    torchmagic.autobatch(lambda bs: torch.ones(bs).sum(), budget=64 * 2**20, max=8).save(tmp_path / "batch.json")
+    (tmp_path / "other.json").write_text('{"traceEvents": []}')
+    for path, message in ((tmp_path / "missing.json", "No such file or directory"),
+                          (tmp_path / "other.json", "not a result saved by torchmagic"),
+                          (tmp_path / "batch.json", "holds a result of type AutobatchResult, not a ProfileResult")):
+        _, captured = run(shell, f"%%torchprofile --diff {path}\nmodel(x)\n")
+        shown = (captured.stdout + captured.stderr).strip()
+        assert shown.startswith(f"UsageError: %%torchprofile: --diff {path}: ") and message in shown, shown
+        assert len(shown.splitlines()) == 1
 
 
 def _displayed(captured) -> str:

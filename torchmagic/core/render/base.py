@@ -9,9 +9,11 @@ import json
 import os
 import uuid
 import weakref
+from pathlib import Path
 from typing import Any, Callable
 
 from ..shell import current_shell
+from . import saved
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 REPR_SUMMARY_CHARS = 120  # the headline in a result's repr is cut here
@@ -53,8 +55,18 @@ class Result:
     tomorrow, in JupyterLab, Notebook, VS Code or on GitHub, shows what the cell showed.  What only
     a live kernel can do (a view's buttons) is a second output below it (``controls``)."""
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        saved.register(cls)  # a file that says it holds one can be loaded back
+
     def to_dict(self) -> dict:
         raise NotImplementedError
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the result to ``path`` (JSON; gzipped where the name ends in .gz):
+        ``torchmagic.load(path)`` reads it back, in any process, and ``%%torchprofile --diff PATH``
+        compares with a profile saved so."""
+        return saved.save(self, path)
 
     def interrupted_line(self) -> str:
         """One line on what was measured, for a run a Ctrl-C cut short."""

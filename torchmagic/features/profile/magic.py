@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 from IPython.core.magic import cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
@@ -11,6 +12,8 @@ from ...core.devices.profiler import ProfilerBusyError
 from ...core.ipython import (BACKEND_ARGUMENT, DEVICE_ARGUMENT, SHARE_ARGUMENT, TorchMagicsBase, parse_argstring,
                              refused, run_from_button, share_help, usage_error, user_frames_only)
 from ...core.limits import usable_cores
+from ...core.render.saved import NotAResultFile
+from ...core.render.saved import load as load_saved
 from ...core.state import names_used, values_named
 from .diff import diff_profiles
 from .result import SORT_KEYS, ProfileResult
@@ -41,7 +44,8 @@ class ProfileMagics(TorchMagicsBase):
                    + ", ".join(sorted(set(SORT_KEYS))))
     @argument("--top", type=int, default=15, metavar="K", help="operators shown (default 15)")
     @argument("--diff", metavar="NAME", help="also show what changed against the profile stored in NAME "
-              "(-o NAME on an earlier run): the step time's ratio with its confidence interval, operators, findings")
+              "(-o NAME on an earlier run) or saved in a file (a path: r.save(PATH), from any process): the step "
+              "time's ratio with its confidence interval, operators, findings")
     @argument("--ranks", type=int, metavar="N", help="run the cell in N processes with torch.distributed set up "
               "(as torchrun runs a script), each profiled, and compare the ranks; the cell's loop calls prof.step()")
     @BACKEND_ARGUMENT
@@ -119,12 +123,20 @@ class ProfileMagics(TorchMagicsBase):
         """The profile --diff NAME compares with, checked before anything runs."""
         if name is None:
             return None
-        value = self.shell.user_ns.get(name)
+        if not name.isidentifier():  # a path: a profile saved with r.save(PATH), in any process
+            try:
+                value = load_saved(os.path.expanduser(name), ProfileResult)
+            except NotAResultFile as exc:
+                raise usage_error(f"%%torchprofile: --diff {exc}") from None
+        else:
+            value = self.shell.user_ns.get(name)
         base = getattr(value, "profile", value)  # a one-rank TraceAnalysis holds its ProfileResult
         if not isinstance(base, ProfileResult) or not base.step_s:
-            what = "not defined" if name not in self.shell.user_ns else f"a {type(value).__name__}"
+            what = "not defined" if value is None and name not in self.shell.user_ns else f"a {type(value).__name__}"
+            if isinstance(value, ProfileResult):
+                what = "a profile with no complete step"
             raise usage_error(f"%%torchprofile: --diff {name}: {what}, not a profile with a step to compare "
-                              f"(store one with %%torchprofile -o {name})")
+                              f"(store one with %%torchprofile -o NAME, or save one with NAME.save(PATH))")
         if not all(0 < s < math.inf for s in base.step_s):  # a trace's clock can give these: no ratio to take
             shown = ", ".join(f"{s:g}" for s in base.step_s[:3]) + (", ..." if len(base.step_s) > 3 else "")
             raise usage_error(f"%%torchprofile: --diff {name}: its steps must each take a positive time to compare "

@@ -1,0 +1,61 @@
+"""result.save(path) and torchmagic.load(path): every kind of result comes back the same plain data,
+shown the same; a file that holds none is one line."""
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import torchmagic
+from torchmagic.core.render.saved import NotAResultFile
+
+from ..fakes import FakeCudaDevice
+
+GPU_TRACE = Path(__file__).parent.parent / "data" / "gpu" / "fp32_training.json.gz"
+MiB = 2**20
+
+
+def _results():
+    model, x = torch.nn.Linear(64, 64), torch.randn(8, 64)
+    before = torchmagic.profile(lambda: model(x).sum().backward(), steps=4)
+    after = torchmagic.profile(lambda: model(x).sum().backward(), steps=4)
+    device = FakeCudaDevice(capacity_bytes=2**30)
+    yield before  # ProfileResult: findings with expectations, ops, timeline, options
+    yield torchmagic.diff(before, after)
+    yield torchmagic.analyze(str(GPU_TRACE))  # a real H200 trace: kernels, streams, findings
+    yield torchmagic.autobatch(lambda bs: (device.allocate(MiB * bs), device.free(MiB * bs)), device=device,
+                               restore=[])
+    yield torchmagic.compare(lambda m: m(x).sum(), model=model)
+    yield torchmagic.measure_memory(lambda: torch.ones(1024))
+    yield torchmagic.loadertune(DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=8), workers=[0], batches=4)
+
+
+def test_every_kind_of_result_comes_back_the_same(tmp_path):
+    for i, result in enumerate(_results()):
+        path = result.save(tmp_path / f"{i}.json.gz" if i % 2 else tmp_path / f"{i}.json")
+        loaded = torchmagic.load(path)
+        assert type(loaded) is type(result)
+        assert loaded.to_json() == result.to_json() and loaded.to_text() == result.to_text(), type(result).__name__
+
+
+def test_a_file_that_holds_no_result_is_one_line(tmp_path):
+    (tmp_path / "trace.json").write_text('{"traceEvents": []}')
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "broken.json.gz").write_bytes(b"not gzip")
+    (tmp_path / "text.json").write_text("not json")
+    later = {"format": "torchmagic-result", "version": 2, "type": "ProfileResult", "result": {}}
+    (tmp_path / "later.json").write_text(json.dumps(later))
+    with gzip.open(tmp_path / "unknown.json.gz", "wt") as f:
+        json.dump({**later, "version": 1, "type": "SomethingElse"}, f)
+    for name, message in (("trace.json", "not a result saved by torchmagic"), ("list.json", "not a result saved"),
+                          ("broken.json.gz", "Not a gzipped file"), ("text.json", "Expecting value"),
+                          ("later.json", "saved in format version 2; this torchmagic reads version 1"),
+                          ("unknown.json.gz", "holds a result of type SomethingElse"),
+                          ("missing.json", "No such file or directory")):
+        with pytest.raises(NotAResultFile) as raised:
+            torchmagic.load(tmp_path / name)
+        assert str(raised.value).startswith(f"{tmp_path / name}: ") and message in str(raised.value)
+        assert "\n" not in str(raised.value) and isinstance(raised.value, ValueError)
