@@ -10,7 +10,7 @@ import gc
 
 import pytest
 
-from torchmagic.core.render import base
+from torchmagic.core.render import base, live
 
 from .profile.test_render import make_result
 
@@ -28,7 +28,7 @@ def _profile_with_a_verify():
     """A profile (built from numbers) whose finding has a verify command: its live view has buttons."""
     r = make_result()
     r.findings[0] = dataclasses.replace(r.findings[0], verify="%loadertune train_loader")
-    r.verify_runner = lambda command: None
+    live.set_runner(r, lambda result, command: None)
     return r
 
 

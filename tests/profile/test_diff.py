@@ -11,6 +11,7 @@ import torch
 
 import torchmagic
 from torchmagic.core.devices import CpuDevice
+from torchmagic.core.render import live
 from torchmagic.core.measure.stats import unpaired_ratio
 
 from ..conftest import run
@@ -83,7 +84,8 @@ def test_the_magic_diffs_against_a_stored_profile_and_the_verify_button_does_too
     from IPython.utils.capture import capture_output
 
     with capture_output() as clicked:
-        shell.user_ns["before"].verify_runner("%%torchprofile --warmup 1 --steps 4")
+        before = shell.user_ns["before"]
+        live.runner(before)(before, "%%torchprofile --warmup 1 --steps 4")
     assert "After / before: " in _displayed(clicked)
 
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 from IPython.utils.capture import capture_output
 
+from torchmagic.core.render import live
 from torchmagic.features.profile.result import ProfileResult
 
 from ..conftest import run
@@ -269,13 +270,13 @@ def test_the_dataloader_finding_names_the_cells_loader_and_its_button_runs_the_c
     assert prof.finding("dataloader").verify == "%loadertune train_loader"
     ran, shown = [], []
 
-    def runner(command):
+    def runner(result, command):
         ran.append(command)
         print("measured")
         display({"text/plain": "report", "text/html": f'<div class="tm-report">the report of {command}</div>'},
                 raw=True)  # as a kernel shows a result
 
-    prof.verify_runner = runner
+    live.set_runner(prof, runner)
     buttons = prof.controls(shown.append).children[1].children
     assert buttons[0].description == "▶ %loadertune train_loader"
     buttons[0].click()
@@ -297,7 +298,7 @@ def test_a_cell_magic_verify_button_runs_on_top_of_the_profiled_cell(shell):
     original = shell.run_cell
     shell.run_cell = lambda source, **kw: executed.append(source)
     try:
-        prof.verify_runner(command)
+        live.runner(prof)(prof, command)
     finally:
         shell.run_cell = original
     assert executed == [f"{command}\nstep()\n"]
@@ -319,3 +320,24 @@ def test_record_shapes_adds_the_shapes_column(shell):
     assert "input shapes" in text and "[7, 5], [5, 3]" in text
     run(shell, "%%torchprofile -q -o r\ntorch.randn(7, 5) @ torch.randn(5, 3)")
     assert "input shapes" not in shell.user_ns["r"].to_text()
+
+
+def test_a_shown_profile_is_plain_data_and_its_buttons_runner_lives_beside_it(shell):
+    """The verify buttons' callback into this kernel is kept beside the result, not on it: the result
+    pickles, copies and saves like any data, and the callback goes when the result does."""
+    import copy
+    import gc
+    import pickle
+
+    shell.run_cell("from tests import workloads as w\nstep = w.grad_inference_step()")
+    run(shell, "%%torchprofile -q -o prof\nstep()")
+    prof = shell.user_ns.pop("prof")
+    assert callable(live.runner(prof)) and prof.finding("inference_grad") is not None
+    again = pickle.loads(pickle.dumps(prof))
+    assert again.to_json() == prof.to_json() and live.runner(again) is None  # a copy shows without buttons
+    assert copy.deepcopy(prof).to_json() == prof.to_json()
+    key = id(prof)
+    shell.run_cell("_ = __ = ___ = None")  # IPython's output history holds no reference (-q showed nothing)
+    del prof
+    gc.collect()
+    assert key not in live._RUNNERS

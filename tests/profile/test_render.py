@@ -8,7 +8,7 @@ import types
 import pytest
 
 from torchmagic.features.profile.result import Finding, OpRow, ProfileResult, TimelineSpan
-from torchmagic.core.render import base
+from torchmagic.core.render import base, live
 from torchmagic.core.render.format import bar, fmt_bytes, fmt_pct, fmt_s, fmt_us
 
 from ..tabs import tabs
@@ -85,7 +85,7 @@ def test_the_report_is_html_in_every_frontend_and_controls_come_below_it(monkeyp
     monkeypatch.setattr(base, "widget_frontend", lambda: True)  # a JupyterLab kernel
     assert set(r._repr_mimebundle_()) == {"text/plain", "text/html"}  # what a saved notebook keeps
     assert r._ipython_display_ is None  # no verify runner: IPython shows the bundle itself
-    r.verify_runner = lambda command: None
+    live.set_runner(r, lambda result, command: None)
     assert r._ipython_display_ is None  # nor with one, while no finding has a verify command
     r.findings[0] = dataclasses.replace(r.findings[0], verify="%loadertune train_loader")
     assert callable(r._ipython_display_)

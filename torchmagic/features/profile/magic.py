@@ -12,6 +12,7 @@ from ...core.devices.profiler import ProfilerBusyError
 from ...core.ipython import (BACKEND_ARGUMENT, DEVICE_ARGUMENT, SHARE_ARGUMENT, TorchMagicsBase, parse_argstring,
                              refused, run_from_button, share_help, usage_error, user_frames_only)
 from ...core.limits import usable_cores
+from ...core.render import live
 from ...core.render.saved import NotAResultFile
 from ...core.render.saved import load as load_saved
 from ...core.state import names_used, values_named
@@ -114,7 +115,7 @@ class ProfileMagics(TorchMagicsBase):
             self.interrupted(args, exc)
         if isinstance(run.error, Exception) and measured_nothing(run.result):
             raise run.error  # the user's own error before any of the cell's work was measured: shown alone
-        run.result.verify_runner = self._verify_runner(cell, run.result)
+        live.set_runner(run.result, self._verify_runner(cell))  # for its buttons, not on it
         changed = (diff_profiles(before, run.result, (args.diff, args.output or f"this cell (In [{self._running_cell_number()}])"))
                    if before is not None and run.result.step_s else None)
         return self.cell_outcome(args, run.result, run.value, run.error, also=[changed] if changed else [])
@@ -143,10 +144,12 @@ class ProfileMagics(TorchMagicsBase):
                               f"with, and they are {shown} s")
         return base
 
-    def _verify_runner(self, cell: str, result: ProfileResult):
+    def _verify_runner(self, cell: str):
         """Runs a finding's verify command from the report's button: a cell magic on top of the
-        profiled cell's code (%%torchprofile with the diff against this profile), a line magic as it is."""
-        def run(command: str):
+        profiled cell's code (%%torchprofile with the diff against ``result``, the profile that found
+        it), a line magic as it is.  It holds the cell, not the result: it is kept for as long as the
+        result lives, which a reference from it would make for ever."""
+        def run(result: ProfileResult, command: str):
             if command.startswith("%%torchprofile"):
                 self.shell.user_ns[VERIFY_BASE] = result
                 command += f" --diff {VERIFY_BASE}"

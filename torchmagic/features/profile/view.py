@@ -7,6 +7,7 @@ from collections import defaultdict
 from html import escape
 from typing import TYPE_CHECKING
 
+from ...core.render import live
 from ...core.render.base import captured_bundle, png_img, report_html, tabs_html
 from ...core.render.format import bar, fmt_bytes, fmt_count, fmt_flops, fmt_pct, fmt_s, fmt_us
 from ...core.render.plot import figure_png, new_figure
@@ -473,7 +474,7 @@ def _verify_commands(r: ProfileResult) -> list[str]:
 
 
 def has_controls(r: ProfileResult) -> bool:
-    return getattr(r, "verify_runner", None) is not None and bool(_verify_commands(r))
+    return live.runner(r) is not None and bool(_verify_commands(r))
 
 
 def controls(r: ProfileResult, show_below):
@@ -482,15 +483,22 @@ def controls(r: ProfileResult, show_below):
     buttons, as HTML that stays when the notebook is saved."""
     if not has_controls(r):
         return None
-    runner, commands = r.verify_runner, _verify_commands(r)
+    import weakref
+
     import ipywidgets as w
     from IPython.utils.capture import capture_output
 
+    runner, commands = live.runner(r), _verify_commands(r)
+    shown = weakref.ref(r)  # the buttons live while the result does (render.base closes them): not the reverse
+
     def on_click(_, command):
+        result = shown()
+        if result is None:
+            return
         show_below({"text/plain": f"running {command} ...",
                     "text/html": report_html(f'<p class="tm-note">Running <code>{escape(command)}</code> ...</p>')})
         with capture_output() as captured:
-            ran = runner(command)
+            ran = runner(result, command)
         show_below(captured_bundle(captured, getattr(ran, "error_before_exec", None)
                                    or getattr(ran, "error_in_exec", None)))
 
