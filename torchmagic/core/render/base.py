@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import html
-import importlib
 import json
 import os
 import uuid
@@ -72,14 +71,12 @@ class Result:
         """One line on what was measured, for a run a Ctrl-C cut short."""
         return "interrupted: what was measured is below"
 
-    # The module beside the result's own that renders it: functions text(r), html(r) and, where the
-    # live view has buttons, has_controls(r) and controls(r, show_below).  It imports the result only
-    # for type checking, so the result imports it when first shown, never the other way round.
-    _view_module = "view"
-
     def _view(self):
-        """The result's view module, imported on first use."""
-        return importlib.import_module(f".{self._view_module}", type(self).__module__.rpartition(".")[0])
+        """The module that renders the result: functions text(r), html(r) and, where the live view has
+        buttons, has_controls(r) and controls(r, show_below).  Each result imports its own inside this
+        method: the view imports the result only for type checking, so the result imports it when first
+        shown, never the other way round."""
+        raise NotImplementedError
 
     def to_text(self) -> str:
         return self._view().text(self)

@@ -71,6 +71,11 @@ class AutobatchResult(Result):
     ranks: int = 1                    # processes each running the step at ``batch_size`` (data parallel)
     restarts: int = 0                 # with ranks: times every rank was started again after one ran out
 
+    def _view(self):
+        from . import view  # imported when first shown (it imports this module for type checking only)
+
+        return view
+
     @property
     def calibration(self) -> float | None:
         """torch's allocations in a real run / the fake-tensor estimate, where estimates were used."""

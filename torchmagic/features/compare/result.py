@@ -105,6 +105,11 @@ class CompareResult(Result):
     notes: list[str] = field(default_factory=list)
     expectation_check: Measured | None = None  # --expect: the one variant's speedup against the prediction
 
+    def _view(self):
+        from . import view  # imported when first shown (it imports this module for type checking only)
+
+        return view
+
     @property
     def baseline(self) -> VariantResult:
         return self.variants[0]

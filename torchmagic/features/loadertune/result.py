@@ -82,6 +82,11 @@ class LoaderTuneResult(Result):
     options: dict[str, Any] = field(default_factory=dict)
     expectation_check: Measured | None = None  # --expect: the change's speedup against the prediction
 
+    def _view(self):
+        from . import view  # imported when first shown (it imports this module for type checking only)
+
+        return view
+
     def row(self, settings: LoaderSettings) -> LoaderRow | None:
         return next((r for r in self.rows if r.settings == settings), None)
 

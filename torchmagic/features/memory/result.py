@@ -100,6 +100,11 @@ class MemoryResult(Result):
     notes: list[str] = field(default_factory=list)
     top: int = 10
 
+    def _view(self):
+        from . import view  # imported when first shown (it imports this module for type checking only)
+
+        return view
+
     def interrupted_line(self) -> str:
         return "interrupted: the cell's memory up to the interrupt is below"
 

@@ -27,7 +27,6 @@ class WatchSample:
 
 @dataclass(repr=False)  # Result's short repr, not every sample
 class WatchResult(Result):
-    _view_module = "watch_view"
 
     samples: list[WatchSample]
     interval_s: float
@@ -35,6 +34,11 @@ class WatchResult(Result):
     cpu_seconds: float          # the sampling thread's own CPU time
     notes: list[str] = field(default_factory=list)
     running: bool = False
+
+    def _view(self):
+        from . import watch_view  # imported when first shown (it imports this module for type checking only)
+
+        return watch_view
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -61,7 +61,10 @@ class ProfileDiff(Result):
     findings_kept: list[tuple[Finding, Finding]] = field(default_factory=list)  # (before, after)
     notes: list[str] = field(default_factory=list)
 
-    _view_module = "diff_view"
+    def _view(self):
+        from . import diff_view  # imported when first shown (it imports this module for type checking only)
+
+        return diff_view
 
     @property
     def speedup(self) -> float:

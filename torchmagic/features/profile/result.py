@@ -134,6 +134,11 @@ class ProfileResult(Result):
     error: str | None = None                  # the cell's exception, when it raised
     options: dict[str, Any] = field(default_factory=dict)
 
+    def _view(self):
+        from . import view  # imported when first shown (it imports this module for type checking only)
+
+        return view
+
     # -- derived numbers -------------------------------------------------------------
     @property
     def steps(self) -> int:

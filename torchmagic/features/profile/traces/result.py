@@ -68,6 +68,11 @@ class TraceAnalysis(Result):
     bytes_read: int = 0
     analysis_s: float = 0.0
 
+    def _view(self):
+        from . import view  # imported when first shown (it imports this module for type checking only)
+
+        return view
+
     def rank(self, number: int) -> RankSummary:
         return next(r for r in self.ranks if r.rank == number)
 
