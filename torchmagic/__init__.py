@@ -33,7 +33,7 @@ IPython and matplotlib load only when something is used.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 _API = {"profile": "api", "profile_code": "api", "autobatch": "api", "compare": "api", "memory": "api",
         "measure_memory": "api", "free": "api", "watch_memory": "api", "loadertune": "api", "analyze": "api",

@@ -13,6 +13,7 @@ from .core.devices import Device, choose_device
 from .core.expectations import Expectation, as_expectation
 from .core.shell import current_shell
 from .core.limits import usable_cores
+from .core.outcome import Outcome
 from .core.state import names_used, referenced_values, values_named
 from .features.autobatch.result import AutobatchResult
 from .features.autobatch.run import AutobatchOptions, run_autobatch
@@ -50,11 +51,7 @@ def profile(fn: Callable[[], Any], *, steps: int = 1, warmup: int = 0, record_sh
 def _profile(fn: Callable[[], Any], options: ProfileOptions, label: str, device: Device,
              user: UserObjects | None = None, code: str | None = None) -> ProfileResult:
     __tracebackhide__ = True  # noqa: F841
-    run = run_profile(fn, options, label=label, device=device, user=user, code=code)
-    if run.error is not None:
-        _attach(run.error, run.result)
-        raise run.error
-    return run.result
+    return _finish(run_profile(fn, options, label=label, device=device, user=user, code=code))
 
 
 def profile_code(code: str, namespace: dict[str, Any] | None = None, **options) -> ProfileResult:
@@ -94,7 +91,8 @@ def autobatch(step: Callable[[int], Any], *, budget: float | None = None, min: i
                                estimate=estimate)
     state = restored_by_autobatch(step) if restore is None else restore
     device = choose_device(device, [*state, *referenced_values(step)])
-    return run_autobatch(step, options, state=state, device=device, label=getattr(step, "__name__", "autobatch"))
+    return _finish(run_autobatch(step, options, state=state, device=device,
+                                 label=getattr(step, "__name__", "autobatch")))
 
 
 def compare(fn: Callable[..., Any], *, model: Any = None,
@@ -128,13 +126,8 @@ def compare(fn: Callable[..., Any], *, model: Any = None,
         state = restored_by_compare(model, referenced_values(fn), getattr(inspect.unwrap(fn), "__globals__", {}))
     call = fn if model is not None else (lambda _model: fn())
     device = choose_device(device, [model, *referenced_values(fn)])
-    run = run_compare(call, model, options, state=state, device=device,
-                      label=label or getattr(fn, "__name__", "compare"))
-    if run.error is not None:
-        if run.result is not None:
-            _attach(run.error, run.result)
-        raise run.error
-    return run.result
+    return _finish(run_compare(call, model, options, state=state, device=device,
+                               label=label or getattr(fn, "__name__", "compare")))
 
 
 def memory(namespace: dict[str, Any] | None = None, *, top: int = 10) -> MemoryResult:
@@ -154,11 +147,7 @@ def measure_memory(fn: Callable[[], Any], namespace: dict[str, Any] | None = Non
     from .features.memory.run import run_cell_memory
 
     device = choose_device(device, referenced_values(fn))
-    run = run_cell_memory(fn, {} if namespace is None else namespace, device=device)
-    if run.error is not None:
-        _attach(run.error, run.result)
-        raise run.error
-    return run.result
+    return _finish(run_cell_memory(fn, {} if namespace is None else namespace, device=device))
 
 
 def free(*names: str, namespace: dict[str, Any]) -> MemoryResult:
@@ -209,8 +198,8 @@ def loadertune(loader: Any, *, workers: list[int] | None = None, batches: int | 
                                 rounds=rounds, expect=as_expectation(expect))
     state = restored_by_loadertune(step) if restore is None else restore
     device = choose_device(device, referenced_values(step) if step is not None else [])
-    return run_loadertune(as_loader(loader, loader_kwargs), options, step=step, state=state, device=device,
-                          label=getattr(loader, "__name__", type(loader).__name__))
+    return _finish(run_loadertune(as_loader(loader, loader_kwargs), options, step=step, state=state, device=device,
+                                  label=getattr(loader, "__name__", type(loader).__name__)))
 
 
 def analyze(source, *, label: str | None = None, operators: bool = True):
@@ -310,12 +299,19 @@ def autobatch_ranks(code: str, ranks: int, *, step: str = "step", share: dict[st
 
     options = AutobatchOptions(budget=budget, min=min, max=max, multiple_of=multiple_of, margin=margin,
                                target_batch=target_batch, throughput=throughput, estimate=False, fresh=fresh)
-    return run_autobatch_ranks(code, step, dict(share or {}), options, ranks=ranks, backend=backend,
-                               gpus=nccl_gpus(), label=step)
+    return _finish(run_autobatch_ranks(code, step, dict(share or {}), options, ranks=ranks, backend=backend,
+                                       gpus=nccl_gpus(), label=step))
 
 
-def _attach(error: BaseException, result: ProfileResult) -> None:
-    try:
-        error.torchmagic_result = result
-    except AttributeError:  # exception types with __slots__
-        pass
+def _finish(outcome: Outcome):
+    """How every twin ends: the result, or the code's error (a Ctrl-C too) raised with what was
+    measured before it as ``exc.torchmagic_result`` (where there is something)."""
+    __tracebackhide__ = True  # noqa: F841
+    if outcome.error is None:
+        return outcome.result
+    if outcome.result is not None:
+        try:
+            outcome.error.torchmagic_result = outcome.result
+        except AttributeError:  # exception types with __slots__
+            pass
+    raise outcome.error

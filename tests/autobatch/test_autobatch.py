@@ -10,7 +10,7 @@ from torch import nn
 import torchmagic
 from torchmagic.core.devices import CpuDevice
 from torchmagic.core.devices.profiler import allocation_peak
-from torchmagic.features.autobatch.result import TRIAL_STEPS
+from torchmagic.features.autobatch.search import TRIAL_STEPS
 from torchmagic.core.measure.stats import upper_prediction_bound
 from torchmagic.features.autobatch.footprint import FOOTPRINT_RUNS
 from torchmagic.features.autobatch.run import AutobatchOptions, resolve_budget, run_autobatch
@@ -353,7 +353,7 @@ def test_on_a_gpu_the_answer_runs_again_after_the_search_and_is_searched_again_b
             device.free(100 * MiB * bs)
 
         options = AutobatchOptions(budget=4 * 2**30, margin=0, estimate=False)
-        return run_autobatch(step, options, device=device, on_probe=probes.append), len(probes)
+        return run_autobatch(step, options, device=device, on_probe=probes.append).result, len(probes)
 
     steady, trials = search(None)
     assert steady.batch_size == 40 and steady.trials[-1].batch_size == 40 and steady.answer_trial.ok  # ran again

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from torchmagic.features.autobatch.footprint import FOOTPRINT_RUNS, agree
-from torchmagic.features.autobatch.result import TRIAL_STEPS
+from torchmagic.features.autobatch.search import TRIAL_STEPS
 
 from ..conftest import run
 from ..processes import assert_left_as_it_was, process_state

@@ -21,6 +21,7 @@ from .cell import Cell
 from .devices import Device, choose_device
 from .interrupts import signal_handler_code
 from .limits import SettingError
+from .outcome import Outcome
 from .render.base import widget_frontend
 
 # Every magic that runs code measures one device: the one named here, else where its tensors are.
@@ -164,10 +165,11 @@ class TorchMagicsBase(Magics):
         except ValueError as exc:
             raise usage_error(f"{magic}: {exc}") from None
 
-    def cell_outcome(self, args, result, value, error, also=()):
+    def cell_outcome(self, args, outcome: Outcome, also=()):
         """How a cell magic ends: store the result (-o), show it (and ``also``, results that go with
         it) unless -q, then re-raise the cell's own error (so "Run all" stops) or return the cell's value."""
         __tracebackhide__ = True  # noqa: F841
+        result, value, error = outcome.result, outcome.value, outcome.error
         if isinstance(error, KeyboardInterrupt):
             print(interrupted_line(result))
         self.keep_and_show(args, result)
@@ -180,19 +182,23 @@ class TorchMagicsBase(Magics):
             raise error
         return value
 
-    def line_outcome(self, args, result):
+    def line_outcome(self, args, outcome: Outcome):
         """How a line magic ends: store the result (-o) and return it, shown as Out[n] as any line
-        magic's value is (`r = %magic` shows nothing); -q returns nothing, as %timeit -q does."""
+        magic's value is (`r = %magic` shows nothing); -q returns nothing, as %timeit -q does.  A run
+        that a Ctrl-C cut short shows what it measured, then the interrupt."""
+        __tracebackhide__ = True  # noqa: F841
+        result = outcome.result
+        if outcome.error is not None:
+            self.interrupted(args, outcome.error, result)
         if args.output is not None:
             self.shell.user_ns[args.output] = result
         return None if args.quiet else result
 
-    def interrupted(self, args, interrupt: KeyboardInterrupt):
-        """A Ctrl-C that came out of an engine (a line magic's, or one held until a release was done):
-        one line on what was measured, the partial report (stored with -o, shown unless -q), then
-        the interrupt as the user should see it."""
+    def interrupted(self, args, interrupt: KeyboardInterrupt, result=None):
+        """A Ctrl-C that ended an engine's run (``result``: what it measured), or came out of one before
+        it had anything to show (held until a release was done): one line on what was measured, the
+        partial report (stored with -o, shown unless -q), then the interrupt as the user should see it."""
         __tracebackhide__ = True  # noqa: F841
-        result = getattr(interrupt, "torchmagic_result", None)
         print(interrupted_line(result))
         self.keep_and_show(args, result)
         raise_as_shown(interrupt)

@@ -18,6 +18,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from ..._version import __version__
+
 FORMAT = "torchmagic-result"
 VERSION = 1
 
@@ -35,8 +37,6 @@ class NotAResultFile(ValueError):
 
 
 def save(result, path: str | Path) -> Path:
-    from ... import __version__
-
     path = Path(path)
     document = {"format": FORMAT, "version": VERSION, "type": type(result).__name__, "torchmagic": __version__,
                 "result": result.to_dict()}

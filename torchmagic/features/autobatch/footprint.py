@@ -19,8 +19,7 @@ from typing import Any
 from ...core.devices import Device
 from ...core.measure.stats import upper_line_prediction_bound, upper_prediction_bound
 from ...core.render.format import fmt_bytes
-from .result import TRIAL_STEPS
-from .search import Probe
+from .search import TRIAL_STEPS, Probe
 
 # Runs that read a trial's footprint (fewest, most): more than the fewest only while they disagree
 FOOTPRINT_RUNS = (2, 5)

@@ -120,8 +120,8 @@ class AutobatchMagics(TorchMagicsBase):
         device = self.device(args.device, values, "%autobatch")
         progress = self.progress("%autobatch", args.quiet)
         try:
-            result = run_autobatch(step, options, state=state, device=device, label=label,
-                                   on_probe=progress.probe if progress else None)
+            run = run_autobatch(step, options, state=state, device=device, label=label,
+                                on_probe=progress.probe if progress else None)
         except ProfilerBusyError as exc:
             raise usage_error(f"%autobatch: {exc}") from None
         except KeyboardInterrupt as exc:
@@ -129,7 +129,7 @@ class AutobatchMagics(TorchMagicsBase):
         finally:
             if progress:
                 progress.close()
-        return self.line_outcome(args, result)
+        return self.line_outcome(args, run)
 
     def _ranks(self, args, options: AutobatchOptions, cell: str, expression: str | None):
         """%%autobatch --ranks N (or --fresh, one rank): the cell builds each rank, and every rank runs
@@ -156,10 +156,10 @@ class AutobatchMagics(TorchMagicsBase):
                 raise usage_error(f"{magic}: the expression after -- is not Python: {exc.msg}") from None
         progress, error = self.progress(magic, args.quiet), None
         try:
-            result = run_autobatch_ranks(
+            run = run_autobatch_ranks(
                 self.shell.transform_cell(cell), args.step, shared, options,
-                ranks=1 if args.ranks is None else args.ranks, backend=args.backend, gpus=nccl_gpus(), expression=expression,
-                on_probe=progress.probe if progress else None, label=args.step or expression)
+                ranks=1 if args.ranks is None else args.ranks, backend=args.backend, gpus=nccl_gpus(),
+                expression=expression, on_probe=progress.probe if progress else None, label=args.step or expression)
         except SettingError as exc:
             error = refused(magic, exc)
         except (RankFailed, RanksUnsteady, StepMissing) as exc:
@@ -172,7 +172,9 @@ class AutobatchMagics(TorchMagicsBase):
         if error is not None:  # outside the except, without the shared values: IPython keeps the traceback
             del shared
             raise error
-        self.keep_and_show(args, result)
+        if run.error is not None:
+            self.interrupted(args, run.error, run.result)
+        self.keep_and_show(args, run.result)
         return None
 
     def _step(self, name: str | None, expression: str | None):

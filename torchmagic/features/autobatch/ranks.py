@@ -21,15 +21,16 @@ from dataclasses import replace
 from typing import Any
 
 from ...core.interrupts import guards
+from ...core.outcome import Outcome
 from ...core.ranks import RankControl, RankFailed, RankOutput, RankProcesses, choose_backend, pickle_shared
 from ...core.ranks.output import show_rank_line
 from ...core.ranks.processes import threads_per_rank
 from ...core.ranks.share import shared_note
 from .build import SearchRecord, build_result
 from .footprint import FootprintCount, read_until_agreed, varied_footprint_note
-from .result import TRIAL_STEPS, AutobatchResult, ThroughputPoint
+from .result import AutobatchResult, ThroughputPoint
 from .run import AutobatchOptions, search_space
-from .search import Probe, search
+from .search import TRIAL_STEPS, Probe, search
 from .worker import EXIT_NO_STEP
 
 WORKER = "torchmagic.features.autobatch.worker"
@@ -124,9 +125,11 @@ class _Trials:
 def run_autobatch_ranks(code: str, step: str | None, shared: dict[str, Any], options: AutobatchOptions, *,
                         ranks: int, backend: str | None = None, expression: str | None = None, gpus: int = 0,
                         on_output: Callable[[int, str, bool], None] | None = None,
-                        on_probe: Callable[[Probe], None] | None = None, label: str = "autobatch") -> AutobatchResult:
+                        on_probe: Callable[[Probe], None] | None = None, label: str = "autobatch"
+                        ) -> Outcome[AutobatchResult]:
     """Search the largest per-rank batch size of a ``ranks``-process job.  ``code`` runs once in each
-    rank and defines ``step`` (a callable taking the batch size), or ``expression`` uses ``BS``."""
+    rank and defines ``step`` (a callable taking the batch size), or ``expression`` uses ``BS``.  A
+    Ctrl-C stops every rank and ends the search with what ran (the outcome's result) and the interrupt."""
     __tracebackhide__ = True  # noqa: F841
     backend = choose_backend(ranks, backend, gpus)
     blob = pickle_shared(shared)
@@ -143,10 +146,8 @@ def run_autobatch_ranks(code: str, step: str | None, shared: dict[str, Any], opt
         trials = _Trials(processes, control, space.smallest, on_probe or (lambda probe: None), record)
         try:
             _search(trials, control, options, space, record)
-        except KeyboardInterrupt as exc:
-            if record.probes:  # what ran so far goes with it: the magic shows it
-                exc.torchmagic_result = build_result(record)
-            raise
+        except KeyboardInterrupt as exc:  # what ran so far goes with it, once every rank has stopped
+            return Outcome(build_result(record) if record.probes else None, error=exc)
         except RankFailed as exc:
             if exc.exitcode == EXIT_NO_STEP:
                 raise StepMissing(exc.said) from None
@@ -154,7 +155,7 @@ def run_autobatch_ranks(code: str, step: str | None, shared: dict[str, Any], opt
         control.output.poll(final=True)
     record.notes.insert(0, f"{ranks} rank{'s' if ranks > 1 else ''} with {backend}, {threads} thread(s) each; {shared_note(shared, blob)}"
                         + _restarts_note(record))
-    return build_result(record)
+    return Outcome(build_result(record))
 
 
 def _restarts_note(record: SearchRecord) -> str:

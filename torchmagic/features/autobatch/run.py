@@ -15,6 +15,7 @@ from ...core.devices import Device, choose_device
 from ...core.devices.profiler import ensure_profiler_free
 from ...core.interrupts import deliver_pending, guards, uninterruptible
 from ...core.limits import SettingError
+from ...core.outcome import Outcome
 from ...core.render.format import fmt_bytes
 from ...core.state import Snapshot, objects_used_by, referenced_values
 from .build import SearchRecord, build_result
@@ -95,12 +96,13 @@ def objects_to_restore(step: Callable[[int], Any], values: list[Any] | None = No
 @guards
 def run_autobatch(step: Callable[[int], Any], options: AutobatchOptions = AutobatchOptions(), *,
                   state: list[Any] = (), device: Device | None = None, label: str = "autobatch",
-                  on_probe: Callable[[Probe], None] | None = None) -> AutobatchResult:
+                  on_probe: Callable[[Probe], None] | None = None) -> Outcome[AutobatchResult]:
     """Search the largest batch size ``step(batch_size)`` runs with under the budget.
 
     ``state`` lists the modules and optimizers the step changes; they are restored after the
-    search (and if it fails).  The step's exceptions other than running out of memory propagate.
-    ``on_probe`` hears of every run as it ends (a progress display).
+    search (and if it fails).  The step's exceptions other than running out of memory propagate;
+    a Ctrl-C ends the search with what ran so far (the outcome's result, once the budget was read)
+    and the interrupt as its error.  ``on_probe`` hears of every run as it ends (a progress display).
     """
     __tracebackhide__ = True  # noqa: F841
     ensure_profiler_free()
@@ -110,14 +112,12 @@ def run_autobatch(step: Callable[[int], Any], options: AutobatchOptions = Autoba
     record.memory_before = engine.device.memory_in_use()
     try:
         engine.run(record)
-    except KeyboardInterrupt as exc:  # what ran so far goes with it (once the budget is read): the magic shows it
-        if record.how is not None:
-            exc.torchmagic_result = build_result(record)
-        raise
+    except KeyboardInterrupt as exc:  # what ran so far (once the budget is read) goes with it
+        return Outcome(build_result(record) if record.how is not None else None, error=exc)
     finally:
         _put_back(engine.snapshot, engine.device)
     record.memory_after = engine.device.memory_in_use()
-    return build_result(record)
+    return Outcome(build_result(record))
 
 
 class LocalSearch:

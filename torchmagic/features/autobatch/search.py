@@ -32,6 +32,13 @@ from dataclasses import dataclass, field, replace
 
 from ...core.limits import SettingError
 
+# A trial runs the step this many times from the user's state: the first creates the optimizer's
+# state in a cache laid out for this batch size, and the second runs among it.  On an H200 (a 6-layer
+# transformer with AdamW, benchmarks/gpu_autobatch.py) the second step reserved 1.5-1.7 GiB more than
+# the first (10%), and a third and fourth no more: one step from a warm state chose sizes that ran out
+# of memory when training started.
+TRIAL_STEPS = 2
+
 
 @dataclass(frozen=True)
 class Probe:

@@ -15,8 +15,8 @@ from ...core.limits import describe_error
 from ...core.measure import timed_call
 from ...core.state import Snapshot
 from .footprint import FootprintCount, agree, read_footprints
-from .result import TRIAL_STEPS, ThroughputPoint
-from .search import Probe, SearchSpace
+from .result import ThroughputPoint
+from .search import TRIAL_STEPS, Probe, SearchSpace
 
 THROUGHPUT_REPEATS = 3
 

@@ -10,7 +10,7 @@ from ...core.render.base import report_html, tabs_html
 from ...core.render.format import fmt_bytes, fmt_s
 from ...core.render.plot import figure_png, new_figure
 from ...core.render.table import Column, Table
-from .result import TRIAL_STEPS
+from .search import TRIAL_STEPS
 
 if TYPE_CHECKING:  # the result imports this view when it is shown, not the other way round
     from .result import AutobatchResult

@@ -124,7 +124,7 @@ class CompareMagics(TorchMagicsBase):
             namespace.update(after_eager)
         if run.result is not None and run.error is None:  # for the profile rules: the next profile of this cell
             remember_measured(run.result, code_key(cell))
-        return self.cell_outcome(args, run.result, run.value, run.error)
+        return self.cell_outcome(args, run)
 
     def _model_name(self, name: str | None, names: set[str]) -> str | None:
         """The variable holding the model the variants change: --model, else the one module with

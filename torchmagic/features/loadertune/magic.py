@@ -70,7 +70,7 @@ class LoaderTuneMagics(TorchMagicsBase):
         device = self.device(args.device, referenced_values(step) if step else [], "%loadertune")
         progress = self.progress("%loadertune", args.quiet)
         try:
-            result = run_loadertune(loader, options, step=step, label=args.loader, device=device,
+            run = run_loadertune(loader, options, step=step, label=args.loader, device=device,
                                     state=objects_to_restore(step),
                                     on_progress=progress.say if progress else None)
         except KeyboardInterrupt as exc:
@@ -79,9 +79,11 @@ class LoaderTuneMagics(TorchMagicsBase):
             if progress:
                 progress.close()
         # for the profile's dataloader rule: the next profile of a cell iterating this loader reads it
-        if (measured := result.expectation_check or (result.change.measured() if result.change else None)):
+        result = run.result
+        if run.error is None and (measured := result.expectation_check
+                                  or (result.change.measured() if result.change else None)):
             remember("dataloader", f"loader:{args.loader}", measured)
-        return self.line_outcome(args, result)
+        return self.line_outcome(args, run)
 
     def _loader_kwargs(self, items: list[str]) -> dict:
         """key=value pairs: Python literals, or names of the notebook's objects (collate_fn=pad)."""

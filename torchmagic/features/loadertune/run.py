@@ -29,6 +29,7 @@ from ...core.expectations import Expectation
 from ...core.interrupts import deliver_pending, guards, uninterruptible
 from ...core.limits import SettingError, check_count, check_seconds, check_workers, describe_error
 from ...core.measure import min_pairs, paired_ratio, summarize
+from ...core.outcome import Outcome
 from ...core.state import Generators, Snapshot, objects_used_by, referenced_values
 from .cut_off import free_cut_off_batch, shared_memory_fds
 from .result import DATALOADER_DEFAULTS, LoaderRow, LoaderSettings, LoaderTuneResult
@@ -107,12 +108,13 @@ def objects_to_restore(step: Callable[[Any], Any] | None) -> list[Any]:
 def run_loadertune(loader: DataLoader, options: LoaderTuneOptions = LoaderTuneOptions(), *,
                    step: Callable[[Any], Any] | None = None, state: list[Any] | None = None,
                    device: Device | None = None, label: str = "loader",
-                   on_progress: Callable[[str], None] | None = None) -> LoaderTuneResult:
+                   on_progress: Callable[[str], None] | None = None) -> Outcome[LoaderTuneResult]:
     """Measure ``loader``'s parts under other worker settings and recommend the fastest.
 
     With ``step``, also time ``step(batch)`` alone and together with the current and the best
     loader, to tell whether the loader or the model limits training; the modules and
-    optimizers in ``state`` are restored afterwards.
+    optimizers in ``state`` are restored afterwards.  A Ctrl-C ends it with what was measured (the
+    outcome's result) and the interrupt as its error.
     """
     __tracebackhide__ = True  # noqa: F841
     device = device or choose_device()
@@ -129,11 +131,10 @@ def run_loadertune(loader: DataLoader, options: LoaderTuneOptions = LoaderTuneOp
         interrupted = exc
     finally:
         tuner.give_back()
-    if interrupted is not None:  # what was measured goes with it: the magic shows it
+    if interrupted is not None:  # what was measured goes with it
         free_cut_off_batch(interrupted, shared_before)
-        interrupted.torchmagic_result = tuner.interrupted_result(label, time.perf_counter() - started)
-        raise interrupted
-    return tuner.result(label, time.perf_counter() - started)
+        return Outcome(tuner.interrupted_result(label, time.perf_counter() - started), error=interrupted)
+    return Outcome(tuner.result(label, time.perf_counter() - started))
 
 
 class _Tuner:

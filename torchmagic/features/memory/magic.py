@@ -11,6 +11,7 @@ from IPython.display import display
 
 from ...core.devices import visible_accelerators
 from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, usage_error, user_frames_only
+from ...core.outcome import Outcome
 from ...core.render.base import widget_frontend
 from ...core.shell import is_history
 from ...core.state import values_named
@@ -96,7 +97,7 @@ class MemoryMagics(TorchMagicsBase):
             result = memory_report(namespace, hidden=hidden, top=args.top,
                                    pins=namespace_pins(namespace, ipython_names(namespace, hidden))
                                    + self._ipython_pins())
-        return self.line_outcome(args, result)
+        return self.line_outcome(args, Outcome(result))
 
     _watch: MemoryWatch | None = None
 
@@ -159,7 +160,7 @@ class MemoryMagics(TorchMagicsBase):
             run_result = run_cell_memory(run, namespace, hidden=self.shell.user_ns_hidden, device=device, top=args.top)
         except KeyboardInterrupt as exc:  # held while the measurement stopped, raised as the run ended
             self.interrupted(args, exc)
-        return self.cell_outcome(args, run_result.result, run_result.value, run_result.error)
+        return self.cell_outcome(args, run_result)
 
 
 def stop_watch(shell) -> None:

@@ -118,7 +118,7 @@ class ProfileMagics(TorchMagicsBase):
         live.set_runner(run.result, self._verify_runner(cell))  # for its buttons, not on it
         changed = (diff_profiles(before, run.result, (args.diff, args.output or f"this cell (In [{self._running_cell_number()}])"))
                    if before is not None and run.result.step_s else None)
-        return self.cell_outcome(args, run.result, run.value, run.error, also=[changed] if changed else [])
+        return self.cell_outcome(args, run, also=[changed] if changed else [])
 
     def _diff_base(self, name: str | None) -> ProfileResult | None:
         """The profile --diff NAME compares with, checked before anything runs."""

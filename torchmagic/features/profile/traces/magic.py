@@ -9,6 +9,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from ....core.devices import nccl_gpus
 from ....core.ipython import TorchMagicsBase, parse_argstring, raise_as_shown, refused, usage_error, user_frames_only
 from ....core.limits import SettingError
+from ....core.outcome import Outcome
 from ....core.ranks import Node, RankFailed
 from .launch import RanksOptions, run_ranks
 from .reader import TraceFileError
@@ -47,7 +48,7 @@ class TracesMagics(TorchMagicsBase):
             result = analyze_traces(paths[0] if len(paths) == 1 else paths)
         except TraceFileError as exc:
             raise usage_error(f"%torchprofile --load: {exc}") from None
-        return self.line_outcome(args, result)
+        return self.line_outcome(args, Outcome(result))
 
 
 MAGIC = "%%torchprofile"
