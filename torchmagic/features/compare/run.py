@@ -248,7 +248,7 @@ class _Comparison:
         except Exception as exc:  # noqa: BLE001
             if variant.is_baseline:
                 raise  # the user's code fails on its own: show their traceback
-            entry.fail(self._describe(exc, variant))
+            entry.fail(self._failure_text(exc, variant))
             _forget(exc)
         if not entry.out.ok:  # outside the except block: the failed run's tensors can go now
             _release(self.device)
@@ -351,7 +351,7 @@ class _Comparison:
             entry = measured[i]
             if entry.variant.is_baseline:
                 raise exc
-            entry.fail(f"{self._describe(exc, entry.variant)} (in timed round {rounds.done + 1})")
+            entry.fail(f"{self._failure_text(exc, entry.variant)} (in timed round {rounds.done + 1})")
             _forget(exc)
             _release(self.device)
 
@@ -369,12 +369,12 @@ class _Comparison:
 
         rounds.run(on_round=on_round, on_error=on_error)
 
-    def _describe(self, exc: BaseException, variant: Variant) -> str:
+    def _failure_text(self, exc: BaseException, variant: Variant) -> str:
         if is_recompile_limit(exc):
             return (f"dynamo hit its recompile limit ({self.recompile_limit}): what the compiled code was "
                     "specialised on keeps changing; outside this comparison dynamo would silently run eager "
                     "from here")
-        return _describe(exc, variant)
+        return _variant_failure_text(exc, variant)
 
 
 # The %%torchprofile rule whose finding each variant verifies (other variants are kept under their own name)
@@ -494,7 +494,7 @@ def _summarise(measured: list[_Entry], rounds: Rounds) -> None:
                                  "compile, and past torch._dynamo.config.recompile_limit dynamo runs eager")
 
 
-def _describe(exc: BaseException, variant: Variant) -> str:
+def _variant_failure_text(exc: BaseException, variant: Variant) -> str:
     if is_out_of_memory(exc):
         return "out of memory"
     message = describe_error(exc)

@@ -218,7 +218,7 @@ class _Tuner:
             if done:
                 row.batches_per_s.append(done / timed)
         except Exception as exc:  # a worker crashed or the dataset raised
-            row.error = _describe(exc)
+            row.error = _loader_failure_text(exc)
         finally:
             # Persistent workers too: left running, they would go on filling their prefetch buffer
             # while the next setting is timed, and slow it.  A pass sees their gain at each new epoch.
@@ -542,7 +542,7 @@ def _spawn_message(problem: str, method: str) -> str:
             "import, and in a script guard the training code with `if __name__ == \"__main__\":`")
 
 
-def _describe(exc: Exception) -> str:
+def _loader_failure_text(exc: Exception) -> str:
     lines = [line for line in str(exc).strip().splitlines() if line.strip()]
     text = lines[0] if lines else type(exc).__name__
     if "Original Traceback" in str(exc):  # a worker's error: its own last line says what went wrong

@@ -43,9 +43,6 @@ class Holding:
     # counted, since reading one runs its unpack hook (user code: checkpointing recomputes there)
     graphs: set[int] = field(default_factory=set)  # their ids
 
-    def bytes_on(self, device: str | None = None) -> int:
-        return sum(n for (dev, _), n in self.storages.items() if device is None or dev == device)
-
     def devices(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for (dev, _), n in self.storages.items():

@@ -69,9 +69,6 @@ THRESHOLDS = {
     "severity_medium": 0.10,
 }
 
-# The magics torchmagic has today; a verify command is offered only when its magic is here.
-AVAILABLE_MAGICS = frozenset({"torchprofile", "autobatch", "amp_compare", "gpumem", "loadertune"})
-
 # The torchmagic command that measures each rule's fix; {loader} is the code's DataLoader as it names
 # it ("loader" where it names none), {step} a step function for %autobatch.  A cell magic's command
 # goes on top of the profiled cell.
@@ -113,7 +110,6 @@ class RuleContext:
     traces_kernels: bool = False     # ops run as kernels the trace records: the GPU rules need those
     captures_cuda_graphs: bool = False
     autocast_keeps: str = "losses in fp32"  # what autocast leaves in fp32 on this device
-    available_magics: frozenset[str] = AVAILABLE_MAGICS
     user: UserObjects = UserObjects()        # the code's model, optimizer and loader, the machine's cores
     alloc_retries: int = 0                   # allocator cache flushes during the profile (CUDA)
     allocator: AllocatorCounters | None = None  # for the profiled steps' peak (CUDA)
@@ -156,8 +152,7 @@ def _finding(rule: str, ctx: RuleContext, share: float, title: str, evidence: di
              fix: str, snippet: str, expected: Expectation | None = None) -> Finding:
     command = VERIFY.get(rule)
     magic = command.lstrip("%").split()[0] if command else None
-    verify = (command.format(**{**VERIFY_NAMES, "loader": ctx.user.loader}) if magic in ctx.available_magics
-              else None)
+    verify = command.format(**{**VERIFY_NAMES, "loader": ctx.user.loader}) if command else None
     if verify is not None and expected is not None and magic in EXPECTING_MAGICS:
         verify += f" {expected.option()}"
     return Finding(rule=rule, severity=severity(share), title=title, evidence=evidence,

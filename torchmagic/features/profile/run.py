@@ -189,7 +189,7 @@ def _build_result(prof, options, label, device, warmup_s, step_s, error, ctx: Ru
     result = ProfileResult(
         label=label, device=device.describe(), step_s=step_s, warmup_s=warmup_s,
         notes=notes, nvml=nvml.to_dict() if nvml is not None else None,
-        error=_describe(error), options=options.to_dict(),
+        error=_error_text(error), options=options.to_dict(),
     )
     unprofiled = warmup_s[:options.warmup - 1] if options.memory else warmup_s  # see recorded_warmup
     if len(unprofiled) >= 2 and step_s:
@@ -281,5 +281,5 @@ def fill_from_summary(result: ProfileResult, s: TraceSummary, ctx: RuleContext) 
         result.notes.append("The last profiled step did not finish; it is included up to the failure.")
 
 
-def _describe(error: BaseException | None) -> str | None:
+def _error_text(error: BaseException | None) -> str | None:
     return None if error is None else describe_error(error, width=10_000)

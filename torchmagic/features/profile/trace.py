@@ -223,10 +223,6 @@ class TraceSummary:
             return 0.0
         return max(self.step_us[0] - typical - sum(self.one_time_us.values()), 0.0)
 
-    @property
-    def python_op_median_us(self) -> float | None:
-        return statistics.median(self.python_op_us) if self.python_op_us else None
-
 
 class _Ev:
     """A raw event reduced to what every event needs; the rest is read from ``raw`` on demand

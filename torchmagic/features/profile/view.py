@@ -28,7 +28,6 @@ CATEGORY_COLORS = {
     "start-up": "#79706e",
     "other": "#bab0ac",
 }
-SEVERITY_MARK = {"high": "!!!", "medium": "!! ", "low": "!  "}
 
 
 def headline(r: ProfileResult) -> str:

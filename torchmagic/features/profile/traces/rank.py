@@ -181,7 +181,7 @@ def read_rank(events, path: str) -> RankTrace:
             if name.startswith("c10d::"):  # c10d ops enqueue work, and may block on it
                 continue
             if name == "record_param_comms":
-                _describe(out, args, check, ev, index)
+                _read_collective_sizes(out, args, check, ev, index)
                 continue
             out.host_busy.add(start, end)
             if is_backward_node(name):
@@ -259,7 +259,7 @@ def _finished(args: dict) -> bool:
     return args.get("finished", True) is not False
 
 
-def _describe(out: RankTrace, args: dict, check: EventFields, ev: dict, index: int) -> None:
+def _read_collective_sizes(out: RankTrace, args: dict, check: EventFields, ev: dict, index: int) -> None:
     """Sizes from a ``record_param_comms`` event (what NCCL and newer gloo traces carry)."""
     if "Collective name" not in args or "In msg nelems" not in args:
         return
