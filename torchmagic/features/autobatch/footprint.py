@@ -126,9 +126,9 @@ def varied_footprint_note(probes: list[Probe], fresh: bool = False) -> list[str]
             f"whose freed pages stay resident in varying amounts. Where reads differed, a trial counts what one more "
             f"{run} could take (the upper 95% prediction bound from the line through its and its neighbours' reads "
             f"against torch's allocations, never less than the most read), and a {run} can still take more: keep a "
-            "margin. " + ("" if fresh else "A script's first steps can take more than a warmed notebook's (the "
-                          "libraries' first use of memory, a heap that starts new): %%autobatch --fresh step reads each "
-                          "trial in processes started for it. ") +
+            "margin. " + ("" if fresh else "A script's first steps can take more than a warmed notebook's "
+                          "(the libraries' first use of memory, a heap that starts new): %%autobatch --fresh step "
+                          "reads each trial in processes started for it. ") +
             "A process started with MALLOC_MMAP_THRESHOLD_=1048576 in its environment gives each tensor from "
             "1 MiB its own pages, so its resident memory stays near torch's allocations and varies less, "
             "but each such tensor then costs page faults: its steps can run 2x slower."]

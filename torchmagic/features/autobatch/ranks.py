@@ -10,6 +10,10 @@ A rank that runs out of memory part-way through a step leaves the job broken: th
 not are blocked in a collective it will never join, and DDP's reducer is left mid-iteration.  So
 the trial is decided as soon as one rank says it ran out, and every rank is started again from
 the cell (and warmed up) before the next trial.
+
+``%%autobatch --fresh`` (one rank unless --ranks N) starts the ranks again before every read instead:
+each read is of the first steps of a job started for it, as a script's, and the notebook counts a
+trial's reads with its neighbours' as a search in one process does (footprint.FootprintCount).
 """
 
 from __future__ import annotations
@@ -105,7 +109,8 @@ class _Trials:
         __tracebackhide__ = True  # noqa: F841
         self.ready()
         self._used = True
-        replies = self.control.ask({"do": "probe", "size": size, "fresh": fresh}, enough=lambda reply: not reply["ran"])
+        replies = self.control.ask({"do": "probe", "size": size, "fresh": fresh},
+                                   enough=lambda reply: not reply["ran"])
         ran_out = sorted((r for r in replies.values() if not r["ran"]), key=lambda r: r["rank"])
         if ran_out:
             self._broken = True
@@ -153,8 +158,8 @@ def run_autobatch_ranks(code: str, step: str | None, shared: dict[str, Any], opt
                 raise StepMissing(exc.said) from None
             raise
         control.output.poll(final=True)
-    record.notes.insert(0, f"{ranks} rank{'s' if ranks > 1 else ''} with {backend}, {threads} thread(s) each; {shared_note(shared, blob)}"
-                        + _restarts_note(record))
+    record.notes.insert(0, f"{ranks} rank{'s' if ranks > 1 else ''} with {backend}, {threads} thread(s) each; "
+                        f"{shared_note(shared, blob)}{_restarts_note(record)}")
     return Outcome(build_result(record))
 
 
