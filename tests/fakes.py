@@ -54,7 +54,6 @@ class FakeCudaDevice(Device):
     def energy_mj(self) -> int | None:
         return None if self.watts is None else round(self.watts * time.perf_counter() * 1000)
 
-
     def synchronize(self) -> None:
         self.syncs += 1
 
@@ -248,8 +247,8 @@ class FakePynvml:
     def nvmlDeviceGetName(self, handle):
         return self.gpus[handle].name.encode()
 
-    def nvmlDeviceIsMigDeviceHandle(self, handle):
-        return int(self.gpus[handle].mig)
+    def nvmlDeviceIsMigDeviceHandle(self, device):
+        return int(self.gpus[device].mig)
 
     def nvmlDeviceGetUtilizationRates(self, handle):
         if self.gpus[handle].mig:
