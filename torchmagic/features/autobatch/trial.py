@@ -53,12 +53,12 @@ def run_first_trial(step: Callable[[int], Any], size: int, device: Device, reset
     __tracebackhide__ = True  # noqa: F841
     scope = device.footprint_scope()
     if scope is None:
-        return run_trial(step, size, device, reset, FootprintCount(runs=(0, 0)))
+        return run_trial(step, size, device, reset)
     first = _Run(step, size, device, scope)
     reset(collect=first.error is not None)
     if first.error is not None:
         return first.failed()
-    probe = run_trial(step, size, device, reset, FootprintCount(runs=(0, 0)))
+    probe = run_trial(step, size, device, reset, FootprintCount(runs=(0, 0)))  # allocations only: read already
     read = first.reading.footprint_bytes
     if not probe.ran or read is None:
         return probe
