@@ -39,7 +39,7 @@ Two figures, printed with their method and the machine they were taken on:
    (``x = x + 1`` on 4 floats: 5 nested events each) is profiled exactly as the magic does
    (``record_shapes=True``, one ``ProfilerStep#0`` marker).  Then timed on that one profile:
    ``summarize_trace(results.events(), results.trace_start_ns())``, the engine's whole
-   ``_build_result`` (summary, diagnosis, result rows), and torch's own parse:
+   ``build_profile`` (summary, diagnosis, result rows), and torch's own parse:
    ``prof.events()`` (builds the FunctionEvent tree) and ``prof.key_averages()``.
    Target: under 3 s.
 
@@ -328,7 +328,8 @@ def bench_analysis(min_events: int = 100_000, reps: int = 3, torch_parse: bool =
     """Figure 2: torchmagic's analysis of one >= min_events profile, and torch's own parse of it."""
     import torch
 
-    from torchmagic.features.profile.run import ProfileOptions, _build_result, rule_context
+    from torchmagic.features.profile.build import Measured, build_profile
+    from torchmagic.features.profile.run import ProfileOptions, rule_context
     from torchmagic.features.profile.kineto import STEP_PREFIX
     from torchmagic.features.profile.trace import summarize_trace
 
@@ -376,12 +377,12 @@ def bench_analysis(min_events: int = 100_000, reps: int = 3, torch_parse: bool =
         summary, took = _timed(lambda: summarize_trace(results.events(), results.trace_start_ns()))
         summarize_s.append(took)
         try:  # a private function: its signature may move
-            # _build_result releases the profiler's events when done: hand it a stand-in that
+            # build_profile releases the profiler's events when done: hand it a stand-in that
             # holds the same results, so every rep (and torch's parse below) sees them
             holder = types.SimpleNamespace(profiler=types.SimpleNamespace(kineto_results=results))
-            ctx = rule_context(device)
-            result, took = _timed(lambda: _build_result(holder, ProfileOptions(), "%%torchprofile", device,
-                                                        [], [body_s], None, ctx))
+            measured = Measured(label="%%torchprofile", options=ProfileOptions(), device=device,
+                                ctx=rule_context(device), warmup_s=[], step_s=[body_s])
+            result, took = _timed(lambda: build_profile(holder, measured))
             build_s.append(took)
         except Exception as exc:
             out["build_result_error"] = f"{type(exc).__name__}: {exc}"
@@ -484,11 +485,11 @@ def _analysis_report(a: dict, number: str) -> list[str]:
             row("summarize_trace(results.events(), ...)", a["summarize_s"],
                 _verdict(a["summarize_s"], TARGET_ANALYSIS_S))]
     if "build_result_s" in a:
-        rows.append(row("engine _build_result (summary, diagnosis, rows)", a["build_result_s"],
+        rows.append(row("engine build_profile (summary, diagnosis, rows)", a["build_result_s"],
                         _verdict(a["build_result_s"], TARGET_ANALYSIS_S)))
         rows.append(["  then result.to_text() / to_html()", f"{a['to_text_s']:.3f} / {a['to_html_s']:.3f} s", "", ""])
     else:
-        rows.append(["engine _build_result", "n/a", "", a.get("build_result_error", "")])
+        rows.append(["engine build_profile", "n/a", "", a.get("build_result_error", "")])
     if "torch_events_s" in a:
         rows += [row("torch: prof.events() (FunctionEvent tree)", a["torch_events_s"]),
                  row("torch: then prof.key_averages()", a["torch_key_averages_s"]),

@@ -11,29 +11,40 @@ from __future__ import annotations
 from ...core.devices import Device, is_out_of_memory
 from ...core.devices.datasheets import datasheet
 from ...core.measure.peaks import PeaksUnmeasured, measured_peaks
-from .result import ProfileResult, RooflineRow
+from .result import OpRow, RooflineRow
 
 DTYPES = {"float": "float32", "c10::BFloat16": "bfloat16", "c10::Half": "float16"}
 HEAVY_SHARE = 0.01   # ops below this share of the FLOP-carrying ops' time are left off
 
 
-def place_on_roofline(result: ProfileResult, device: Device) -> None:
-    """Fill ``result``'s peaks, roofline rows and MFU (``--flops``)."""
-    on_device = any(op.self_device_us for op in result.ops)
-    candidates = [op for op in result.ops if (op.flops or op.estimated_flops) and op.bytes and _us(op, on_device) > 0]
+def roofline_fields(ops: list[OpRow], step_s: list[float], device: Device, notes: list[str]) -> dict:
+    """The result's peaks, roofline rows and MFU (``--flops``) for its ``ops``; why none, in ``notes``."""
+    on_device = any(op.self_device_us for op in ops)
+    candidates = [op for op in ops if (op.flops or op.estimated_flops) and op.bytes and _us(op, on_device) > 0]
     if not candidates:
-        result.notes.append("--flops: no operator with FLOPs and tensor sizes to place on a roofline.")
-        return
+        notes.append("--flops: no operator with FLOPs and tensor sizes to place on a roofline.")
+        return {}
     dtypes = tuple(sorted({DTYPES.get(op.dtype, "float32") for op in candidates}))
     try:
         peaks = measured_peaks(device, dtypes)
     except Exception as exc:  # the user's tensors fill the device
         if not isinstance(exc, PeaksUnmeasured) and not is_out_of_memory(exc):
             raise
-        result.notes.append(f"--flops: the device's peaks were not measured (too little free memory: {exc}); "
-                            "no roofline. Free memory (%gpumem) and profile again.")
-        return
-    result.peak_flops_per_s, result.peak_bytes_per_s = dict(peaks.flops_per_s), peaks.bytes_per_s
+        notes.append(f"--flops: the device's peaks were not measured (too little free memory: {exc}); "
+                     "no roofline. Free memory (%gpumem) and profile again.")
+        return {}
+    fields = {"peak_flops_per_s": dict(peaks.flops_per_s), "peak_bytes_per_s": peaks.bytes_per_s,
+              "roofline": _rows(candidates, on_device, peaks)}
+    counted = [op for op in ops if op.flops]
+    if counted and step_s:
+        main = max(dtypes, key=lambda d: sum(op.flops for op in counted if DTYPES.get(op.dtype, "float32") == d))
+        fields["mfu"] = sum(op.flops for op in counted) / sum(step_s) / peaks.flops_per_s[main]
+    notes += _roof_notes(device, dtypes, peaks)
+    return fields
+
+
+def _rows(candidates: list[OpRow], on_device: bool, peaks) -> list[RooflineRow]:
+    """The heavy candidates on the roofline, most time first."""
     total_us = sum(_us(op, on_device) for op in candidates)
     rows = []
     for op in candidates:
@@ -49,22 +60,23 @@ def place_on_roofline(result: ProfileResult, device: Device) -> None:
         rows.append(RooflineRow(op.name, dtype, flops, op.bytes, intensity, achieved,
                                 "compute" if intensity * peaks.bytes_per_s >= compute_roof else "memory",
                                 achieved / roof, estimated=not op.flops))
-    result.roofline = sorted(rows, key=lambda r: -r.flops / r.achieved_flops_per_s)  # most time first
-    counted = [op for op in result.ops if op.flops]
-    if counted and result.step_s:
-        main = max(dtypes, key=lambda d: sum(op.flops for op in counted if DTYPES.get(op.dtype, "float32") == d))
-        result.mfu = sum(op.flops for op in counted) / sum(result.step_s) / peaks.flops_per_s[main]
+    return sorted(rows, key=lambda r: -r.flops / r.achieved_flops_per_s)
+
+
+def _roof_notes(device: Device, dtypes: tuple[str, ...], peaks) -> list[str]:
+    notes = []
     sheet = datasheet(device.name) if device.is_accelerator else None
     if sheet is not None:
-        result.notes.append(f"{sheet.name} datasheet (dense), for comparison: "
-                            + ", ".join(f"{d} {sheet.flops_per_s[d] / 1e12:.3g} TFLOP/s" for d in dtypes
-                                        if d in sheet.flops_per_s)
-                            + f"; memory {sheet.bytes_per_s / 1e9:.4g} GB/s.")
+        notes.append(f"{sheet.name} datasheet (dense), for comparison: "
+                     + ", ".join(f"{d} {sheet.flops_per_s[d] / 1e12:.3g} TFLOP/s" for d in dtypes
+                                 if d in sheet.flops_per_s)
+                     + f"; memory {sheet.bytes_per_s / 1e9:.4g} GB/s.")
     where = f"with {peaks.threads} thread(s)" if peaks.threads else "on the GPU"
-    result.notes.append(f"Roofs measured on this {device.kind.upper()} {where} in {peaks.seconds:.1f} s (once per "
-                        "process): matmul " + ", ".join(f"{d} {f / 1e12:.3g} TFLOP/s" for d, f in
-                                                         peaks.flops_per_s.items())
-                        + f"; copy {peaks.bytes_per_s / 1e9:.3g} GB/s.")
+    notes.append(f"Roofs measured on this {device.kind.upper()} {where} in {peaks.seconds:.1f} s (once per "
+                 "process): matmul " + ", ".join(f"{d} {f / 1e12:.3g} TFLOP/s" for d, f in
+                                                  peaks.flops_per_s.items())
+                 + f"; copy {peaks.bytes_per_s / 1e9:.3g} GB/s.")
+    return notes
 
 
 def _us(op, on_device: bool) -> float:

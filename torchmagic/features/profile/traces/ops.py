@@ -19,7 +19,8 @@ from ....core.devices.cuda import tensor_core_precision
 
 from ..result import ProfileResult
 from ..rules import RuleContext
-from ..run import ProfileOptions, fill_from_summary
+from ..build import summary_fields
+from ..run import ProfileOptions
 from ..kineto import (CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, external_id, is_runtime,
                               unread_device)
 from ..trace import summarize_trace
@@ -173,11 +174,10 @@ def trace_profile(trace: RankTrace) -> ProfileResult | None:
     options = ProfileOptions(steps=len(summary.step_us),
                              record_shapes=any(stats.shapes for stats in summary.ops.values()))
     label = shown_path(os.path.basename(trace.path)) + (f" (rank {trace.rank})" if trace.rank is not None else "")
-    result = ProfileResult(label=label, device=device["describe"], step_s=[us / 1e6 for us in summary.step_us],
-                           notes=notes, options={**options.to_dict(), "memory": summary.memory_recorded,
-                                                 "flops": any(s.flops for s in summary.ops.values())})
-    fill_from_summary(result, summary, device["context"])
-    return result
+    fields = summary_fields(summary, device["context"], len(summary.step_us), notes)
+    return ProfileResult(label=label, device=device["describe"], step_s=[us / 1e6 for us in summary.step_us],
+                         notes=notes, options={**options.to_dict(), "memory": summary.memory_recorded,
+                                               "flops": any(s.flops for s in summary.ops.values())}, **fields)
 
 
 def too_big_to_table(trace: RankTrace) -> str | None:

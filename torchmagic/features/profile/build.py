@@ -1,0 +1,209 @@
+"""A profile's result, built once from what the engine measured.
+
+The engine (run.py) hands over plain data: its timings, the profiler and the rules' view of the device.
+Each part of the report is computed here as fields, and the ``ProfileResult`` is made from them in one
+call; a trace file's reader (traces/ops.py) builds its result from the same summary fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ...core.devices import Device
+from ...core.limits import describe_error
+from ...core.render.format import fmt_us
+from ...core.user_files import NewFile
+from .activity import python_calls
+from .allocations import allocation_report
+from .amp_estimate import estimate_amp
+from .frames import frame_label, ipython_cell_files
+from .modules import MODULE_MARK, module_labels
+from .result import OpRow, ProfileResult
+from .roofline import roofline_fields
+from .rules import RuleContext, amp_worth_estimating, diagnose, kernel_stats, missing_kernels_note
+from .trace import TraceSummary, summarize_trace
+
+HOT_LINES_KEPT = 50
+ENERGY_MIN_S = 1.0  # NVML refreshes its counter every few to tens of ms: shorter windows read coarsely
+
+
+@dataclass
+class Measured:
+    """What one profiling run measured, as the engine hands it to the builder."""
+
+    label: str
+    options: Any                     # the run's ProfileOptions
+    device: Device
+    ctx: RuleContext                 # what the rules may know of the device, the user's objects and code
+    warmup_s: list[float]
+    step_s: list[float]
+    error: BaseException | None = None
+    history: Any = None              # the allocator's history (--memory on a device that records one)
+    energy_mj: tuple[int | None, int | None] = (None, None)  # the device's energy counter around the steps
+
+
+def build_profile(prof, m: Measured) -> ProfileResult:
+    """The result of a run whose profiler is ``prof`` (None: it never started); frees the profiler's events."""
+    notes = _setup_notes(m)
+    nvml = m.device.nvml()
+    if isinstance(nvml, str):
+        notes.append(nvml)
+        nvml = None
+    fields: dict[str, Any] = dict(
+        label=m.label, device=m.device.describe(), step_s=m.step_s, warmup_s=m.warmup_s,
+        nvml=nvml.to_dict() if nvml is not None else None, error=_error_text(m.error),
+        options=m.options.to_dict(), overhead=_overhead(m))
+    results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    if results is not None:
+        fields.update(_analysed(prof, results, m, notes))
+    elif m.error is None:
+        notes.append("The profiler returned no events.")
+    fields.update(_energy_fields(m.energy_mj, m.step_s, notes))
+    return ProfileResult(notes=notes, **fields)
+
+
+def summary_fields(s: TraceSummary, ctx: RuleContext, steps_timed: int, notes: list[str]) -> dict[str, Any]:
+    """The result's fields that come from a trace's summary, its findings first; ``steps_timed``: the steps
+    whose time was measured (one fewer than the summary's when the last did not finish)."""
+    findings = diagnose(s, ctx)
+    if note := missing_kernels_note(s, ctx):
+        notes.append(note)
+    if s.one_time_us:
+        costs = ", ".join(f"{kind} {fmt_us(us)}" for kind, us in
+                          sorted(s.one_time_us.items(), key=lambda kv: -kv[1]))
+        notes.append(f"One-time costs in the profiled steps, shown as start-up and kept out of the findings' "
+                     f"shares: {costs}. Profile after a warm-up step (--warmup 1) to see the steady state alone.")
+    if s.profiler_start_us:
+        notes.append(f"The first profiled step took {fmt_us(s.profiler_start_us)} more than the others' median: "
+                     "the profiler starting to trace the GPU, kept out of the findings' shares.")
+    if s.steps > steps_timed:
+        notes.append("The last profiled step did not finish; it is included up to the failure.")
+    cells = ipython_cell_files()
+    return dict(
+        findings=findings, event_count=s.event_count, ops=[_op_row(o) for o in s.ops.values()],
+        # Python between ops shows as the step markers' own time: count it under "other"
+        categories_s={k: v / 1e6 for k, v in s.category_us.items() if v > 0},
+        device_categories_s={k: v / 1e6 for k, v in s.device_category_us.items() if v > 0},
+        timeline=s.timeline, step_starts_us=list(s.step_start_us), memory_peak_bytes=dict(s.peak_allocated),
+        kernel_stats=kernel_stats(s), memory_allocated_bytes=dict(s.allocated_total),
+        hot_lines=[(frame_label(frame, cells), us) for frame, us in s.hot_lines.most_common(HOT_LINES_KEPT)])
+
+
+def nothing_measured(step_s: list[float], warmup_s: list[float], ops: list[OpRow]) -> bool:
+    """No warm-up run or step finished and the profiler saw no operator (run.measured_nothing says why)."""
+    return not step_s and not warmup_s and not ops
+
+
+def _setup_notes(m: Measured) -> list[str]:
+    notes = [note for note in (m.device.choice_note(), m.device.profile_note()) if note]
+    if m.options.warmup == 0:
+        notes.append("The first run includes one-time costs (lazy initialisation, allocator warm-up); "
+                     "--warmup 1 leaves them out.")
+        if m.options.memory and not m.device.is_accelerator:
+            notes.append("--memory: torch's CPU profiler reports no free of memory allocated before it started, "
+                         "so the peak reads high by what the first step frees of earlier tensors (the gradients "
+                         "zero_grad drops); with --warmup 1 it is exact.")
+    return notes
+
+
+def _overhead(m: Measured) -> float | None:
+    """Profiled over un-profiled step time, where two or more un-profiled runs were made."""
+    unprofiled = m.warmup_s[:m.options.warmup - 1] if m.options.memory else m.warmup_s  # run.recorded_warmup
+    if len(unprofiled) >= 2 and m.step_s:
+        # the first warm-up run is cold; the others are the un-profiled baseline
+        return statistics.median(m.step_s) / statistics.median(unprofiled[1:])
+    return None
+
+
+def _analysed(prof, results, m: Measured, notes: list[str]) -> dict[str, Any]:
+    """The fields read from the profiler's events: summary, findings, memory, modules, roofline, trace file."""
+    started = time.perf_counter()
+    options = m.options
+    summary = summarize_trace(results.events(), results.trace_start_ns(), shapes=options.record_shapes,
+                              flops=options.flops, python_calls=python_calls(results) if options.stack else ())
+    ctx = _with_amp_estimate(m.ctx, summary, m.device, notes)
+    fields = summary_fields(summary, ctx, len(m.step_s), notes)
+    tree = results.experimental_event_tree() if options.memory or options.stack else None
+    if options.memory and summary.step_start_us:
+        first_step_ns = results.trace_start_ns() + round(summary.step_start_us[0] * 1000)
+        last_step_ns = results.trace_start_ns() + round((summary.step_start_us[-1] + summary.step_us[-1]) * 1000)
+        fields["memory_timeline"], fields["largest_allocations"] = allocation_report(
+            tree, first_step_ns, last_step_ns, ipython_cell_files(),
+            m.history.allocations if m.history is not None else None)
+        if m.history is not None and m.history.note:
+            notes.append(m.history.note)
+    if tree is not None:
+        fields.update(_named_modules(fields, module_labels(tree, ctx.user.module_paths)))
+    if options.flops:
+        fields.update(roofline_fields(fields["ops"], m.step_s, m.device, notes))
+    fields["analysis_s"] = time.perf_counter() - started
+    if options.trace and not nothing_measured(m.step_s, m.warmup_s, fields["ops"]):
+        fields["trace_path"] = _export_trace(prof, options, notes)
+    # The profiler object sits in reference cycles, so only the cyclic GC would free it, at some
+    # later moment in the user's code, along with the events it holds (~0.3 s for 100k events).
+    # Free them now, inside the time the magic reports.
+    prof.profiler.kineto_results = None
+    return fields
+
+
+def _with_amp_estimate(ctx: RuleContext, summary: TraceSummary, device: Device, notes: list[str]) -> RuleContext:
+    """``ctx`` with the step's matmuls re-timed in low precision, where the flags allow it and it is worth it."""
+    if not (ctx.low_precision_fast and amp_worth_estimating(summary)):
+        return ctx
+    dtype = getattr(torch, ctx.low_precision_dtype or "bfloat16")
+    try:
+        return dataclasses.replace(ctx, amp_estimate=estimate_amp(summary, device, dtype))
+    except Exception as exc:  # noqa: BLE001 - the device refused the re-timing: the finding goes unpredicted
+        notes.append(f"amp: the step's matmuls could not be re-timed in {dtype} here "
+                     f"({describe_error(exc)}): no predicted speedup.")
+        return ctx
+
+
+def _named_modules(fields: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
+    """The model's names for its modules where the tracer wrote "nn.Module: Linear_3" (modules.py)."""
+    return dict(
+        hot_lines=[(labels.get(label, label), us) for label, us in fields["hot_lines"]],
+        largest_allocations=[
+            dataclasses.replace(a, module=labels[MODULE_MARK + a.module][len(MODULE_MARK):])
+            if a.module and MODULE_MARK + a.module in labels else a
+            for a in fields.get("largest_allocations", [])])
+
+
+def _export_trace(prof, options, notes: list[str]) -> str | None:
+    try:
+        with NewFile(options.trace, options.trace_overwrite) as trace:
+            prof.export_chrome_trace(trace.temp)
+            trace.publish()
+        return os.path.abspath(options.trace)
+    except Exception as exc:  # disk full, permissions: the profile itself is still good
+        notes.append(f"Could not write the trace to {options.trace}: {describe_error(exc)}")
+        return None
+
+
+def _energy_fields(energy_mj: tuple[int | None, int | None], step_s: list[float], notes: list[str]) -> dict:
+    """Joules per profiled step from NVML's energy counter, with how far to trust it."""
+    before, after = energy_mj
+    if before is None or after is None or not step_s or after < before:
+        return {}
+    window = sum(step_s)
+    if window < ENERGY_MIN_S:
+        notes.append(f"Energy: the profiled steps took {window * 1e3:.0f} ms, against NVML's counter "
+                     "refreshed every few to tens of ms: profile more steps for a figure to trust.")
+    return {"energy_j_per_step": (after - before) / 1000 / len(step_s)}
+
+
+def _op_row(o) -> OpRow:
+    return OpRow(o.name, o.calls, o.self_cpu_us, o.total_cpu_us, o.self_device_us, o.flops,
+                 o.allocated_bytes, tuple(o.top_shapes()), bytes=o.bytes, dtype=o.dtype,
+                 estimated_flops=o.estimated_flops, flop_device_us=o.flop_device_us)
+
+
+def _error_text(error: BaseException | None) -> str | None:
+    return None if error is None else describe_error(error, width=10_000)
