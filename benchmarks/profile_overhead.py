@@ -329,7 +329,8 @@ def bench_analysis(min_events: int = 100_000, reps: int = 3, torch_parse: bool =
     import torch
 
     from torchmagic.features.profile.build import Measured, build_profile
-    from torchmagic.features.profile.run import ProfileOptions, rule_context
+    from torchmagic.features.profile.options import ProfileOptions
+    from torchmagic.features.profile.run import rule_context
     from torchmagic.features.profile.kineto import STEP_PREFIX
     from torchmagic.features.profile.trace import summarize_trace
 

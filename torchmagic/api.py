@@ -24,7 +24,8 @@ from .features.compare.run import objects_to_restore as restored_by_compare
 from .features.compare.variants import DEFAULT_VARIANTS, Variant, parse_variants
 from .features.memory.result import MemoryResult
 from .features.profile.result import ProfileResult
-from .features.profile.run import ProfileOptions, run_profile
+from .features.profile.options import ProfileOptions
+from .features.profile.run import run_profile
 from .features.profile.user import UserObjects, user_objects
 
 

@@ -8,6 +8,7 @@ import types
 import pytest
 
 from torchmagic.features.profile.result import Finding, OpRow, ProfileResult, TimelineSpan
+from torchmagic.features.profile.options import ProfileOptions
 from torchmagic.core.render import base, live
 from torchmagic.core.render.format import bar, fmt_bytes, fmt_pct, fmt_s, fmt_us
 
@@ -23,7 +24,7 @@ def make_result(n_ops=40, **kw):
     defaults = dict(label="%%torchprofile", device={"kind": "cpu", "name": "Test CPU"},
                     step_s=[0.010, 0.012, 0.011], findings=[finding], ops=ops,
                     categories_s={"forward": 0.02, "data loading": 0.013}, timeline=spans,
-                    notes=["CPU-only profile: no CUDA device found."], options={"top": 5})
+                    notes=["CPU-only profile: no CUDA device found."], options=ProfileOptions(top=5))
     defaults.update(kw)
     return ProfileResult(**defaults)
 
@@ -53,7 +54,7 @@ def test_html_escapes_user_text():
 
 def test_output_size_is_bounded_for_huge_profiles():
     r = make_result(n_ops=5000, timeline=[TimelineSpan("CPU", float(i), 0.5, "forward", "x") for i in range(4000)],
-                    options={"top": 15})
+                    options=ProfileOptions(top=15))
     assert len(r.to_text()) < 10_000
     assert len(r.to_html()) < 400_000
 

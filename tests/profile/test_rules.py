@@ -9,7 +9,7 @@ import torchmagic
 from torchmagic.core.devices import CpuDevice
 from torchmagic.features.profile import rules
 from torchmagic.core.measure.low_precision import Retimed
-from torchmagic.features.profile.run import ProfileOptions
+from torchmagic.features.profile.options import ProfileOptions
 from torchmagic.features.profile.trace import TraceSummary
 from torchmagic.features.profile.user import UserObjects
 

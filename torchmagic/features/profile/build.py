@@ -25,6 +25,7 @@ from .allocations import allocation_report
 from .amp_estimate import estimate_amp
 from .frames import frame_label, ipython_cell_files
 from .modules import MODULE_MARK, module_labels
+from .options import ProfileOptions
 from .result import OpRow, ProfileResult
 from .roofline import roofline_fields
 from .rules import RuleContext, amp_worth_estimating, diagnose, kernel_stats, missing_kernels_note
@@ -39,7 +40,7 @@ class Measured:
     """What one profiling run measured, as the engine hands it to the builder."""
 
     label: str
-    options: Any                     # the run's ProfileOptions
+    options: ProfileOptions
     device: Device
     ctx: RuleContext                 # what the rules may know of the device, the user's objects and code
     warmup_s: list[float]
@@ -59,7 +60,7 @@ def build_profile(prof, m: Measured) -> ProfileResult:
     fields: dict[str, Any] = dict(
         label=m.label, device=m.device.describe(), step_s=m.step_s, warmup_s=m.warmup_s,
         nvml=nvml.to_dict() if nvml is not None else None, error=_error_text(m.error),
-        options=m.options.to_dict(), overhead=_overhead(m))
+        options=m.options, overhead=_overhead(m))
     results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
     if results is not None:
         fields.update(_analysed(prof, results, m, notes))
@@ -176,7 +177,7 @@ def _named_modules(fields: dict[str, Any], labels: dict[str, str]) -> dict[str, 
             for a in fields.get("largest_allocations", [])])
 
 
-def _export_trace(prof, options, notes: list[str]) -> str | None:
+def _export_trace(prof, options: ProfileOptions, notes: list[str]) -> str | None:
     try:
         with NewFile(options.trace, options.trace_overwrite) as trace:
             prof.export_chrome_trace(trace.temp)

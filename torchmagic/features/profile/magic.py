@@ -17,9 +17,10 @@ from ...core.render.saved import NotAResultFile
 from ...core.render.saved import load as load_saved
 from ...core.state import names_used, values_named
 from .diff import diff_profiles
-from .result import SORT_KEYS, ProfileResult
+from .options import SORT_KEYS, ProfileOptions
+from .result import ProfileResult
 from .traces.magic import TracesMagics, ranks_magic
-from .run import ProfileOptions, measured_nothing, run_profile
+from .run import measured_nothing, run_profile
 from .user import user_objects
 
 
@@ -94,6 +95,7 @@ class ProfileMagics(TorchMagicsBase):
                                      memory=args.memory, stack=args.stack, flops=args.flops,
                                      trace=args.trace, trace_overwrite=args.trace_overwrite, sort=args.sort,
                                      top=args.top)
+            options.check_files()
         except ValueError as exc:
             raise refused("%%torchprofile", exc) from None
         self.check_output_name(args.output)

@@ -8,18 +8,7 @@ from typing import Any
 
 from ...core.expectations import Expectation
 from ...core.render.base import Result
-
-SORT_KEYS = {
-    # our names, and the names torch's key_averages().table(sort_by=...) users already know
-    "self_cpu": "self_cpu_us", "self_cpu_time_total": "self_cpu_us",
-    "total_cpu": "total_cpu_us", "cpu_time_total": "total_cpu_us",
-    "self_device": "self_device_us", "self_cuda": "self_device_us",
-    "self_device_time_total": "self_device_us", "self_cuda_time_total": "self_device_us",
-    "calls": "calls", "count": "calls",
-    "flops": "flops",
-    "memory": "allocated_bytes", "self_cpu_memory_usage": "allocated_bytes",
-}
-
+from .options import SORT_KEYS, ProfileOptions
 
 @dataclass(frozen=True)
 class Finding:
@@ -132,7 +121,7 @@ class ProfileResult(Result):
     event_count: int = 0
     analysis_s: float = 0.0
     error: str | None = None                  # the cell's exception, when it raised
-    options: dict[str, Any] = field(default_factory=dict)
+    options: ProfileOptions = field(default_factory=ProfileOptions)
 
     def _view(self):
         from . import view  # imported when first shown (it imports this module for type checking only)
@@ -150,7 +139,7 @@ class ProfileResult(Result):
 
     @property
     def sort_field(self) -> str:
-        key = self.options.get("sort", "auto")
+        key = self.options.sort
         if key == "auto":
             return "self_device_us" if any(op.self_device_us for op in self.ops) else "self_cpu_us"
         return SORT_KEYS[key]
@@ -164,10 +153,10 @@ class ProfileResult(Result):
 
     # -- views -----------------------------------------------------------------------
     def interrupted_line(self) -> str:
-        ran, asked = len(self.step_s), self.options.get("steps")
+        ran, asked = len(self.step_s), self.options.steps
         if ran:
             return f"interrupted: {ran} of {asked} profiled steps ran; the profile below covers them"
-        if len(self.warmup_s) < self.options.get("warmup", 0):
+        if len(self.warmup_s) < self.options.warmup:
             return "interrupted during the warm-up runs, before profiling began"
         return "interrupted before the first profiled step finished: the profile below has no full step"
 

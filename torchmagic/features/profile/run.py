@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -18,47 +17,16 @@ from ...core.devices import Device, choose_device
 from ...core.expectations import code_key
 from ...core.devices.profiler import ensure_profiler_free, stop_profiler, without_profiler_banner
 from ...core.interrupts import guards
-from ...core.limits import SettingError, check_count, usable_cores
+from ...core.limits import usable_cores
 from ...core.measure import timed_call
 from ...core.outcome import Outcome
 from ...core.state import names_reached
-from ...core.user_files import check_new_file
 from .build import Measured, build_profile, nothing_measured
 from .kineto import STEP_PREFIX
-from .result import SORT_KEYS, ProfileResult
+from .options import ProfileOptions
+from .result import ProfileResult
 from .rules import AllocatorCounters, RuleContext
 from .user import UserObjects, user_objects
-
-
-@dataclass(frozen=True)
-class ProfileOptions:
-    steps: int = 1
-    warmup: int = 0
-    record_shapes: bool = False
-    memory: bool = False
-    stack: bool = False
-    flops: bool = False
-    trace: str | None = None
-    trace_overwrite: bool = False  # replace a file already at ``trace`` (else refused)
-    sort: str = "auto"
-    top: int = 15
-
-    def __post_init__(self):
-        if self.steps < 1:
-            raise SettingError("steps", f"must be at least 1, got {self.steps}")
-        if self.warmup < 0:
-            raise SettingError("warmup", f"must be 0 or more, got {self.warmup}")
-        if self.top < 1:
-            raise SettingError("top", f"must be at least 1, got {self.top}")
-        for name in ("steps", "warmup", "top"):
-            check_count(name, getattr(self, name))
-        if self.sort != "auto" and self.sort not in SORT_KEYS:
-            raise SettingError("sort", f"{self.sort!r} is an unknown sort key; choose from auto, {', '.join(SORT_KEYS)}")
-        if self.trace is not None:
-            check_new_file("trace", self.trace, self.trace_overwrite)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @guards
@@ -69,6 +37,7 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
     names its code uses) and fit this machine's cores.  ``code``: the step's source (a cell's), whose
     verify commands' measurements (core/expectations.py) the rules read."""
     __tracebackhide__ = True  # noqa: F841
+    options.check_files()
     ensure_profiler_free()
     device = device or choose_device()
     memory_before = device.allocator_stats()

@@ -84,9 +84,9 @@ def _categories_table(r: ProfileResult, values_s: dict[str, float]) -> Table | N
 
 def _ops_table(r: ProfileResult) -> Table:
     show_device = any(op.self_device_us for op in r.ops)
-    show_flops = r.options.get("flops") and any(op.flops for op in r.ops)
-    show_mem = r.options.get("memory") and any(op.allocated_bytes for op in r.ops)
-    show_shapes = r.options.get("record_shapes")
+    show_flops = r.options.flops and any(op.flops for op in r.ops)
+    show_mem = r.options.memory and any(op.allocated_bytes for op in r.ops)
+    show_shapes = r.options.record_shapes
     total_self = sum(op.self_cpu_us for op in r.ops) or 1.0
     total_device = sum(op.self_device_us for op in r.ops) or 1.0
     columns = [
@@ -106,7 +106,7 @@ def _ops_table(r: ProfileResult) -> Table:
         columns.append(Column("allocated", lambda op: fmt_bytes(op.allocated_bytes) if op.allocated_bytes else ""))
     if show_shapes:
         columns.append(Column("input shapes (most time)", _shapes_cell, "left"))
-    return Table(columns, r.sorted_ops(), limit=r.options.get("top", 15), noun="operators",
+    return Table(columns, r.sorted_ops(), limit=r.options.top, noun="operators",
                  hint=" (--top N shows more)")
 
 
@@ -128,7 +128,7 @@ def _hot_lines_table(r: ProfileResult) -> Table:
         Column("function (where it starts)", lambda row: row[0], "left"),
         Column("op time", lambda row: fmt_us(row[1])),
         Column("share", lambda row: fmt_pct(row[1] / total)),
-    ], r.hot_lines, limit=r.options.get("top", 15), noun="functions")
+    ], r.hot_lines, limit=r.options.top, noun="functions")
 
 
 def kernel_line(r: ProfileResult) -> str:
@@ -160,7 +160,7 @@ def _roofline_table(r: ProfileResult) -> Table:
         Column("achieved", lambda x: f"{fmt_flops(x.achieved_flops_per_s)}/s"),
         Column("bound", lambda x: x.bound, "left"),
         Column("of roof", lambda x: fmt_pct(x.fraction_of_roof)),
-    ], r.roofline, limit=r.options.get("top", 15), noun="operators")
+    ], r.roofline, limit=r.options.top, noun="operators")
 
 
 def _roofline_lines(r: ProfileResult) -> list[str]:

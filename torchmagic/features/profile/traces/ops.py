@@ -10,6 +10,7 @@ steps as fit in ``OPS_EVENT_LIMIT`` events.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 from collections import Counter
 
@@ -20,7 +21,7 @@ from ....core.devices.cuda import tensor_core_precision
 from ..result import ProfileResult
 from ..rules import RuleContext
 from ..build import summary_fields
-from ..run import ProfileOptions
+from ..options import ProfileOptions
 from ..kineto import (CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, external_id, is_runtime,
                               unread_device)
 from ..trace import summarize_trace
@@ -176,8 +177,9 @@ def trace_profile(trace: RankTrace) -> ProfileResult | None:
     label = shown_path(os.path.basename(trace.path)) + (f" (rank {trace.rank})" if trace.rank is not None else "")
     fields = summary_fields(summary, device["context"], len(summary.step_us), notes)
     return ProfileResult(label=label, device=device["describe"], step_s=[us / 1e6 for us in summary.step_us],
-                         notes=notes, options={**options.to_dict(), "memory": summary.memory_recorded,
-                                               "flops": any(s.flops for s in summary.ops.values())}, **fields)
+                         notes=notes, options=dataclasses.replace(options, memory=summary.memory_recorded,
+                                                                  flops=any(s.flops for s in summary.ops.values())),
+                         **fields)
 
 
 def too_big_to_table(trace: RankTrace) -> str | None:
