@@ -16,7 +16,8 @@ from .core.limits import usable_cores
 from .core.outcome import Outcome
 from .core.state import names_used, referenced_values, values_named
 from .features.autobatch.result import AutobatchResult
-from .features.autobatch.run import AutobatchOptions, run_autobatch
+from .features.autobatch.options import AutobatchOptions
+from .features.autobatch.run import run_autobatch
 from .features.autobatch.run import objects_to_restore as restored_by_autobatch
 from .features.compare.result import CompareResult
 from .features.compare.run import CompareOptions, run_compare

@@ -13,7 +13,8 @@ from torchmagic.core.devices.profiler import allocation_peak
 from torchmagic.features.autobatch.search import TRIAL_STEPS
 from torchmagic.core.measure.stats import upper_prediction_bound
 from torchmagic.features.autobatch.footprint import FOOTPRINT_RUNS
-from torchmagic.features.autobatch.run import AutobatchOptions, resolve_budget, run_autobatch
+from torchmagic.features.autobatch.options import AutobatchOptions
+from torchmagic.features.autobatch.run import resolve_budget, run_autobatch
 from torchmagic.features.autobatch.search import MAX_ESTIMATES
 
 from ..fakes import FakeCudaDevice

@@ -6,13 +6,11 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .options import AutobatchOptions
 from .result import AutobatchResult, ThroughputPoint, Trial
 from .search import Probe, SearchOutcome, fits
-
-if TYPE_CHECKING:
-    from .run import AutobatchOptions
 
 
 @dataclass
@@ -57,7 +55,7 @@ def build_result(record: SearchRecord) -> AutobatchResult:
         fixed_bytes=law.fixed_bytes if law else None, per_sample_bytes=law.per_sample_bytes if law else None,
         trials=[replace(t, samples_per_s=rate.get(t.batch_size)) if not t.estimated else t for t in trials],
         accumulation_steps=accumulation, micro_batch=micro,
-        reason=record.reason or _stopped(record, limit), options=record.options.to_dict(),
+        reason=record.reason or _stopped(record, limit), options=record.options,
         seconds=time.perf_counter() - record.started, memory_before_bytes=record.memory_before,
         memory_after_bytes=record.memory_after, throughput=list(record.throughput),
         prediction=outcome.prediction if outcome is not None else None, notes=list(record.notes),

@@ -17,7 +17,8 @@ from ...core.limits import SettingError
 from ...core.ranks import RankFailed
 from ...core.state import referenced_values, values_named
 from .ranks import RanksUnsteady, StepMissing, run_autobatch_ranks
-from .run import AutobatchOptions, objects_to_restore, run_autobatch
+from .options import AutobatchOptions
+from .run import objects_to_restore, run_autobatch
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, "mib": 2**20,

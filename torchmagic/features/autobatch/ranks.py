@@ -33,7 +33,7 @@ from ...core.ranks.share import shared_note
 from .build import SearchRecord, build_result
 from .footprint import FootprintCount, read_until_agreed, varied_footprint_note
 from .result import AutobatchResult, ThroughputPoint
-from .run import AutobatchOptions, search_space
+from .options import AutobatchOptions, search_space
 from .search import TRIAL_STEPS, Probe, search
 from .worker import EXIT_NO_STEP
 

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ...core.render.base import Result
+from .options import AutobatchOptions
 from .search import Prediction
 
 
@@ -55,7 +56,7 @@ class AutobatchResult(Result):
     accumulation_steps: int | None = None
     micro_batch: int | None = None    # with accumulation: the even split of the target batch
     reason: str = ""
-    options: dict[str, Any] = field(default_factory=dict)
+    options: AutobatchOptions = field(default_factory=AutobatchOptions)
     seconds: float = 0.0
     memory_before_bytes: int | None = None
     memory_after_bytes: int | None = None

@@ -6,15 +6,12 @@ returns to where it was.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from ...core.devices import Device, choose_device
 from ...core.devices.profiler import ensure_profiler_free
 from ...core.interrupts import deliver_pending, guards, uninterruptible
-from ...core.limits import SettingError
 from ...core.outcome import Outcome
 from ...core.render.format import fmt_bytes
 from ...core.state import Snapshot, objects_used_by, referenced_values
@@ -22,44 +19,12 @@ from .build import SearchRecord, build_result
 from .estimate import fake_estimator
 from .footprint import FootprintCount, varied_footprint_note
 from .result import AutobatchResult
+from .options import AutobatchOptions, search_space
 from .search import Probe, SearchSpace, fits, search
 from .trial import measure_throughput, release, run_trial, starting_over
 
 CPU_DEFAULT_BUDGET = 0.5   # of available RAM: the rest of the notebook (and the OS) needs some
 DEVICE_DEFAULT_BUDGET = 0.9  # of the accelerator's memory
-
-
-@dataclass(frozen=True)
-class AutobatchOptions:
-    budget: float | None = None   # bytes (> 1) or a fraction of memory (<= 1); None: the default
-    min: int = 1                  # batch sizes considered: min to max, multiples of multiple_of
-    max: int = 65536
-    multiple_of: int = 1
-    margin: float = 0.1           # headroom kept below the budget
-    target_batch: int | None = None
-    throughput: bool = False      # also time samples/s at the answer and smaller verified sizes
-    estimate: bool = True         # fit on fake-tensor estimates where the step allows it
-    fresh: bool = False           # with ranks: each trial's reads in processes started for it
-
-    def __post_init__(self):
-        if self.budget is not None and not 0 < self.budget < math.inf:
-            raise SettingError("budget", f"must be a positive number (bytes, or a fraction of memory), got {self.budget}")
-        if not 0 <= self.margin < 1:
-            raise SettingError("margin", f"must be in [0, 1), got {self.margin}")
-        if self.target_batch is not None and self.target_batch < 1:
-            raise SettingError("target_batch", f"must be at least 1, got {self.target_batch}")
-        search_space(self)  # validates the range
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def limit(self, budget: int) -> int:
-        """What a trial's peak must stay under: the budget less the margin."""
-        return int(budget * (1 - self.margin))
-
-
-def search_space(options: AutobatchOptions) -> SearchSpace:
-    return SearchSpace(options.min, options.max, options.multiple_of)
 
 
 def resolve_budget(budget: float | None, device: Device) -> tuple[int, str]:

@@ -26,10 +26,10 @@ def headline(r: AutobatchResult) -> str:
         where = _largest_rank(trial)
         return (f"Largest batch size that fits: {r.batch_size} per rank × {r.ranks} ranks = global batch "
                 f"{r.global_batch_size} (ran on every rank{peak}{where}; limit per rank "
-                f"{size(r.limit_bytes)} = budget {size(r.budget_bytes)} less {r.options.get('margin', 0):.0%} margin)")
+                f"{size(r.limit_bytes)} = budget {size(r.budget_bytes)} less {r.options.margin:.0%} margin)")
     return (f"Largest batch size that fits: {r.batch_size} (ran{peak}; limit "
             f"{size(r.limit_bytes)} = budget {size(r.budget_bytes)} less "
-            f"{r.options.get('margin', 0):.0%} margin)")
+            f"{r.options.margin:.0%} margin)")
 
 
 def _largest_rank(trial) -> str:
@@ -76,7 +76,7 @@ def details(r: AutobatchResult) -> list[str]:
     lines.append(f"{how}{real} real trial{'s' if real != 1 else ''} in {fmt_s(r.seconds)} on "
                  f"{r.device.get('name', r.device.get('kind'))}, each {TRIAL_STEPS} steps from your model's and "
                  "optimizer's state")
-    target = r.options.get("target_batch")
+    target = r.options.target_batch
     if r.accumulation_steps == 1:
         lines.append(f"Batch {target} fits in one step: no gradient accumulation needed")
     elif r.accumulation_steps:
@@ -117,7 +117,7 @@ def _prediction(r: AutobatchResult) -> list[str]:
 
 def _trials_table(r: AutobatchResult) -> Table:
     size = bytes_format(r)
-    fresh = r.options.get("fresh", False)  # each read in a process of its own
+    fresh = r.options.fresh  # each read in a process of its own
     return Table([
         Column("batch", lambda t: str(t.batch_size)),
         Column("peak", lambda t: size(t.peak_bytes)),
