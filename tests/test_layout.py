@@ -27,7 +27,6 @@ OVER_TODAY = {
     ("torchmagic.features.profile.trace._Sweep._close", "lines"): 69,
     ("torchmagic.features.profile.rules.sync", "lines"): 65,
     ("torchmagic.features.profile.rules.dispatch_bound", "lines"): 62,
-    ("torchmagic.features.autobatch.ranks.run_autobatch_ranks", "parameters"): 11,
     ("torchmagic.features.compare.run.run_compare", "parameters"): 9,
     ("torchmagic.features.profile.rules._finding", "parameters"): 8,
     ("torchmagic.features.compare.run._Comparison.__init__", "parameters"): 8,

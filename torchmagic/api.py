@@ -297,12 +297,12 @@ def autobatch_ranks(code: str, ranks: int, *, step: str = "step", share: dict[st
     :func:`autobatch`.
     """
     from .core.devices import nccl_gpus
-    from .features.autobatch.ranks import run_autobatch_ranks
+    from .features.autobatch.ranks import RankJob, run_autobatch_ranks
 
     options = AutobatchOptions(budget=budget, min=min, max=max, multiple_of=multiple_of, margin=margin,
                                target_batch=target_batch, throughput=throughput, estimate=False, fresh=fresh)
-    return _finish(run_autobatch_ranks(code, step, dict(share or {}), options, ranks=ranks, backend=backend,
-                                       gpus=nccl_gpus(), label=step))
+    job = RankJob(code, ranks, step=step, shared=dict(share or {}), backend=backend, gpus=nccl_gpus())
+    return _finish(run_autobatch_ranks(job, options, label=step))
 
 
 def _finish(outcome: Outcome):

@@ -16,7 +16,7 @@ from ...core.ipython import (BACKEND_ARGUMENT, DEVICE_ARGUMENT, SHARE_ARGUMENT, 
 from ...core.limits import SettingError
 from ...core.ranks import RankFailed
 from ...core.state import referenced_values, values_named
-from .ranks import RanksUnsteady, StepMissing, run_autobatch_ranks
+from .ranks import RankJob, RanksUnsteady, StepMissing, run_autobatch_ranks
 from .options import AutobatchOptions
 from .run import objects_to_restore, run_autobatch
 
@@ -157,10 +157,11 @@ class AutobatchMagics(TorchMagicsBase):
                 raise usage_error(f"{magic}: the expression after -- is not Python: {exc.msg}") from None
         progress, error = self.progress(magic, args.quiet), None
         try:
-            run = run_autobatch_ranks(
-                self.shell.transform_cell(cell), args.step, shared, options,
-                ranks=1 if args.ranks is None else args.ranks, backend=args.backend, gpus=nccl_gpus(),
-                expression=expression, on_probe=progress.probe if progress else None, label=args.step or expression)
+            job = RankJob(self.shell.transform_cell(cell), ranks=1 if args.ranks is None else args.ranks,
+                          step=args.step, expression=expression, shared=shared, backend=args.backend,
+                          gpus=nccl_gpus())
+            run = run_autobatch_ranks(job, options, on_probe=progress.probe if progress else None,
+                                      label=args.step or expression)
         except SettingError as exc:
             error = refused(magic, exc)
         except (RankFailed, RanksUnsteady, StepMissing) as exc:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import pickle
 import statistics
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...core.interrupts import guards
@@ -126,22 +126,36 @@ class _Trials:
                      footprint_reads=tuple(largest["footprint_reads"]) if largest.get("footprint_reads") else None)
 
 
+@dataclass(frozen=True)
+class RankJob:
+    """The user's job on ``ranks`` processes: ``code`` runs once in each rank and defines ``step`` (a
+    callable taking the batch size), or ``expression`` uses ``BS``; ``shared``: the notebook's values
+    every rank gets; ``gpus``: the GPUs NCCL may use (0: gloo)."""
+
+    code: str
+    ranks: int
+    step: str | None = None
+    expression: str | None = None
+    shared: dict[str, Any] = field(default_factory=dict)
+    backend: str | None = None
+    gpus: int = 0
+
+
 @guards
-def run_autobatch_ranks(code: str, step: str | None, shared: dict[str, Any], options: AutobatchOptions, *,
-                        ranks: int, backend: str | None = None, expression: str | None = None, gpus: int = 0,
+def run_autobatch_ranks(job: RankJob, options: AutobatchOptions, *,
                         on_output: Callable[[int, str, bool], None] | None = None,
                         on_probe: Callable[[Probe], None] | None = None, label: str = "autobatch"
                         ) -> Outcome[AutobatchResult]:
-    """Search the largest per-rank batch size of a ``ranks``-process job.  ``code`` runs once in each
-    rank and defines ``step`` (a callable taking the batch size), or ``expression`` uses ``BS``.  A
-    Ctrl-C stops every rank and ends the search with what ran (the outcome's result) and the interrupt."""
+    """Search the largest per-rank batch size of ``job``.  A Ctrl-C stops every rank and ends the search
+    with what ran (the outcome's result) and the interrupt."""
     __tracebackhide__ = True  # noqa: F841
-    backend = choose_backend(ranks, backend, gpus)
+    ranks, shared = job.ranks, job.shared
+    backend = choose_backend(ranks, job.backend, job.gpus)
     blob = pickle_shared(shared)
     space = search_space(options)
 
     def payload(out_dir: str) -> bytes:
-        return pickle.dumps({"code": code, "step": step, "expression": expression, "shared": blob,
+        return pickle.dumps({"code": job.code, "step": job.step, "expression": job.expression, "shared": blob,
                              "backend": backend})
 
     threads = threads_per_rank(ranks)
