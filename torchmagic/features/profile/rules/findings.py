@@ -76,7 +76,7 @@ VERIFY = {
 
 
 def severity(share: float) -> Severity:
-    """How much of the step a finding could win back, as its severity."""
+    """The severity of a finding whose fix could win back ``share`` of the step."""
     if share >= THRESHOLDS["severity_high"]:
         return Severity.HIGH
     if share >= THRESHOLDS["severity_medium"]:

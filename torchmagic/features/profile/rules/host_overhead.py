@@ -17,6 +17,8 @@ from .gpu_work import gpu_waiting_share
 
 
 def sync(s: TraceSummary, ctx: RuleContext) -> Finding | None:
+    """Host reads of tensor values (.item(), .tolist(), print, nonzero) and explicit syncs: each one waits
+    for the device's queue to drain."""
     per_step = (s.sync_calls + s.device_read_calls) / s.steps
     blocking_us = s.sync_us + s.sync_runtime_us + s.device_read_us
     share = share_of_step(blocking_us, s)
