@@ -10,7 +10,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import torchmagic
+from torchmagic.core.expectations import Expectation
 from torchmagic.core.render.saved import NotAResultFile
+from torchmagic.features.profile.result import Finding, ProfileResult, Severity
 
 from ..fakes import FakeCudaDevice
 
@@ -39,6 +41,17 @@ def test_every_kind_of_result_comes_back_the_same(tmp_path):
         loaded = torchmagic.load(path)
         assert type(loaded) is type(result)
         assert loaded.to_json() == result.to_json() and loaded.to_text() == result.to_text(), type(result).__name__
+
+
+def test_a_finding_comes_back_as_it_was_saved(tmp_path):
+    # rebuilt from its fields' types: its severity an enum, its expectation a dataclass
+    finding = Finding(rule="amp", severity=Severity.MEDIUM, title="fp32 matmuls", evidence={"share_of_step": 0.2},
+                      fix="Autocast.", snippet="with torch.autocast('cpu'):", verify="%%amp_compare --expect 1.10-1.30",
+                      share=0.2, expected=Expectation(1.1, 1.3, "measured"))
+    result = ProfileResult(label="%%torchprofile", device={"kind": "cpu"}, step_s=[0.01], findings=[finding])
+    loaded = torchmagic.load(result.save(tmp_path / "finding.json"))
+    assert loaded == result and type(loaded.findings[0].severity) is Severity
+    assert type(loaded.findings[0].expected) is Expectation
 
 
 def test_a_file_that_holds_no_result_is_one_line(tmp_path):

@@ -290,7 +290,7 @@ def _mobilenet_slow_loader() -> Planted:
 
 def _no_prediction_on_cpu(result: ProfileResult) -> list[str]:
     """On a CPU-only machine the trace cannot tell loading that waits from loading that computes, so the
-    dataloader finding may predict no figure (rules._loading_on_own_cores)."""
+    dataloader finding may predict no figure (rules/input_pipeline.py)."""
     f = result.finding("dataloader")
     return [f"the dataloader finding predicts {f.expected} on a CPU-only machine"] if f and f.expected else []
 

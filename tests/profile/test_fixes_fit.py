@@ -13,6 +13,8 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 import torchmagic
 from torchmagic.core.devices import CpuDevice
 from torchmagic.features.profile import rules
+from torchmagic.features.profile.libraries import library_call
+from torchmagic.features.profile.result import Finding
 from torchmagic.features.profile.trace import TraceSummary
 from torchmagic.features.profile.user import user_objects
 
@@ -42,7 +44,7 @@ def _namespace():
     return namespace
 
 
-def _every_finding(ctx) -> dict[str, rules.Finding]:
+def _every_finding(ctx) -> dict[str, Finding]:
     """One summary per rule that fires it, on the context given."""
     steps = [10_000.0, 10_000.0]
     summaries = [
@@ -211,8 +213,8 @@ def test_transformers_generate_gets_its_static_cache_and_compiled_decoding_step(
     from collections import Counter as Count
 
     frame = "/env/lib/python3.11/site-packages/transformers/generation/utils.py(2210): generate"
-    assert rules.library_call(Count({frame: 21}), 21) == ("transformers", "generate")
-    assert rules.library_call(Count({frame: 5}), 21) is None  # most reads are elsewhere
+    assert library_call(Count({frame: 21}), 21) == ("transformers", "generate")
+    assert library_call(Count({frame: 5}), 21) is None  # most reads are elsewhere
     s = TraceSummary(step_us=[10_000.0], sync_calls=21, sync_us=2_000.0, syncs_in_library=Count({frame: 21}))
     found = rules.sync(s, cuda_context(user=user_objects({"lm": torch.nn.Linear(2, 2)}, cores=8)))
     assert "21 of them inside transformers' generate" in found.title and "static" in found.fix

@@ -6,6 +6,7 @@ import torch
 import torchmagic
 from torchmagic.core.devices import CpuDevice
 from torchmagic.features.profile import regions, rules
+from torchmagic.features.profile.rules import host_overhead
 from torchmagic.features.profile.trace import TraceSummary, summarize_trace
 
 
@@ -85,7 +86,7 @@ def test_a_tiny_op_evaluation_beside_deep_training_is_overhead_bound_on_its_own(
     step = _cell("deep", "tiny")
     s = _summary(step)
     # judged as one step, the training's 120 matmuls a step hide the evaluation's 144 tiny ops
-    assert rules._overhead(s.python_op_us, s.category_us["other"], s) is None
+    assert host_overhead._overhead(s.python_op_us, s.category_us["other"], s) is None
     f = _profile(step).finding("dispatch_bound")
     assert f is not None
     assert f.evidence["part"] == "evaluation" and f.title.startswith("Overhead-bound evaluation part: ")

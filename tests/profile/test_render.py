@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from torchmagic.features.profile.result import Finding, OpRow, ProfileResult, TimelineSpan
+from torchmagic.features.profile.result import Finding, OpRow, ProfileResult, Severity, TimelineSpan
 from torchmagic.features.profile.options import ProfileOptions
 from torchmagic.core.render import base, live
 from torchmagic.core.render.format import bar, fmt_bytes, fmt_pct, fmt_s, fmt_us
@@ -45,6 +45,16 @@ def test_html_is_self_contained_and_bounded():
     assert html.count("aten::op") == 5
     assert 'src="data:image/png;base64,' in html  # the timeline, inline
     assert "35 more operators not shown" in html
+
+
+def test_a_severity_shows_as_the_string_it_was():
+    # the text's [high] and the HTML's CSS classes, byte for byte, as when severity was a plain string
+    as_string = make_result()
+    typed = make_result(findings=[dataclasses.replace(as_string.findings[0], severity=Severity.HIGH)])
+    assert typed.to_text() == as_string.to_text() and "[high] dataloader" in typed.to_text()
+    html = [re.sub(r"tm-tabs-[0-9a-f]+", "tm-tabs", r.to_html()) for r in (typed, as_string)]  # ids drawn per page
+    assert html[0] == html[1] and '<div class="tm-finding high"><span class="tm-sev high">high</span>' in html[0]
+    assert typed.to_json() == as_string.to_json()
 
 
 def test_html_escapes_user_text():

@@ -1,6 +1,7 @@
 """Each diagnosis rule, on a real CPU profile that triggers it and one that does not."""
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -8,6 +9,7 @@ import torch
 import torchmagic
 from torchmagic.core.devices import CpuDevice
 from torchmagic.features.profile import rules
+from torchmagic.features.profile.result import Severity
 from torchmagic.core.measure.low_precision import Retimed
 from torchmagic.features.profile.options import ProfileOptions
 from torchmagic.features.profile.trace import TraceSummary
@@ -221,11 +223,23 @@ def test_gpu_idle_silent_when_busy_or_on_cpu():
 
 
 def test_every_threshold_is_used_by_some_rule():
-    import inspect
+    from pathlib import Path
 
-    source = inspect.getsource(rules)
+    source = "".join(p.read_text() for p in Path(rules.__file__).parent.glob("*.py"))
     for key in rules.THRESHOLDS:
         assert source.count(f'"{key}"') >= 2, key
+
+
+def test_severity_is_a_type_that_reads_as_its_value():
+    # JSON, the text report's [high] and the HTML's CSS class show the value, on every Python (3.12 formats
+    # a mixed-in enum as str() does)
+    assert [rules.severity(share) for share in (0.3, 0.25, 0.1, 0.01)] == [
+        Severity.HIGH, Severity.HIGH, Severity.MEDIUM, Severity.LOW]
+    for member in Severity:
+        assert str(member) == f"{member}" == format(member) == member.value
+        assert f"[{member}] {member:>8}" == f"[{member.value}] {member.value:>8}"
+        assert json.dumps({"severity": member}) == f'{{"severity": "{member.value}"}}' and member == member.value
+    assert sorted(Severity, key=lambda member: -member.rank) == [Severity.LOW, Severity.MEDIUM, Severity.HIGH]
 
 
 def test_findings_sorted_by_severity_then_share():

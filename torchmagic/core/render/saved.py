@@ -3,14 +3,16 @@ and ``torchmagic.load(path)``.
 
 The file is JSON (gzipped where the name ends in ``.gz``): the result's ``to_dict()`` with its type
 and the torchmagic version that wrote it.  Loading rebuilds the dataclass from its fields' types
-(nested results, tuples, optional values), so a loaded result is the same plain data, shown and
-compared (``--diff``) as the one saved.  Keys a result derives in ``to_dict`` (``median_step_s``)
-are not fields and are left out; a field a later version added takes its default.
+(nested results, tuples, optional values, enums saved as their values), so a loaded result is the
+same plain data, shown and compared (``--diff``) as the one saved.  Keys a result derives in
+``to_dict`` (``median_step_s``) are not fields and are left out; a field a later version added takes
+its default.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import gzip
 import json
 import types
@@ -73,6 +75,8 @@ def from_data(cls: type, data: Any) -> Any:
     """``data`` (what ``to_dict`` and JSON made of a ``cls``) as a ``cls`` again."""
     if data is None:
         return None
+    if isinstance(cls, type) and issubclass(cls, enum.Enum):
+        return cls(data)
     if dataclasses.is_dataclass(cls):
         hints = typing.get_type_hints(cls)
         values = {f.name: from_data(hints[f.name], data[f.name])

@@ -1,7 +1,7 @@
 """One rank's operator-level report from its trace file, as ``%%torchprofile`` gives it.
 
 The trace's events are read again and handed, one adapter object each, to the summary and rules
-``%%torchprofile`` runs on the profiler's own events (profile/trace.py, profile/rules.py): the same
+``%%torchprofile`` runs on the profiler's own events (profile/trace.py, profile/rules/): the same
 categories, operator table and findings.  Unlike the cross-rank pass this holds every event of the
 events at once (about 0.75 KB each), so it is done for a job of one rank, and over as many of its first
 steps as fit in ``OPS_EVENT_LIMIT`` events.
