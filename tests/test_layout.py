@@ -35,7 +35,6 @@ OVER_TODAY = {
     ("torchmagic.features.compare.run._Comparison.__init__", "parameters"): 8,
     ("torchmagic.features.profile.traces.rank._collective", "parameters"): 7,
     ("torchmagic.features.profile.trace._Ev.__init__", "parameters"): 7,
-    ("torchmagic.features.loadertune.run.run_loadertune", "parameters"): 7,
 }
 
 
