@@ -19,7 +19,7 @@ from .features.autobatch.result import AutobatchResult
 from .features.autobatch.run import AutobatchOptions, run_autobatch
 from .features.autobatch.run import objects_to_restore as restored_by_autobatch
 from .features.compare.result import CompareResult
-from .features.compare.run import CompareOptions, run_compare
+from .features.compare.run import CompareOptions, Workload, run_compare
 from .features.compare.run import objects_to_restore as restored_by_compare
 from .features.compare.variants import DEFAULT_VARIANTS, Variant, parse_variants
 from .features.memory.result import MemoryResult
@@ -126,7 +126,7 @@ def compare(fn: Callable[..., Any], *, model: Any = None,
         state = restored_by_compare(model, referenced_values(fn), getattr(inspect.unwrap(fn), "__globals__", {}))
     call = fn if model is not None else (lambda _model: fn())
     device = choose_device(device, [model, *referenced_values(fn)])
-    return _finish(run_compare(call, model, options, state=state, device=device,
+    return _finish(run_compare(Workload(call, model), options, state=state, device=device,
                                label=label or getattr(fn, "__name__", "compare")))
 
 

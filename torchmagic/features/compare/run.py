@@ -82,6 +82,19 @@ class CompareOptions:
                                          "e.g. --variants eager,amp")
 
 
+@dataclass(frozen=True)
+class Workload:
+    """What is compared: ``fn(m)``, with each variant's version ``m`` of ``model`` (None: no model, the
+    variant's context alone).  ``output`` maps a run's value to what the numerics check compares (default:
+    the value itself); ``after_baseline`` is called right after eager's first run, while its effects are
+    fresh (the magic keeps the cell's variables from that run)."""
+
+    fn: Callable[[Any], Any]
+    model: nn.Module | None = None
+    output: Callable[[Any], Any] | None = None
+    after_baseline: Callable[[], None] | None = None
+
+
 @dataclass
 class _Entry:
     """A variant while it is being measured: its built model and what was seen so far."""
@@ -112,32 +125,27 @@ def objects_to_restore(model: Any, names: Iterable[Any], scope: dict[str, Any]) 
 
 
 @guards
-def run_compare(fn: Callable[[Any], Any], model: nn.Module | None, options: CompareOptions, *,
-                state: list[Any], device: Device | None = None, label: str = "compare",
-                output: Callable[[Any], Any] | None = None,
-                on_progress: Callable[[str], None] | None = None,
-                after_baseline: Callable[[], None] | None = None) -> Outcome[CompareResult]:
-    """Compare ``fn(model_variant)`` across ``options.variants``.
+def run_compare(workload: Workload, options: CompareOptions, *, state: list[Any], device: Device | None = None,
+                label: str = "compare", on_progress: Callable[[str], None] | None = None) -> Outcome[CompareResult]:
+    """Compare ``workload.fn(model_variant)`` across ``options.variants``.
 
     ``state`` lists the stateful objects (modules, optimizers, schedulers) to restore before each
-    variant and afterwards.  ``output`` maps a run's return value to what the numerics check
-    compares (default: the value itself).  ``after_baseline`` is called right after eager's
-    first run, while its effects are fresh (the magic keeps the cell's variables from that run).
+    variant and afterwards.
     """
     __tracebackhide__ = True  # noqa: F841  (a failing cell shows the user's frames only)
     ensure_profiler_free()  # peaks are read with a profiler, and profiled timings would mean little
-    return _Comparison(fn, model, options, state, device or choose_device(), output, on_progress,
-                       after_baseline).run(label)
+    return _Comparison(workload, options, state, device or choose_device(), on_progress).run(label)
 
 
 class _Comparison:
-    def __init__(self, fn, model, options, state, device, output, on_progress, after_baseline):
-        self.fn, self.model, self.options = fn, model, options
+    def __init__(self, workload: Workload, options: CompareOptions, state: list[Any], device: Device,
+                 on_progress: Callable[[str], None] | None):
+        self.fn, self.model, self.options = workload.fn, workload.model, options
         self.env = Env(device, _amp_dtype(options.dtype, device), list(state))
         self.state = state
-        self.output = output or (lambda value: value)
+        self.output = workload.output or (lambda value: value)
         self.progress = on_progress or (lambda text: None)
-        self.after_baseline = after_baseline
+        self.after_baseline = workload.after_baseline
         self.entries = [_Entry(v, VariantResult(v.name, precision=v.precision(self.env), dtype=v.dtype(self.env),
                                                 device=device.label)) for v in options.variants]
         self.advance_notes = advance_notes(options, device)
