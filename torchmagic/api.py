@@ -20,7 +20,7 @@ from .features.autobatch.options import AutobatchOptions
 from .features.autobatch.run import run_autobatch
 from .features.autobatch.run import objects_to_restore as restored_by_autobatch
 from .features.compare.result import CompareResult
-from .features.compare.run import CompareOptions, run_compare
+from .features.compare.run import CompareOptions, Workload, run_compare
 from .features.compare.run import objects_to_restore as restored_by_compare
 from .features.compare.variants import DEFAULT_VARIANTS, Variant, parse_variants
 from .features.memory.result import MemoryResult
@@ -128,7 +128,7 @@ def compare(fn: Callable[..., Any], *, model: Any = None,
         state = restored_by_compare(model, referenced_values(fn), getattr(inspect.unwrap(fn), "__globals__", {}))
     call = fn if model is not None else (lambda _model: fn())
     device = choose_device(device, [model, *referenced_values(fn)])
-    return _finish(run_compare(call, model, options, state=state, device=device,
+    return _finish(run_compare(Workload(call, model), options, state=state, device=device,
                                label=label or getattr(fn, "__name__", "compare")))
 
 
@@ -193,14 +193,15 @@ def loadertune(loader: Any, *, workers: list[int] | None = None, batches: int | 
     ("1.10-1.40", a finding's prediction): ``.expectation_check`` and the report say whether the
     recommended change (or, keeping the current settings, the fastest other) agrees.
     """
-    from .features.loadertune.run import LoaderTuneOptions, as_loader, run_loadertune
+    from .features.loadertune.dataloader import as_loader
+    from .features.loadertune.run import LoaderTuneOptions, run_loadertune
     from .features.loadertune.run import objects_to_restore as restored_by_loadertune
 
     options = LoaderTuneOptions(workers=tuple(workers) if workers else None, batches=batches, seconds=seconds,
-                                rounds=rounds, expect=as_expectation(expect))
+                                rounds=rounds, expect=as_expectation(expect), step=step)
     state = restored_by_loadertune(step) if restore is None else restore
     device = choose_device(device, referenced_values(step) if step is not None else [])
-    return _finish(run_loadertune(as_loader(loader, loader_kwargs), options, step=step, state=state, device=device,
+    return _finish(run_loadertune(as_loader(loader, loader_kwargs), options, state=state, device=device,
                                   label=getattr(loader, "__name__", type(loader).__name__)))
 
 

@@ -21,6 +21,7 @@ import torchmagic
 from torchmagic.core import interrupts
 from torchmagic.core.devices import profiler
 from torchmagic.core import gc_pause, settings, state
+from torchmagic.features.loadertune import dataloader as loader_plumbing
 from torchmagic.features.loadertune import run as loadertune
 
 
@@ -152,7 +153,8 @@ def test_loader_workers_are_stopped_whatever_line_a_ctrl_c_lands_on():
     def run():
         torchmagic.loadertune(loader, workers=[0, 1], rounds=2, batches=2, device="cpu")
 
-    for code in (loadertune._shutdown.__code__, loadertune._Tuner.give_back.__code__, loadertune._Tuner._iter.__code__):
+    for code in (loader_plumbing.shut_down.__code__, loadertune._Tuner.give_back.__code__,
+                 loadertune._Tuner._iter.__code__):
         _each_line(code, run)
         assert not [p for p in multiprocessing.active_children() if p.is_alive()], code.co_qualname
 

@@ -1,8 +1,8 @@
 """The %loadertune headline agrees with its table: results built from numbers, through the engine's
-own recommendation rules (run.recommend) and the view."""
+own recommendation rules (recommendation.recommend) and the view."""
 
 from torchmagic.features.loadertune.result import LoaderRow, LoaderSettings, LoaderTuneResult
-from torchmagic.features.loadertune.run import fastest_measured, recommend, vs_current
+from torchmagic.features.loadertune.recommendation import fastest_measured, recommend, vs_current
 
 CURRENT = LoaderSettings(0)
 ONE = LoaderSettings(1, False, True, 2)

@@ -11,7 +11,8 @@ from ...core.expectations import code_key, parse_expect
 from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, refused, usage_error, user_frames_only
 from ...core.shell import is_internal
 from ...core.state import values_named
-from .run import CompareOptions, advance_notes, objects_to_restore, remember_measured, run_compare
+from .run import CompareOptions, Workload, advance_notes, objects_to_restore, run_compare
+from .summary import remember_measured
 from .variants import DEFAULT_VARIANTS, TECHNIQUES, parse_variants
 
 
@@ -58,6 +59,29 @@ class CompareMagics(TorchMagicsBase):
         variables keep the values of its first eager run, which is also the value returned.
         """
         __tracebackhide__ = True  # noqa: F841
+        args, options = self._options(line)
+        code = self.compile_cell(cell, "%%amp_compare")
+        after_eager: dict = {}  # the cell's variables as eager's first run left them
+        workload, state, device = self._workload(args, code, after_eager)
+        if not args.quiet:  # before anything runs: e.g. amp on a CPU without native bf16 is measured anyway
+            for note in advance_notes(options, device):
+                print(note)
+        progress = self.progress("%%amp_compare", args.quiet)
+        try:
+            run = run_compare(workload, options, state=state, device=device, label="%%amp_compare",
+                              on_progress=progress.say if progress else None)
+        except ProfilerBusyError as exc:
+            raise usage_error(f"%%amp_compare: {exc}") from None
+        except KeyboardInterrupt as exc:  # held while something was put back, raised as the run ended
+            self.interrupted(args, exc)
+        finally:
+            if progress:
+                progress.close()
+        self._after_run(run, after_eager, cell)
+        return self.cell_outcome(args, run)
+
+    def _options(self, line: str):
+        """The parsed line and the CompareOptions it asks for."""
         args = parse_argstring(self.amp_compare, line, "%%amp_compare")
         self.check_output_name(args.output)
         try:
@@ -68,7 +92,11 @@ class CompareMagics(TorchMagicsBase):
                 expect=parse_expect(args.expect) if args.expect is not None else None)
         except ValueError as exc:
             raise refused("%%amp_compare", exc) from None
-        code = self.compile_cell(cell, "%%amp_compare")
+        return args, options
+
+    def _workload(self, args, code, after_eager: dict):
+        """The cell as run_compare runs it (each variant's model under the model's name, the --output
+        variable compared), what it restores, and the device: checked before anything runs."""
         namespace = self.shell.user_ns
         name = self._model_name(args.model, code.names)
         model = namespace[name] if name else None
@@ -96,35 +124,24 @@ class CompareMagics(TorchMagicsBase):
                 raise usage_error(f"%%amp_compare: the cell did not define {compared!r} (--output)")
             return namespace[compared]
 
-        if not args.quiet:  # before anything runs: e.g. amp on a CPU without native bf16 is measured anyway
-            for note in advance_notes(options, device):
-                print(note)
-        after_eager: dict = {}
-        progress = self.progress("%%amp_compare", args.quiet)
-        try:
-            run = run_compare(run_cell, model, options, state=state, device=device, label="%%amp_compare",
-                              output=output,
-                              on_progress=progress.say if progress else None,
-                              after_baseline=lambda: after_eager.update(namespace))
-        except ProfilerBusyError as exc:
-            raise usage_error(f"%%amp_compare: {exc}") from None
-        except KeyboardInterrupt as exc:  # held while something was put back, raised as the run ended
-            self.interrupted(args, exc)
-        finally:
-            if progress:
-                progress.close()
+        workload = Workload(run_cell, model, output, after_baseline=lambda: after_eager.update(namespace))
+        return workload, state, device
+
+    def _after_run(self, run, after_eager: dict, cell: str) -> None:
+        """What an ended run leaves: its cleanup notes printed, the cell's variables as eager's first run
+        left them, the measured speedups kept for the next profile of this cell."""
         if isinstance(run.error, KeyboardInterrupt):  # what was cleaned up: one line each, however it is shown
             for note in getattr(run.error, "__notes__", ()):
                 print(note)
             run.error.__notes__ = []
         if after_eager:  # the variables as eager's first run left them, not as the last variant did
             # (internal names stay: removing dynamo's helper globals would make it recompile)
+            namespace = self.shell.user_ns
             for key in [k for k in namespace if k not in after_eager and not is_internal(k)]:
                 del namespace[key]
             namespace.update(after_eager)
         if run.result is not None and run.error is None:  # for the profile rules: the next profile of this cell
             remember_measured(run.result, code_key(cell))
-        return self.cell_outcome(args, run)
 
     def _model_name(self, name: str | None, names: set[str]) -> str | None:
         """The variable holding the model the variants change: --model, else the one module with

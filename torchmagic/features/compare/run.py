@@ -3,7 +3,7 @@
 For each variant, from the same starting state (weights, optimizer, RNG): build it (compile,
 quantize), time its first run (the one-time cost), keep its output for the numerics check,
 warm up, and read its peak memory in one more run.  Then time all variants in interleaved
-rounds, and summarise each with its median, IQR and its speedup over eager: the median of the
+rounds, and summarise each (summary.py) with its median, IQR and its speedup over eager: the median of the
 per-round ratios, with a distribution-free CI.  The cycle collector is paused while a run is timed
 or its peak read, as timeit and torch.utils.benchmark do: a full collection in a large process
 takes longer than many a step, and whether one lands in a run is chance.
@@ -18,7 +18,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,19 +26,20 @@ from torch import nn
 
 from ...core.devices import Device, choose_device, is_out_of_memory
 from ...core.devices.profiler import ensure_profiler_free
-from ...core.expectations import Expectation, remember
+from ...core.expectations import Expectation
 from ...core.gc_pause import gc_paused
 from ...core.interrupts import deliver_pending, guards, uninterruptible
 from ...core.limits import SettingError, check_count, check_seconds, describe_error
-from ...core.measure import Rounds, balanced_calls, min_pairs, paired_ratio, summarize, timed_block, timed_call
+from ...core.measure import Rounds, balanced_calls, timed_block, timed_call
 from ...core.outcome import Outcome
 from ...core.render.format import fmt_bytes, fmt_s
 from ...core.settings import TorchSettings
 from ...core.state import Snapshot, objects_for_model, objects_used_by, outermost
 from . import numerics
-from .compile_watch import CompileCounts, compile_counts, is_recompile_limit, loud_recompile_limit
+from .compile_watch import compile_counts, is_recompile_limit, loud_recompile_limit
 from .interrupted_compile import CompileLeftovers, hide_torch_frames
 from .result import CompareResult, VariantResult
+from .summary import MeasuredVariant, record_compile, rounds_notes, summarise
 from .variants import CudaGraphs, Env, Variant, graph_steps
 
 PROGRESS_INTERVAL_S = 0.25
@@ -82,21 +83,17 @@ class CompareOptions:
                                          "e.g. --variants eager,amp")
 
 
-@dataclass
-class _Entry:
-    """A variant while it is being measured: its built model and what was seen so far."""
+@dataclass(frozen=True)
+class Workload:
+    """What is compared: ``fn(m)``, with each variant's version ``m`` of ``model`` (None: no model, the
+    variant's context alone).  ``output`` maps a run's value to what the numerics check compares (default:
+    the value itself); ``after_baseline`` is called right after eager's first run, while its effects are
+    fresh (the magic keeps the cell's variables from that run)."""
 
-    variant: Variant
-    out: VariantResult
-    built: Any = None
-    call_s: float = 0.0   # its fastest untimed run: sizes its timed blocks
-    calls: int = 1        # calls per timed block
-    counts: CompileCounts = field(default_factory=CompileCounts)
-
-    def fail(self, message: str) -> None:
-        self.out.ok = False
-        self.out.error = message
-        self.built = None
+    fn: Callable[[Any], Any]
+    model: nn.Module | None = None
+    output: Callable[[Any], Any] | None = None
+    after_baseline: Callable[[], None] | None = None
 
 
 def objects_to_restore(model: Any, names: Iterable[Any], scope: dict[str, Any]) -> list[Any]:
@@ -112,34 +109,30 @@ def objects_to_restore(model: Any, names: Iterable[Any], scope: dict[str, Any]) 
 
 
 @guards
-def run_compare(fn: Callable[[Any], Any], model: nn.Module | None, options: CompareOptions, *,
-                state: list[Any], device: Device | None = None, label: str = "compare",
-                output: Callable[[Any], Any] | None = None,
-                on_progress: Callable[[str], None] | None = None,
-                after_baseline: Callable[[], None] | None = None) -> Outcome[CompareResult]:
-    """Compare ``fn(model_variant)`` across ``options.variants``.
+def run_compare(workload: Workload, options: CompareOptions, *, state: list[Any], device: Device | None = None,
+                label: str = "compare", on_progress: Callable[[str], None] | None = None) -> Outcome[CompareResult]:
+    """Compare ``workload.fn(model_variant)`` across ``options.variants``.
 
     ``state`` lists the stateful objects (modules, optimizers, schedulers) to restore before each
-    variant and afterwards.  ``output`` maps a run's return value to what the numerics check
-    compares (default: the value itself).  ``after_baseline`` is called right after eager's
-    first run, while its effects are fresh (the magic keeps the cell's variables from that run).
+    variant and afterwards.
     """
     __tracebackhide__ = True  # noqa: F841  (a failing cell shows the user's frames only)
     ensure_profiler_free()  # peaks are read with a profiler, and profiled timings would mean little
-    return _Comparison(fn, model, options, state, device or choose_device(), output, on_progress,
-                       after_baseline).run(label)
+    return _Comparison(workload, options, state, device or choose_device(), on_progress).run(label)
 
 
 class _Comparison:
-    def __init__(self, fn, model, options, state, device, output, on_progress, after_baseline):
-        self.fn, self.model, self.options = fn, model, options
+    def __init__(self, workload: Workload, options: CompareOptions, state: list[Any], device: Device,
+                 on_progress: Callable[[str], None] | None):
+        self.fn, self.model, self.options = workload.fn, workload.model, options
         self.env = Env(device, _amp_dtype(options.dtype, device), list(state))
         self.state = state
-        self.output = output or (lambda value: value)
+        self.output = workload.output or (lambda value: value)
         self.progress = on_progress or (lambda text: None)
-        self.after_baseline = after_baseline
-        self.entries = [_Entry(v, VariantResult(v.name, precision=v.precision(self.env), dtype=v.dtype(self.env),
-                                                device=device.label)) for v in options.variants]
+        self.after_baseline = workload.after_baseline
+        self.entries = [MeasuredVariant(v, VariantResult(v.name, precision=v.precision(self.env),
+                                                         dtype=v.dtype(self.env), device=device.label))
+                        for v in options.variants]
         self.advance_notes = advance_notes(options, device)
         self.snapshot: Snapshot | None = None
         self.reference: numerics.Reference | None = None
@@ -185,7 +178,7 @@ class _Comparison:
                 run.error.add_note(note)
         if rounds is None:  # eager failed on its first run (the user's code is broken), or an interrupt came first
             return run
-        _summarise(measured, rounds)
+        summarise(measured, rounds)
         run.result = CompareResult(label=label, device=self.device.describe(), variants=[e.out for e in self.entries],
                                    rounds=rounds.done, seconds=time.perf_counter() - started,
                                    amp_dtype=str(self.env.amp_dtype).removeprefix("torch."),
@@ -200,9 +193,9 @@ class _Comparison:
         notes += [] if self.options.restore else [
             "--no-restore: the model and optimizer keep what the runs did to them, and variants started from "
             "different weights (the errors are only meaningful for code that does not train)"]
-        return notes + _rounds_notes(run, rounds, len(self.entries))
+        return notes + rounds_notes(run, rounds, len(self.entries))
 
-    def _prepare(self, entry: _Entry, run: Outcome) -> None:
+    def _prepare(self, entry: MeasuredVariant, run: Outcome) -> None:
         """From the starting state: build, first run (one-time cost, numerics), warm-up, peak."""
         __tracebackhide__ = True  # noqa: F841
         variant, out, env = entry.variant, entry.out, self.env
@@ -229,7 +222,7 @@ class _Comparison:
             del value
             out.first_call_s = build_s + first_s
             if variant.compiles:
-                _record_compile(entry, first)
+                record_compile(entry, first)
                 if not inductor_loaded and _INDUCTOR in sys.modules:
                     out.notes.append(f"the first compile in this process: its one-time cost includes loading "
                                      f"inductor (the torch.compile call alone took {fmt_s(build_s)}), which "
@@ -253,7 +246,7 @@ class _Comparison:
         if not entry.out.ok:  # outside the except block: the failed run's tensors can go now
             _release(self.device)
 
-    def _check_output(self, entry: _Entry, value, run: Outcome) -> None:
+    def _check_output(self, entry: MeasuredVariant, value, run: Outcome) -> None:
         compared = self.output(value)
         if entry.variant.is_baseline:
             run.value = value
@@ -280,7 +273,7 @@ class _Comparison:
             out.notes.append(f"max error {error.max_abs:.3g} is over the tolerance "
                              f"(atol {atol:g} + rtol {rtol:g} × max|eager output|)")
 
-    def _peak(self, entry: _Entry) -> int | None:
+    def _peak(self, entry: MeasuredVariant) -> int | None:
         # The peak counts from the start of the run: a collection inside it that freed older
         # garbage would lower it by an amount that has nothing to do with the code.
         with gc_paused(), self.device.peak_scope() as reading:
@@ -289,7 +282,7 @@ class _Comparison:
             self.device.synchronize()
         return reading.peak_bytes
 
-    def _block(self, entry: _Entry) -> Callable[[], tuple[float, int]]:
+    def _block(self, entry: MeasuredVariant) -> Callable[[], tuple[float, int]]:
         call = self._runner(entry)
 
         def run_block() -> tuple[float, int]:
@@ -304,11 +297,11 @@ class _Comparison:
 
         return run_block
 
-    def _runner(self, entry: _Entry) -> Callable[[], Any]:
+    def _runner(self, entry: MeasuredVariant) -> Callable[[], Any]:
         call = _bound(self.fn, entry)
         return graph_steps(call) if entry.variant.uses_cuda_graphs(self.env) else call
 
-    def _record_graph_pool(self, entry: _Entry, before: int, skips: int) -> None:
+    def _record_graph_pool(self, entry: MeasuredVariant, before: int, skips: int) -> None:
         """The CUDA graph pool the variant grew: allocated while its graphs were recorded (its first
         runs) and kept while they live, where its peak, read over one replay, sees nothing."""
         after = self.device.graph_pool_bytes()
@@ -343,7 +336,7 @@ class _Comparison:
             self.cleanup_notes = leftovers.clean()
         deliver_pending()
 
-    def _timed_rounds(self, rounds: Rounds, measured: list[_Entry]) -> None:
+    def _timed_rounds(self, rounds: Rounds, measured: list[MeasuredVariant]) -> None:
         __tracebackhide__ = True  # noqa: F841
 
         def on_error(i: int, exc: Exception) -> None:
@@ -377,32 +370,6 @@ class _Comparison:
         return _variant_failure_text(exc, variant)
 
 
-# The %%torchprofile rule whose finding each variant verifies (other variants are kept under their own name)
-VERIFIED_RULE = {"amp": "amp", "compile": "dispatch_bound", "inference_mode": "inference_grad"}
-
-
-def remember_measured(result: CompareResult, key: str | None) -> None:
-    """Keep each variant's measured speedup for the profile rule that predicts it, so the next profile
-    of this code reads the measurement instead of repeating a prediction."""
-    expected = result.expectation_check.expected if result.expectation_check else None  # one variant then
-    for v in result.variants[1:]:
-        if (measured := v.measured(expected)) is not None:
-            remember(VERIFIED_RULE.get(v.name, v.name), key, measured)
-
-
-def _rounds_notes(run: Outcome, rounds: Rounds, variants: int) -> list[str]:
-    """What the timed rounds that ran can say: too few for an interval, or cut short."""
-    notes = []
-    if 0 < rounds.done < min_pairs() and variants > 1:
-        notes.append(f"{rounds.done} rounds give no 95% confidence interval (it takes {min_pairs()}), so no "
-                     "variant is called faster or slower: the figures are a first look")
-    if isinstance(run.error, KeyboardInterrupt):
-        notes.append(f"interrupted after {rounds.done} rounds: the figures cover what ran")
-    elif run.error is not None:
-        notes.append(f"eager failed in timed round {rounds.done + 1}: the figures cover the rounds before")
-    return notes
-
-
 def advance_notes(options: CompareOptions, device: Device) -> list[str]:
     """What to say before anything runs: autocast variants on a device where 16-bit autocast is
     not expected to pay off (the device layer reads it from CPU flags or compute capability)
@@ -428,7 +395,7 @@ def _amp_dtype(name: str | None, device: Device) -> torch.dtype:
     return device.low_precision().dtype or torch.bfloat16
 
 
-def _bound(fn, entry: _Entry) -> Callable[[], Any]:
+def _bound(fn, entry: MeasuredVariant) -> Callable[[], Any]:
     def call():
         __tracebackhide__ = True  # noqa: F841
         return fn(entry.built)  # read at each call: the timed blocks must not keep a dropped variant alive
@@ -439,59 +406,6 @@ def _bound(fn, entry: _Entry) -> Callable[[], Any]:
 def _active_dropout(model) -> bool:
     return model is not None and any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 and m.training
                                      for m in model.modules())
-
-
-def _record_compile(entry: _Entry, first: CompileCounts) -> None:
-    out = entry.out
-    out.graphs, out.graph_breaks = first.graphs, first.graph_breaks
-    if first.frames == 0:
-        out.compile_cache = "in memory"
-        out.notes.append("reused code compiled earlier in this kernel: the one-time cost shown is not a "
-                         "fresh compile (a new process pays it again)")
-    elif first.graphs == 0:
-        out.fell_back = True
-        out.notes.append("ran eager: dynamo produced no graph for this code")
-    else:
-        out.compile_cache = "warm disk cache" if first.cache_hits and not first.cache_misses else "cold"
-        if out.compile_cache != "cold":
-            out.notes.append("inductor's on-disk cache held these graphs: a cold compile takes longer")
-    if first.graph_breaks:
-        reasons = "; ".join(first.break_reasons[:2]) or "see torch._dynamo.explain"
-        out.notes.append(f"{first.graph_breaks} graph break{'s' if first.graph_breaks != 1 else ''} "
-                         f"({reasons}): code between graphs runs eager")
-
-
-def _summarise(measured: list[_Entry], rounds: Rounds) -> None:
-    """Medians, speedups (median per-round ratios) with their CIs, one-time costs and break-even."""
-    if not measured:
-        return
-    base = rounds.samples[0]
-    for entry, samples in zip(measured, rounds.samples):
-        out = entry.out
-        out.samples_s, out.calls_per_sample = list(samples), entry.calls
-        summary = summarize(samples)
-        if summary is None or not out.ok:  # failed mid-way: its partial times are not compared
-            continue
-        out.median_s, out.iqr_s = summary.median, summary.iqr
-        if entry.variant.is_baseline:
-            out.speedup = 1.0
-            continue
-        n = min(len(base), len(samples))  # rounds both completed, paired by index
-        if n == 0:
-            continue
-        base_median, median = summarize(base[:n]).median, summarize(samples[:n]).median
-        ratio = paired_ratio(base[:n], samples[:n])
-        out.speedup, out.ci = ratio.estimate, ratio.ci
-        if entry.variant.compiles or any(t.build for t in entry.variant.techniques):
-            out.compile_s = max(out.first_call_s - out.median_s, 0.0)
-            if out.ci is not None and out.ci[0] > 1:
-                out.break_even_runs = max(1, math.ceil(out.compile_s / (base_median - median)))
-        if entry.variant.compiles:
-            out.recompiles = entry.counts.frames
-            if entry.counts.frames:
-                out.notes.append(f"recompiled {entry.counts.frames}× after its first run: what the compiled code was "
-                                 "specialised on (shapes, Python values) keeps changing; each recompile costs a "
-                                 "compile, and past torch._dynamo.config.recompile_limit dynamo runs eager")
 
 
 def _variant_failure_text(exc: BaseException, variant: Variant) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
@@ -10,7 +11,9 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from ...core.expectations import parse_expect, remember
 from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, refused, usage_error, user_frames_only
 from ...core.state import referenced_values
-from .run import MIN_PAIRED_ROUNDS, LoaderTuneOptions, as_loader, objects_to_restore, run_loadertune
+from .dataloader import as_loader
+from .recommendation import MIN_PAIRED_ROUNDS
+from .run import LoaderTuneOptions, objects_to_restore, run_loadertune
 
 
 @magics_class
@@ -70,9 +73,8 @@ class LoaderTuneMagics(TorchMagicsBase):
         device = self.device(args.device, referenced_values(step) if step else [], "%loadertune")
         progress = self.progress("%loadertune", args.quiet)
         try:
-            run = run_loadertune(loader, options, step=step, label=args.loader, device=device,
-                                    state=objects_to_restore(step),
-                                    on_progress=progress.say if progress else None)
+            run = run_loadertune(loader, replace(options, step=step), state=objects_to_restore(step),
+                                 label=args.loader, device=device, on_progress=progress.say if progress else None)
         except KeyboardInterrupt as exc:
             self.interrupted(args, exc)
         finally:

@@ -1,0 +1,112 @@
+"""A variant as it is measured, and what its measurements come to: its median and its speedup over
+eager with a 95% CI, the one-time cost and the runs after which it pays off, what its compile did;
+what the timed rounds that ran can say; and the speedups kept for the profile rules to read."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...core.expectations import remember
+from ...core.measure import Rounds, min_pairs, paired_ratio, summarize
+from ...core.outcome import Outcome
+from .compile_watch import CompileCounts
+from .result import CompareResult, VariantResult
+from .variants import Variant
+
+
+@dataclass
+class MeasuredVariant:
+    """A variant while it is being measured: its built model and what was seen so far."""
+
+    variant: Variant
+    out: VariantResult
+    built: Any = None
+    call_s: float = 0.0   # its fastest untimed run: sizes its timed blocks
+    calls: int = 1        # calls per timed block
+    counts: CompileCounts = field(default_factory=CompileCounts)
+
+    def fail(self, message: str) -> None:
+        self.out.ok = False
+        self.out.error = message
+        self.built = None
+
+
+def rounds_notes(run: Outcome, rounds: Rounds, variants: int) -> list[str]:
+    """What the timed rounds that ran can say: too few for an interval, or cut short."""
+    notes = []
+    if 0 < rounds.done < min_pairs() and variants > 1:
+        notes.append(f"{rounds.done} rounds give no 95% confidence interval (it takes {min_pairs()}), so no "
+                     "variant is called faster or slower: the figures are a first look")
+    if isinstance(run.error, KeyboardInterrupt):
+        notes.append(f"interrupted after {rounds.done} rounds: the figures cover what ran")
+    elif run.error is not None:
+        notes.append(f"eager failed in timed round {rounds.done + 1}: the figures cover the rounds before")
+    return notes
+
+
+def record_compile(entry: MeasuredVariant, first: CompileCounts) -> None:
+    out = entry.out
+    out.graphs, out.graph_breaks = first.graphs, first.graph_breaks
+    if first.frames == 0:
+        out.compile_cache = "in memory"
+        out.notes.append("reused code compiled earlier in this kernel: the one-time cost shown is not a "
+                         "fresh compile (a new process pays it again)")
+    elif first.graphs == 0:
+        out.fell_back = True
+        out.notes.append("ran eager: dynamo produced no graph for this code")
+    else:
+        out.compile_cache = "warm disk cache" if first.cache_hits and not first.cache_misses else "cold"
+        if out.compile_cache != "cold":
+            out.notes.append("inductor's on-disk cache held these graphs: a cold compile takes longer")
+    if first.graph_breaks:
+        reasons = "; ".join(first.break_reasons[:2]) or "see torch._dynamo.explain"
+        out.notes.append(f"{first.graph_breaks} graph break{'s' if first.graph_breaks != 1 else ''} "
+                         f"({reasons}): code between graphs runs eager")
+
+
+def summarise(measured: list[MeasuredVariant], rounds: Rounds) -> None:
+    """Medians, speedups (median per-round ratios) with their CIs, one-time costs and break-even."""
+    if not measured:
+        return
+    base = rounds.samples[0]
+    for entry, samples in zip(measured, rounds.samples):
+        out = entry.out
+        out.samples_s, out.calls_per_sample = list(samples), entry.calls
+        summary = summarize(samples)
+        if summary is None or not out.ok:  # failed mid-way: its partial times are not compared
+            continue
+        out.median_s, out.iqr_s = summary.median, summary.iqr
+        if entry.variant.is_baseline:
+            out.speedup = 1.0
+            continue
+        n = min(len(base), len(samples))  # rounds both completed, paired by index
+        if n == 0:
+            continue
+        base_median, median = summarize(base[:n]).median, summarize(samples[:n]).median
+        ratio = paired_ratio(base[:n], samples[:n])
+        out.speedup, out.ci = ratio.estimate, ratio.ci
+        if entry.variant.compiles or any(t.build for t in entry.variant.techniques):
+            out.compile_s = max(out.first_call_s - out.median_s, 0.0)
+            if out.ci is not None and out.ci[0] > 1:
+                out.break_even_runs = max(1, math.ceil(out.compile_s / (base_median - median)))
+        if entry.variant.compiles:
+            out.recompiles = entry.counts.frames
+            if entry.counts.frames:
+                out.notes.append(f"recompiled {entry.counts.frames}× after its first run: what the compiled code was "
+                                 "specialised on (shapes, Python values) keeps changing; each recompile costs a "
+                                 "compile, and past torch._dynamo.config.recompile_limit dynamo runs eager")
+
+
+# The %%torchprofile rule whose finding each variant verifies (other variants are kept under their own name)
+VERIFIED_RULE = {"amp": "amp", "compile": "dispatch_bound", "inference_mode": "inference_grad"}
+
+
+def remember_measured(result: CompareResult, key: str | None) -> None:
+    """Keep each variant's measured speedup for the profile rule that predicts it, so the next profile
+    of this code reads the measurement instead of repeating a prediction."""
+    expected = result.expectation_check.expected if result.expectation_check else None  # one variant then
+    for v in result.variants[1:]:
+        if (measured := v.measured(expected)) is not None:
+            remember(VERIFIED_RULE.get(v.name, v.name), key, measured)
