@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 import torchmagic
 from torchmagic.core.devices import CpuDevice
 from torchmagic.features.profile import rules
-from torchmagic.features.profile.trace import TraceSummary
+from torchmagic.features.profile.summary import TraceSummary
 from torchmagic.features.profile.user import user_objects
 
 from .contexts import cpu_context, cuda_context

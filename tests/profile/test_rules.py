@@ -10,7 +10,7 @@ from torchmagic.core.devices import CpuDevice
 from torchmagic.features.profile import rules
 from torchmagic.core.measure.low_precision import Retimed
 from torchmagic.features.profile.run import ProfileOptions
-from torchmagic.features.profile.trace import TraceSummary
+from torchmagic.features.profile.summary import TraceSummary
 from torchmagic.features.profile.user import UserObjects
 
 from .. import workloads as w

@@ -19,7 +19,7 @@ from .amp_estimate import AmpEstimate
 from .result import Finding
 from .libraries import library_call, library_fix, possessive
 from .regions import EVALUATION, parts
-from .trace import TraceSummary
+from .summary import TraceSummary
 from .traffic import TENSOR_CORE_MULTIPLE
 from .user import UserObjects
 

@@ -38,7 +38,8 @@ from .amp_estimate import estimate_amp
 from .rules import (AllocatorCounters, RuleContext, amp_worth_estimating, diagnose, kernel_stats,
                     missing_kernels_note)
 from .kineto import STEP_PREFIX
-from .trace import TraceSummary, summarize_trace
+from .summary import TraceSummary
+from .trace import summarize_trace
 from .user import UserObjects, user_objects
 
 HOT_LINES_KEPT = 50
