@@ -6,6 +6,7 @@ from torch._C._autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from torchmagic.features.profile import activity, trace
+from torchmagic.features.profile import events as light_records
 
 needs_activity_type = pytest.mark.skipif(not hasattr(torch._C._autograd._KinetoEvent, "activity_type"),
                                          reason="this torch cannot tell the true activity type")
@@ -37,7 +38,7 @@ def test_inferred_activity_agrees_with_torch_on_every_event_of_a_cpu_trace():
 def _readable(e):
     try:
         return bool(e.name())
-    except UnicodeDecodeError:  # torch 2.13's Python tracer garbles a name now and then (see trace.py)
+    except UnicodeDecodeError:  # torch 2.13's Python tracer garbles a name now and then (see events.py)
         return False
 
 
@@ -45,7 +46,7 @@ def _readable(e):
 def test_a_summary_is_the_same_whichever_way_activities_are_read(monkeypatch):
     results = _profiled_training()
     exact = trace.summarize_trace(results.events(), results.trace_start_ns(), shapes=True)
-    monkeypatch.setattr(trace, "activity_reader", lambda sample: activity.inferred_activity)
+    monkeypatch.setattr(light_records, "activity_reader", lambda sample: activity.inferred_activity)
     inferred = trace.summarize_trace(results.events(), results.trace_start_ns(), shapes=True)
     assert inferred.steps == exact.steps == 2
     assert inferred.category_us == exact.category_us

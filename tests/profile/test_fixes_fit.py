@@ -15,7 +15,7 @@ from torchmagic.core.devices import CpuDevice
 from torchmagic.features.profile import rules
 from torchmagic.features.profile.libraries import library_call
 from torchmagic.features.profile.result import Finding
-from torchmagic.features.profile.trace import TraceSummary
+from torchmagic.features.profile.summary import TraceSummary
 from torchmagic.features.profile.user import user_objects
 
 from .contexts import cpu_context, cuda_context

@@ -7,8 +7,8 @@ form a small scenario whose every number is worked out by hand below.
 import pytest
 from torch.autograd import DeviceType
 
-from torchmagic.features.profile import rules, trace
-from torchmagic.features.profile.trace import TraceSummary
+from torchmagic.features.profile import categories, rules, trace
+from torchmagic.features.profile.summary import TraceSummary
 
 from .contexts import cpu_context, cuda_context
 
@@ -91,13 +91,13 @@ def summary():
 def test_step_and_categories_count_each_microsecond_once(summary):
     assert summary.step_us == [1000.0]
     c = summary.category_us
-    assert c[trace.DATA] == pytest.approx(200)
-    assert c[trace.FORWARD] == pytest.approx(80)  # linear 20 + addmm 50 + launch 10
-    assert c[trace.SYNCS] == pytest.approx(100)   # item and what it waited for
-    assert c[trace.BACKWARD] == pytest.approx(460)  # on the autograd thread
-    assert c[trace.DEVICE_WAIT] == pytest.approx(100)
+    assert c[categories.DATA] == pytest.approx(200)
+    assert c[categories.FORWARD] == pytest.approx(80)  # linear 20 + addmm 50 + launch 10
+    assert c[categories.SYNCS] == pytest.approx(100)   # item and what it waited for
+    assert c[categories.BACKWARD] == pytest.approx(460)  # on the autograd thread
+    assert c[categories.DEVICE_WAIT] == pytest.approx(100)
     # the main thread's 520 µs of gaps minus the 460 µs it waited for the backward thread
-    assert c[trace.OTHER] == pytest.approx(60)
+    assert c[categories.OTHER] == pytest.approx(60)
     assert sum(c.values()) == pytest.approx(1000)
 
 
@@ -105,8 +105,8 @@ def test_kernels_go_to_the_ops_that_launched_them(summary):
     assert summary.ops["aten::addmm"].self_device_us == pytest.approx(100)
     assert summary.ops["aten::_local_scalar_dense"].self_device_us == pytest.approx(10)
     assert summary.ops["aten::mm"].self_device_us == pytest.approx(410)
-    assert summary.device_category_us[trace.BACKWARD] == pytest.approx(410)
-    assert summary.device_category_us[trace.OTHER] == pytest.approx(20)  # the unlinked copy
+    assert summary.device_category_us[categories.BACKWARD] == pytest.approx(410)
+    assert summary.device_category_us[categories.OTHER] == pytest.approx(20)  # the unlinked copy
     assert summary.matmul_fp32_device_us == pytest.approx(510)
 
 
@@ -139,7 +139,7 @@ def test_explicit_synchronize_is_a_sync():
     events = [Ev("ProfilerStep#0", 0, 100, kind="annotation"),
               Ev("cudaDeviceSynchronize", 10, 60, tid=5)]
     s = trace.summarize_trace(events, T0)
-    assert s.sync_runtime_calls == 1 and s.category_us[trace.SYNCS] == pytest.approx(50)
+    assert s.sync_runtime_calls == 1 and s.category_us[categories.SYNCS] == pytest.approx(50)
 
 
 def launched(op, start, host_us, kernel_start, kernel_us, corr, cupti, dtypes=(), tid=1, kernel=None):
@@ -306,12 +306,12 @@ def test_kernels_go_to_their_compiled_graph_or_user_range_in_its_phase():
     assert device_us == pytest.approx({"aten::mm": 200, "triton_poi_fused_relu_0": 20, "my_block": 100,
                                        "triton_per_fused_sum_1": 50, "Optimizer.step#AdamW.step": 60})
     c = s.device_category_us
-    assert c[trace.FORWARD] == pytest.approx(320)
-    assert c[trace.BACKWARD] == pytest.approx(50)
-    assert c[trace.OPTIMIZER] == pytest.approx(60)
-    assert c[trace.OTHER] == 0
+    assert c[categories.FORWARD] == pytest.approx(320)
+    assert c[categories.BACKWARD] == pytest.approx(50)
+    assert c[categories.OPTIMIZER] == pytest.approx(60)
+    assert c[categories.OTHER] == 0
     assert {span.category for span in s.timeline if span.lane == "GPU stream 7"} == {
-        trace.FORWARD, trace.BACKWARD, trace.OPTIMIZER}
+        categories.FORWARD, categories.BACKWARD, categories.OPTIMIZER}
 
 
 def test_one_time_costs_are_start_up_and_out_of_the_steady_state():
@@ -336,6 +336,6 @@ def test_one_time_costs_are_start_up_and_out_of_the_steady_state():
     assert s.one_time_us[CUDA_CONTEXT] == pytest.approx(28_990)
     assert s.one_time_us[FIRST_COMPILE] == pytest.approx(40_000)  # the compile's whole subtree
     assert s.one_time_us[LAZY_LOADING] == pytest.approx(15_000)
-    assert s.category_us[trace.START_UP] == pytest.approx(28_990 + 40_000 + 15_000)
+    assert s.category_us[categories.START_UP] == pytest.approx(28_990 + 40_000 + 15_000)
     assert s.steady_step_us == pytest.approx(100_000 - 83_990)
     assert s.python_ops == 2  # aten::to and aten::mm: the compiler's own ops are not the user's

@@ -7,7 +7,8 @@ import torchmagic
 from torchmagic.core.devices import CpuDevice
 from torchmagic.features.profile import regions, rules
 from torchmagic.features.profile.rules import host_overhead
-from torchmagic.features.profile.trace import TraceSummary, summarize_trace
+from torchmagic.features.profile.summary import TraceSummary
+from torchmagic.features.profile.trace import summarize_trace
 
 
 def _cell(train: str, evaluate: str):

@@ -12,7 +12,7 @@ from torchmagic.features.profile import rules
 from torchmagic.features.profile.result import Severity
 from torchmagic.core.measure.low_precision import Retimed
 from torchmagic.features.profile.options import ProfileOptions
-from torchmagic.features.profile.trace import TraceSummary
+from torchmagic.features.profile.summary import TraceSummary
 from torchmagic.features.profile.user import UserObjects
 
 from .. import workloads as w

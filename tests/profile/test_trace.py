@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from torchmagic.features.profile import trace
+from torchmagic.features.profile import categories, frames, timeline, trace
 
 
 def summarize(fn, steps=2, **kw):
@@ -47,7 +47,7 @@ def test_phases_from_real_training_step():
             opt.step()
 
     s = summarize(step)
-    for category in (trace.DATA, trace.FORWARD, trace.BACKWARD, trace.OPTIMIZER):
+    for category in (categories.DATA, categories.FORWARD, categories.BACKWARD, categories.OPTIMIZER):
         assert s.category_us[category] > 0, category
     assert s.optimizer_names == {"SGD"}
     assert s.backward_events > 0
@@ -68,7 +68,7 @@ def test_shapes_are_recorded_per_op():
 
 
 def test_timeline_is_bounded_and_keeps_every_step(monkeypatch):
-    monkeypatch.setattr(trace, "MAX_BARS_PER_LANE", 50)
+    monkeypatch.setattr(timeline, "MAX_BARS_PER_LANE", 50)
     x = torch.randn(4)
     s = summarize(lambda: [x + 1 for _ in range(500)], steps=3)
     assert len(s.timeline) <= 50
@@ -91,16 +91,16 @@ def test_a_package_whose_path_holds_path_objects_is_read_as_installed(monkeypatc
     module = types.ModuleType("pathpkg")
     module.__spec__ = spec
     monkeypatch.setitem(sys.modules, "pathpkg", module)
-    trace.installed_package.cache_clear()
-    trace.is_user_frame.cache_clear()
+    frames.installed_package.cache_clear()
+    frames.is_user_frame.cache_clear()
     try:
-        assert trace.installed_package("pathpkg")
-        assert not trace.is_user_frame("pathpkg/models/gpt2.py(120): forward")
+        assert frames.installed_package("pathpkg")
+        assert not frames.is_user_frame("pathpkg/models/gpt2.py(120): forward")
         local = types.ModuleType("localpkg")
         local.__spec__ = importlib.machinery.ModuleSpec("localpkg", None, is_package=True)
         local.__spec__.submodule_search_locations = [pathlib.Path(tmp_path / "localpkg")]
         monkeypatch.setitem(sys.modules, "localpkg", local)
-        assert not trace.installed_package("localpkg") and trace.is_user_frame("localpkg/train.py(3): run")
+        assert not frames.installed_package("localpkg") and frames.is_user_frame("localpkg/train.py(3): run")
     finally:
-        trace.installed_package.cache_clear()
-        trace.is_user_frame.cache_clear()
+        frames.installed_package.cache_clear()
+        frames.is_user_frame.cache_clear()

@@ -10,10 +10,9 @@ import sysconfig
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .frames import frame_label
+from .frames import frame_label, is_user_frame
 from .modules import MODULE_MARK, node_name
 from .result import Allocation
-from .trace import is_user_frame
 
 MAX_TIMELINE_POINTS = 2000   # per device: the drawing is ~1000 pixels wide
 LARGEST_KEPT = 10

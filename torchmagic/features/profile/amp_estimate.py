@@ -27,7 +27,8 @@ import torch
 from ...core.devices import Device
 from ...core.expectations import Expectation
 from ...core.measure.low_precision import autocast_op_cost_us, call_ratios, pointwise_ratio
-from .trace import BACKWARD, FORWARD, TraceSummary
+from .categories import BACKWARD, FORWARD
+from .summary import TraceSummary
 
 BUDGET_S = 0.6          # re-timing the step's calls: at most this long, heaviest first
 COVERED_SHARE = 0.95    # re-time calls until they cover this share of the fp32 matmul time

@@ -29,7 +29,8 @@ from .options import ProfileOptions
 from .result import OpRow, ProfileResult
 from .roofline import roofline_fields
 from .rules import RuleContext, amp_worth_estimating, diagnose, kernel_stats, missing_kernels_note
-from .trace import TraceSummary, summarize_trace
+from .summary import TraceSummary
+from .trace import summarize_trace
 
 HOT_LINES_KEPT = 50
 ENERGY_MIN_S = 1.0  # NVML refreshes its counter every few to tens of ms: shorter windows read coarsely

@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from .trace import TraceSummary
+from .summary import TraceSummary
 
 TRAINING, EVALUATION = "training", "evaluation"
 # the graph nodes an unused forward pass makes at least: fewer are a metric logged from training's outputs

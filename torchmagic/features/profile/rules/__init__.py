@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..result import Finding
-from ..trace import TraceSummary
+from ..summary import TraceSummary
 from .avoidable_work import inference_grad, optimizer
 from .context import AllocatorCounters, RuleContext
 from .findings import THRESHOLDS, VERIFY, VERIFY_NAMES, severity

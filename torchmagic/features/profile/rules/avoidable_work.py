@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ....core.expectations import Expectation
 from ..result import Finding
-from ..trace import TraceSummary
+from ..summary import TraceSummary
 from .context import RuleContext
 from .findings import THRESHOLDS, Advice, fmt_per_step, make_finding, share_of_step
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ....core.expectations import Expectation
 from ..result import Finding, Severity
-from ..trace import TraceSummary
+from ..summary import TraceSummary
 from .context import RuleContext
 
 THRESHOLDS = {

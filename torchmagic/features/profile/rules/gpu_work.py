@@ -7,7 +7,7 @@ import statistics
 
 from ....core.expectations import Expectation
 from ..result import Finding
-from ..trace import TraceSummary
+from ..summary import TraceSummary
 from .context import RuleContext
 from .findings import THRESHOLDS, Advice, make_finding
 

@@ -9,7 +9,7 @@ from ....core.expectations import Expectation, measured
 from ..libraries import library_call, library_fix, possessive
 from ..regions import EVALUATION, parts
 from ..result import Finding
-from ..trace import TraceSummary
+from ..summary import TraceSummary
 from ..user import UserObjects
 from .context import RuleContext
 from .findings import THRESHOLDS, Advice, fmt_per_step, make_finding, share_of_step

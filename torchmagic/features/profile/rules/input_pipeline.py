@@ -7,7 +7,7 @@ import math
 from ....core.expectations import measured
 from ....core.render.format import fmt_us
 from ..result import Finding
-from ..trace import TraceSummary
+from ..summary import TraceSummary
 from ..user import UserObjects
 from .context import RuleContext
 from .findings import THRESHOLDS, Advice, make_finding, share_of_step

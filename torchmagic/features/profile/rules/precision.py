@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ....core.expectations import Expectation, measured
 from ..result import Finding
-from ..trace import TraceSummary
+from ..summary import TraceSummary
 from ..traffic import TENSOR_CORE_MULTIPLE
 from .context import RuleContext
 from .findings import THRESHOLDS, Advice, make_finding, share_of_step

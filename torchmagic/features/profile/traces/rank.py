@@ -156,10 +156,9 @@ def window_of(windows: list[tuple[int | None, float, float]], starts: list[float
 def read_rank(events, path: str) -> RankTrace:
     """Reduce a stream of trace events (dicts) to a RankTrace: each field checked as it is read
     (fields.py), and what repeats kept once (a collective, a launch or a kernel seen again)."""
-    out = RankTrace(path)
-    check = EventFields(path)
+    reading = _Reading(path)
+    out, check = reading.out, reading.check  # locals: the loop below runs once per event
     first, last = float("inf"), float("-inf")
-    collectives: dict[tuple, Collective] = {}  # (host?, op, start, end, thread, finished): each kept once
     for position, ev in enumerate(events):
         index = getattr(events, "index", position)  # the reader's: oversized events are not yielded
         out.events += 1
@@ -187,19 +186,7 @@ def read_rank(events, path: str) -> RankTrace:
             if is_backward_node(name):
                 out.backward.add(start, end)
         elif cat == USER_ANNOTATION:
-            if name.startswith(STEP_PREFIX):
-                number = step_number(name)
-                if number is not None:
-                    out.steps[number] = (start, end)
-            elif name.startswith(DATA_PREFIX):
-                out.data.add(start, end)
-                out.host_busy.add(start, end)
-            elif name.startswith(OPTIMIZER_PREFIXES):
-                out.optimizer.add(start, end)
-            elif name.startswith(HOST_BACKENDS):
-                out.host_comm.add(start, end)
-                _collective(collectives, True, collective_op(cat, name), start, end, args,
-                            check.hashable(ev.get("tid", 0), ev, index, "'tid'"))
+            reading.annotation(name, start, end, ev, index, args)
         elif cat == KERNEL:
             op = collective_op(cat, name)
             if op is None:
@@ -207,8 +194,7 @@ def read_rank(events, path: str) -> RankTrace:
                 _correlated(out, args, start, end)
             else:
                 out.device_comm.add(start, end)
-                _collective(collectives, False, op, start, end, args,
-                            check.hashable(ev.get("tid", 0), ev, index, "'tid'"))
+                reading.collective(False, op, start, end, args, check.hashable(ev.get("tid", 0), ev, index, "'tid'"))
         elif cat in DEVICE_ACTIVITIES:
             out.device_busy.add(start, end)
             _correlated(out, args, start, end)
@@ -218,25 +204,56 @@ def read_rank(events, path: str) -> RankTrace:
                                          and out.launch_ts[-1] == start):
                 out.launch_ts.append(start)
                 out.launch_corr.append(corr)
-    out.host_collectives = [c for key, c in collectives.items() if key[0]]
-    out.device_collectives = [c for key, c in collectives.items() if not key[0]]
-    out.cut_strings = check.cut
-    if first <= last:
-        out.span = (first, last)
-    return out
+    return reading.finished(first, last)
+
+
+class _Reading:
+    """One rank's trace being read: the RankTrace so far, the checks of its fields, and its collectives
+    (each kept once: the same one written again, same thread and times, is not)."""
+
+    def __init__(self, path: str):
+        self.out = RankTrace(path)
+        self.check = EventFields(path)
+        self.collectives: dict[tuple, Collective] = {}  # (host?, op, start, end, thread, finished) -> it
+
+    def annotation(self, name: str, start: float, end: float, ev: dict, index: int, args: dict) -> None:
+        """A user annotation: a step, data loading, an optimizer's step, or a host backend's collective."""
+        out = self.out
+        if name.startswith(STEP_PREFIX):
+            number = step_number(name)
+            if number is not None:
+                out.steps[number] = (start, end)
+        elif name.startswith(DATA_PREFIX):
+            out.data.add(start, end)
+            out.host_busy.add(start, end)
+        elif name.startswith(OPTIMIZER_PREFIXES):
+            out.optimizer.add(start, end)
+        elif name.startswith(HOST_BACKENDS):
+            out.host_comm.add(start, end)
+            self.collective(True, collective_op(USER_ANNOTATION, name), start, end, args,
+                            self.check.hashable(ev.get("tid", 0), ev, index, "'tid'"))
+
+    def collective(self, host: bool, op: str, start: float, end: float, args: dict, thread) -> None:
+        """Keep a collective's execution, once."""
+        key = (host, op, start, end, thread, _finished(args))
+        if key not in self.collectives:
+            self.collectives[key] = Collective(op, start, end - start, key[-1])
+
+    def finished(self, first: float, last: float) -> RankTrace:
+        """The RankTrace, once every event is read (``first`` start and ``last`` end of them all)."""
+        out = self.out
+        out.host_collectives = [c for key, c in self.collectives.items() if key[0]]
+        out.device_collectives = [c for key, c in self.collectives.items() if not key[0]]
+        out.cut_strings = self.check.cut
+        if first <= last:
+            out.span = (first, last)
+        return out
 
 
 def step_number(name: str) -> int | None:
     """N of ``ProfilerStep#N`` (ASCII digits, at most 18: any other tail is not a step)."""
     tail = name[len(STEP_PREFIX):]
     return int(tail) if tail.isascii() and tail.isdigit() and len(tail) <= 18 else None
-
-
-def _collective(kept: dict, host: bool, op: str, start: float, end: float, args: dict, thread) -> None:
-    """Keep a collective's execution, once: the same one written again (same thread, times) is not."""
-    key = (host, op, start, end, thread, _finished(args))
-    if key not in kept:
-        kept[key] = Collective(op, start, end - start, key[-1])
 
 
 def _correlated(out: RankTrace, args: dict, start: float, end: float) -> None:

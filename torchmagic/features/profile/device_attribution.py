@@ -1,0 +1,70 @@
+"""Give each kernel and memcpy of a trace to the op (or user range) that launched it, and measure the
+device's time in the profiled steps and what data loading left it idle."""
+
+from __future__ import annotations
+
+from .categories import OTHER
+from .events import Ev
+from .intervals import intersection, overlap, union
+from .result import TimelineSpan as Span
+from .summary import OpStats, TraceSummary
+from .sweep import Sweep
+
+
+def attribute_device(device: list[Ev], out: TraceSummary, sweep: Sweep, windows) -> None:
+    """Give each kernel/memcpy to the op that launched it, or where no op did, to the user range
+    around its launch; measure the device time of the steps: the union of the kernels the steps
+    launched, wherever they ran (a host ahead of its GPU leaves the last steps' kernels running after
+    the profiled window), and where the launch is not in the trace, of the kernels run inside the steps."""
+    if not device:
+        return
+    out.has_device_events = True
+    intervals, launched_in_steps, unlinked = [], [], []
+    fp32_calls = set()
+    for ev in device:
+        dur = ev.end - ev.start
+        op, category, precision = sweep.op_of_corr.get(ev.corr, (None, OTHER, None))
+        if op is None and sweep.launches:
+            op, category = sweep.launches.get(ev.raw.correlation_id(), (None, OTHER))
+        if op is not None:
+            stats = out.ops.get(op)
+            if stats is None:
+                stats = out.ops[op] = OpStats(op)
+            stats.self_device_us += dur
+        owner = sweep.flop_counts.owner_of_corr.get(ev.corr) if sweep.flop_counts is not None else None
+        if owner is not None and owner in out.ops:
+            out.ops[owner].flop_device_us += dur
+        if precision == "low":
+            out.matmul_low_device_us += dur
+            shape = sweep.misaligned.get(ev.corr)
+            if shape is not None:
+                out.misaligned_matmul_device_us += dur
+                out.misaligned_shapes[shape] += dur
+        elif precision == "fp32":
+            out.matmul_fp32_device_us += dur
+            fp32_calls.add(ev.corr)
+            call = sweep.fp32_call_of_corr.get(ev.corr)
+            if call is not None:
+                out.fp32_matmuls[call][2] += dur
+        out.kernel_us.append(dur)
+        launched = sweep.launch_end.get(ev.raw.correlation_id())
+        if launched is not None:
+            out.launch_delay_us.append(max(ev.start - launched, 0.0))
+        out.device_category_us[category] += dur
+        out.device_kernels += 1
+        if "HtoD" in ev.name and "Pageable" in ev.name:
+            out.pageable_h2d += 1
+            out.pageable_h2d_us += dur
+        intervals.append((ev.start, ev.end))
+        in_step = sweep.launched_in_step.get(ev.raw.correlation_id() or None)
+        if in_step:
+            launched_in_steps.append((ev.start, ev.end))
+        elif in_step is None:  # its runtime call is not in the trace
+            unlinked.append((ev.start, ev.end))
+        out.timeline.append(Span(f"GPU stream {ev.tid}", ev.start, dur, category, ev.name))
+    out.matmul_fp32_device_calls = len(fp32_calls)
+    busy = union(intervals)
+    steps_busy = union(launched_in_steps + list(intersection(union(unlinked), union(windows))))
+    out.device_busy_us = sum(end - start for start, end in steps_busy)
+    data = union(sweep.data_intervals)
+    out.data_exposed_us = sum(end - start for start, end in data) - overlap(data, busy)
