@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from ....core.measure.low_precision import freeze
-from .reader import TraceFileError, _short
+from .reader import TraceFileError, shortened
 
 TEXT_CHARS = 1024        # a longer string keeps its start and a marker
 INT_LIMIT = 1 << 63      # ids, counts and times fit in 64 bits
@@ -54,7 +54,7 @@ class EventFields:
 
     def refuse(self, ev: Any, index: int, field: str, problem: str) -> TraceFileError:
         name = ev.get("name") if isinstance(ev, dict) else None
-        label = f" ({_short(name)})" if isinstance(name, str) else ""
+        label = f" ({shortened(name)})" if isinstance(name, str) else ""
         return TraceFileError(self.path, f"traceEvents[{index}]{label}: {field} {problem}")
 
     def event(self, ev: Any, index: int) -> dict:

@@ -239,7 +239,7 @@ class TraceReader:
                 if self._peek() != '"':
                     raise self._error("is not a trace: its top level is not a JSON object")
                 key = self._value("a key", KEY_CHARS)
-                shown = f"a key of over {KEY_CHARS:,} characters" if key is SKIPPED else _short(key)
+                shown = f"a key of over {KEY_CHARS:,} characters" if key is SKIPPED else shortened(key)
                 self._expect(":", f"after {shown}")
                 if key == "traceEvents":
                     self._expect("[", "to open traceEvents")
@@ -289,7 +289,7 @@ SKIPPED = object()  # a value too long to keep, stepped over
 MAX_META_KEYS = 256
 
 
-def _short(text: str, limit: int = 60) -> str:
+def shortened(text: str, limit: int = 60) -> str:
     """A string from the file, quoted for a message: cut to ``limit`` characters, printable."""
     text = text if len(text) <= limit else text[:limit] + "…"
     return json.dumps(shown_path(text), ensure_ascii=False)
