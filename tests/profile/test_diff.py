@@ -116,12 +116,19 @@ def test_the_magic_diffs_against_a_profile_saved_in_another_process(shell, tmp_p
     shown = _displayed(captured)
     assert "After / before: " in shown and "gone: inference_grad" in shown and str(saved) in shown
 
+    # a trace's analysis saved from one rank holds its profile, as --diff NAME takes one from the notebook
+    model, x = shell.user_ns["model"], shell.user_ns["x"]
+    torchmagic.profile(lambda: model(x), steps=2, trace=str(tmp_path / "trace.json"))
+    torchmagic.analyze(str(tmp_path / "trace.json")).save(tmp_path / "analysis.json")
+    result, captured = run(shell, f"%%torchprofile --steps 2 --diff {tmp_path / 'analysis.json'}\nmodel(x)\n")
+    assert result.success and "After / before: " in _displayed(captured), captured.stdout + captured.stderr
+
     shell.user_ns["after"].save(tmp_path / "after.json")
     torchmagic.autobatch(lambda bs: torch.ones(bs).sum(), budget=64 * 2**20, max=8).save(tmp_path / "batch.json")
     (tmp_path / "other.json").write_text('{"traceEvents": []}')
     for path, message in ((tmp_path / "missing.json", "No such file or directory"),
                           (tmp_path / "other.json", "not a result saved by torchmagic"),
-                          (tmp_path / "batch.json", "holds a result of type AutobatchResult, not a ProfileResult")):
+                          (tmp_path / "batch.json", "a value of type AutobatchResult, not a profile with a step to compare")):
         _, captured = run(shell, f"%%torchprofile --diff {path}\nmodel(x)\n")
         shown = (captured.stdout + captured.stderr).strip()
         assert shown.startswith(f"UsageError: %%torchprofile: --diff {path}: ") and message in shown, shown

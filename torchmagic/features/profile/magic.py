@@ -126,16 +126,16 @@ class ProfileMagics(TorchMagicsBase):
         """The profile --diff NAME compares with, checked before anything runs."""
         if name is None:
             return None
-        if not name.isidentifier():  # a path: a profile saved with r.save(PATH), in any process
+        if not name.isidentifier():  # a path: a profile (or a one-rank trace's analysis) saved with r.save(PATH)
             try:
-                value = load_saved(os.path.expanduser(name), ProfileResult)
+                value = load_saved(os.path.expanduser(name))
             except NotAResultFile as exc:
                 raise usage_error(f"%%torchprofile: --diff {exc}") from None
         else:
             value = self.shell.user_ns.get(name)
         base = getattr(value, "profile", value)  # a one-rank TraceAnalysis holds its ProfileResult
         if not isinstance(base, ProfileResult) or not base.step_s:
-            what = "not defined" if value is None and name not in self.shell.user_ns else f"a {type(value).__name__}"
+            what = "not defined" if value is None and name not in self.shell.user_ns else f"a value of type {type(value).__name__}"
             if isinstance(value, ProfileResult):
                 what = "a profile with no complete step"
             raise usage_error(f"%%torchprofile: --diff {name}: {what}, not a profile with a step to compare "
