@@ -8,6 +8,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from torchmagic.features.profile import activity, trace
 from torchmagic.features.profile import events as light_records
 
+from .kineto_fakes import Torch211Event
+
 needs_activity_type = pytest.mark.skipif(not hasattr(torch._C._autograd._KinetoEvent, "activity_type"),
                                          reason="this torch cannot tell the true activity type")
 
@@ -54,47 +56,25 @@ def test_a_summary_is_the_same_whichever_way_activities_are_read(monkeypatch):
         {n: (o.calls, o.self_cpu_us) for n, o in exact.ops.items()}
 
 
-class _Event:
-    """A CUDA-side or runtime event as torch 2.11 gives it: no activity_type()."""
-
-    def __init__(self, name, device=DeviceType.CUDA, linked=7, annotation=False):
-        self._name, self._device, self._linked, self._annotation = name, device, linked, annotation
-
-    def name(self):
-        return self._name
-
-    def device_type(self):
-        return self._device
-
-    def linked_correlation_id(self):
-        return self._linked
-
-    def is_user_annotation(self):
-        return self._annotation
-
-    def is_python_function(self):
-        return False
-
-
 @pytest.mark.parametrize("event, expected", [
-    (_Event("void at::native::vectorized_elementwise_kernel<4>(...)"), "kernel"),
-    (_Event("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32"), "kernel"),
-    (_Event("Memcpy HtoD (Pageable -> Device)"), "gpu_memcpy"),
-    (_Event("Memset (Device)"), "gpu_memset"),
-    (_Event("Stream Sync"), "cuda_sync"),
-    (_Event("ProfilerStep#3", annotation=True), "gpu_user_annotation"),
-    (_Event("[memory]"), "cpu_instant_event"),
-    (_Event("cudaLaunchKernel", DeviceType.CPU), "cuda_runtime"),
-    (_Event("cuLaunchKernelEx", DeviceType.CPU), "cuda_runtime"),
-    (_Event("hipMemcpyAsync", DeviceType.CPU), "hip_runtime"),
-    (_Event("cudaDeviceSynchronize", DeviceType.CPU), "cuda_runtime"),
+    (Torch211Event("void at::native::vectorized_elementwise_kernel<4>(...)"), "kernel"),
+    (Torch211Event("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32"), "kernel"),
+    (Torch211Event("Memcpy HtoD (Pageable -> Device)"), "gpu_memcpy"),
+    (Torch211Event("Memset (Device)"), "gpu_memset"),
+    (Torch211Event("Stream Sync"), "cuda_sync"),
+    (Torch211Event("ProfilerStep#3", annotation=True), "gpu_user_annotation"),
+    (Torch211Event("[memory]"), "cpu_instant_event"),
+    (Torch211Event("cudaLaunchKernel", DeviceType.CPU), "cuda_runtime"),
+    (Torch211Event("cuLaunchKernelEx", DeviceType.CPU), "cuda_runtime"),
+    (Torch211Event("hipMemcpyAsync", DeviceType.CPU), "hip_runtime"),
+    (Torch211Event("cudaDeviceSynchronize", DeviceType.CPU), "cuda_runtime"),
     # called where no op encloses them: torch.cuda.synchronize(), a CUDA graph's replay
-    (_Event("cudaDeviceSynchronize", DeviceType.CPU, linked=0), "cuda_runtime"),
-    (_Event("cudaGraphLaunch", DeviceType.CPU, linked=0), "cuda_runtime"),
-    (_Event("cuda_block", DeviceType.CPU, linked=0), "cpu_op"),
-    (_Event("aten::cudnn_convolution", DeviceType.CPU, linked=0), "cpu_op"),
-    (_Event("custom_block", DeviceType.CPU, linked=0), "cpu_op"),
-    (_Event("Activity Buffer Request", DeviceType.CPU, linked=0), "overhead"),
+    (Torch211Event("cudaDeviceSynchronize", DeviceType.CPU, linked=0), "cuda_runtime"),
+    (Torch211Event("cudaGraphLaunch", DeviceType.CPU, linked=0), "cuda_runtime"),
+    (Torch211Event("cuda_block", DeviceType.CPU, linked=0), "cpu_op"),
+    (Torch211Event("aten::cudnn_convolution", DeviceType.CPU, linked=0), "cpu_op"),
+    (Torch211Event("custom_block", DeviceType.CPU, linked=0), "cpu_op"),
+    (Torch211Event("Activity Buffer Request", DeviceType.CPU, linked=0), "overhead"),
 ])
 def test_device_and_runtime_events_are_told_apart_by_device_and_name(event, expected):
     assert activity.inferred_activity(event) == expected
