@@ -27,7 +27,7 @@ from .features.memory.result import MemoryResult
 from .features.profile.result import ProfileResult
 from .features.profile.options import ProfileOptions
 from .features.profile.run import run_profile
-from .features.profile.user import UserObjects, user_objects
+from .features.profile.user import UserSetup, user_setup
 
 
 def profile(fn: Callable[[], Any], *, steps: int = 1, warmup: int = 0, record_shapes: bool = False,
@@ -51,7 +51,7 @@ def profile(fn: Callable[[], Any], *, steps: int = 1, warmup: int = 0, record_sh
 
 
 def _profile(fn: Callable[[], Any], options: ProfileOptions, label: str, device: Device,
-             user: UserObjects | None = None, code: str | None = None) -> ProfileResult:
+             user: UserSetup | None = None, code: str | None = None) -> ProfileResult:
     __tracebackhide__ = True  # noqa: F841
     return _finish(run_profile(fn, options, label=label, device=device, user=user, code=code))
 
@@ -71,7 +71,7 @@ def profile_code(code: str, namespace: dict[str, Any] | None = None, **options) 
 
     label, device = options.pop("label", None) or "code", options.pop("device", None)
     return _profile(step, ProfileOptions(**options), label, choose_device(device, values_named(cell.names, namespace)),
-                    user_objects(names_used(cell.names, namespace), usable_cores()), code)
+                    user_setup(names_used(cell.names, namespace), usable_cores()), code)
 
 
 def autobatch(step: Callable[[int], Any], *, budget: float | None = None, min: int = 1,  # noqa: A002

@@ -16,7 +16,7 @@ from torchmagic.features.profile import rules
 from torchmagic.features.profile.libraries import library_call
 from torchmagic.features.profile.result import Finding
 from torchmagic.features.profile.summary import TraceSummary
-from torchmagic.features.profile.user import user_objects
+from torchmagic.features.profile.user import user_setup
 
 from .contexts import cpu_context, cuda_context
 
@@ -76,7 +76,7 @@ def _every_finding(ctx) -> dict[str, Finding]:
 def test_every_rules_snippet_names_the_cells_objects_and_runs(fp16, optimizer):
     namespace = _namespace()
     namespace["opt"] = getattr(torch.optim, optimizer)(namespace["net"].parameters(), lr=0.05)
-    user = user_objects(namespace, cores=2)
+    user = user_setup(namespace, cores=2)
     assert (user.model, user.optimizer, user.loader, user.loader_batch_size) == ("net", "opt", "train_loader", 16)
     ctx = cpu_context(user=user, traces_kernels=True, accelerator=False,
                       **({"low_precision_dtype": "float16"} if fp16 else {}))
@@ -113,7 +113,7 @@ def test_every_rules_snippet_names_the_cells_objects_and_runs(fp16, optimizer):
 def test_the_loader_fix_fits_the_cores_and_says_what_the_trace_cannot_tell(cores, torch_threads, share, workers,
                                                                           threads):
     s = TraceSummary(step_us=[10_000.0, 10_000.0], data_us=share * 20_000.0)
-    ctx = cpu_context(user=dataclasses.replace(user_objects(_namespace(), cores=cores), threads=torch_threads))
+    ctx = cpu_context(user=dataclasses.replace(user_setup(_namespace(), cores=cores), threads=torch_threads))
     finding = rules.dataloader(s, ctx)
     assert finding.evidence["cores"] == cores and finding.evidence["workers_now"] == 0
     assert f"num_workers={workers}," in finding.snippet and f"torch.set_num_threads({threads})" in finding.snippet
@@ -132,7 +132,7 @@ def test_the_loader_fix_fits_the_cores_and_says_what_the_trace_cannot_tell(cores
 def test_the_loader_finding_reads_what_loadertune_measured_on_that_loader(ci, faster):
     from torchmagic.core import expectations
     s = TraceSummary(step_us=[10_000.0], data_us=3_400.0)
-    ctx = cpu_context(user=dataclasses.replace(user_objects(_namespace(), cores=2), threads=2))
+    ctx = cpu_context(user=dataclasses.replace(user_setup(_namespace(), cores=2), threads=2))
     expectations.remember("dataloader", "loader:train_loader", expectations.Measured(sum(ci) / 2, ci))
     try:
         finding = rules.dataloader(s, ctx)
@@ -148,14 +148,14 @@ def test_the_loader_finding_reads_what_loadertune_measured_on_that_loader(ci, fa
 def test_the_loader_fix_with_workers_already_and_on_a_gpu_machine():
     namespace = _namespace()
     namespace["train_loader"] = DataLoader(namespace["train_loader"].dataset, batch_size=16, num_workers=3)
-    user = user_objects(namespace, cores=2)
+    user = user_setup(namespace, cores=2)
     s = TraceSummary(step_us=[10_000.0], data_us=5_000.0)
     finding = rules.dataloader(s, cpu_context(user=user))
     # 3 workers leave the step waiting half of it: it needs 3 x 2 = 6; more than the 2 cores, and never fewer than 3
     assert "num_workers=3," in finding.snippet and finding.evidence["workers_needed"] == 6
     assert "It has 3 workers already, no fewer than this machine's 2 cores, and would need about 6" in finding.fix
     on_gpu = rules.dataloader(TraceSummary(step_us=[10_000.0], data_us=5_000.0, data_exposed_us=5_000.0),
-                              cuda_context(user=user_objects(_namespace(), cores=8)))
+                              cuda_context(user=user_setup(_namespace(), cores=8)))
     assert "num_workers=1," in on_gpu.snippet and "set_num_threads" not in on_gpu.snippet + on_gpu.fix
     from_a_trace = rules.dataloader(s, cpu_context())  # a trace from elsewhere: the cores are not known
     assert "num_workers=1," in from_a_trace.snippet and "check the cores of the machine" in from_a_trace.fix
@@ -169,14 +169,14 @@ def test_the_objects_are_found_where_the_code_reaches_them():
 
     outer = torch.nn.Sequential(torch.nn.Linear(2, 2))
     named = {"encoder": outer[0], "pipeline": outer, "stream": DataLoader(Stream(), batch_size=2), "_": outer}
-    user = user_objects(named, cores=4)
+    user = user_setup(named, cores=4)
     assert (user.model, user.loader, user.optimizer) == ("pipeline", "stream", "optimizer")  # the outermost module
     assert user.loader_iterable and user.found == frozenset({"model", "loader"})
     finding = rules.dataloader(TraceSummary(step_us=[1000.0], data_us=500.0), cpu_context(user=user))
     assert "stream = DataLoader(stream.dataset, batch_size=stream.batch_size," in finding.snippet
     assert "sampler" not in finding.snippet
     both = {"model": torch.nn.Linear(2, 2), "aux": torch.nn.Linear(2, 2)}
-    assert user_objects(both, cores=1).model == "model"  # the conventional name first
+    assert user_setup(both, cores=1).model == "model"  # the conventional name first
 
 
 FAKE_LIBRARY = """
@@ -216,7 +216,7 @@ def test_transformers_generate_gets_its_static_cache_and_compiled_decoding_step(
     assert library_call(Count({frame: 21}), 21) == ("transformers", "generate")
     assert library_call(Count({frame: 5}), 21) is None  # most reads are elsewhere
     s = TraceSummary(step_us=[10_000.0], sync_calls=21, sync_us=2_000.0, syncs_in_library=Count({frame: 21}))
-    found = rules.sync(s, cuda_context(user=user_objects({"lm": torch.nn.Linear(2, 2)}, cores=8)))
+    found = rules.sync(s, cuda_context(user=user_setup({"lm": torch.nn.Linear(2, 2)}, cores=8)))
     assert "21 of them inside transformers' generate" in found.title and "static" in found.fix
 
     class FakeCausalLM(torch.nn.Module):  # what the snippet touches of a transformers model
@@ -236,7 +236,7 @@ def test_the_loader_fix_runs_for_a_loader_batched_by_its_own_batch_sampler():
     namespace = {"torch": torch, "DataLoader": DataLoader,
                  "batches": DataLoader(data, batch_sampler=BatchSampler(SequentialSampler(data), 8, drop_last=True))}
     finding = rules.dataloader(TraceSummary(step_us=[1000.0], data_us=400.0),
-                               cpu_context(user=user_objects(namespace, cores=2)))
+                               cpu_context(user=user_setup(namespace, cores=2)))
     assert "batch_sampler=batches.batch_sampler" in finding.snippet and "drop_last" not in finding.snippet
     exec(finding.snippet, namespace)
     assert namespace["batches"].num_workers == 1 and len(list(namespace["batches"])) == 5
@@ -253,7 +253,7 @@ def test_the_evaluation_sync_fix_names_the_cells_objects_and_runs():
     namespace = _namespace()
     labels = torch.randint(0, 4, (64,))  # a classifier's loader, as an evaluation's is
     namespace["train_loader"] = DataLoader(TensorDataset(torch.randn(64, 8), labels), batch_size=16)
-    finding = rules.sync(s, cpu_context(user=user_objects(namespace, cores=2)))
+    finding = rules.sync(s, cpu_context(user=user_setup(namespace, cores=2)))
     assert finding.evidence["syncs_per_step_by_part"] == {"training": 0.0, "evaluation": 10.0}
     assert "net.eval()" in finding.snippet and "for x, y in train_loader:" in finding.snippet
     exec(compile(finding.snippet, "<sync fix>", "exec"), namespace)

@@ -13,7 +13,7 @@ from torchmagic.features.profile.result import Severity
 from torchmagic.core.measure.low_precision import Retimed
 from torchmagic.features.profile.options import ProfileOptions
 from torchmagic.features.profile.summary import TraceSummary
-from torchmagic.features.profile.user import UserObjects
+from torchmagic.features.profile.user import UserSetup
 
 from .. import workloads as w
 from ..fakes import FastBf16Cpu
@@ -249,7 +249,7 @@ def test_findings_sorted_by_severity_then_share():
 
 
 def test_every_verifiable_rule_names_a_command_and_fills_the_notebooks_names():
-    ctx = cpu_context(user=UserObjects(loader="train_loader", found=frozenset({"loader"})))
+    ctx = cpu_context(user=UserSetup(loader="train_loader", found=frozenset({"loader"})))
     s = TraceSummary(step_us=[1000.0], data_us=500.0, sync_calls=10)
     found = {f.rule: f for f in rules.diagnose(s, ctx)}
     assert found["dataloader"].verify == "%loadertune train_loader"

@@ -21,7 +21,7 @@ from .options import SORT_KEYS, ProfileOptions
 from .result import ProfileResult
 from .traces.magic import TracesMagics, ranks_magic
 from .run import measured_nothing, run_profile
-from .user import user_objects
+from .user import user_setup
 
 
 @magics_class
@@ -110,7 +110,7 @@ class ProfileMagics(TorchMagicsBase):
 
         try:
             run = run_profile(step, options, label="%%torchprofile", device=device,
-                              user=user_objects(names_used(code.names, namespace), usable_cores()), code=cell)
+                              user=user_setup(names_used(code.names, namespace), usable_cores()), code=cell)
         except ProfilerBusyError as exc:
             raise usage_error(f"%%torchprofile: {exc}") from None
         except KeyboardInterrupt as exc:  # held while the profiler stopped, raised as the run ended

@@ -26,13 +26,13 @@ from .kineto import STEP_PREFIX
 from .options import ProfileOptions
 from .result import ProfileResult
 from .rules import AllocatorCounters, RuleContext
-from .user import UserObjects, user_objects
+from .user import UserSetup, user_setup
 
 
 @guards
 def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOptions(), *,
                 label: str = "profile", device: Device | None = None,
-                user: UserObjects | None = None, code: str | None = None) -> Outcome[ProfileResult]:
+                user: UserSetup | None = None, code: str | None = None) -> Outcome[ProfileResult]:
     """Profile ``step``; the fixes name ``user``'s objects (default: those ``step`` reaches, by the
     names its code uses) and fit this machine's cores.  ``code``: the step's source (a cell's), whose
     verify commands' measurements (core/expectations.py) the rules read."""
@@ -77,7 +77,7 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
                     stop_profiler(prof)
     except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt too: summarise, then re-raise)
         error = exc
-    ctx = rule_context(device, user or user_objects(names_reached(step), usable_cores()), memory_before, code)
+    ctx = rule_context(device, user or user_setup(names_reached(step), usable_cores()), memory_before, code)
     measured = Measured(label=label, options=options, device=device, ctx=ctx, warmup_s=warmup_s, step_s=step_s,
                         error=error, history=history, energy_mj=tuple(energy))
     return Outcome(build_profile(prof, measured), value, error)  # the value: the last completed step's
@@ -90,7 +90,7 @@ def measured_nothing(result: ProfileResult) -> bool:
     return nothing_measured(result.step_s, result.warmup_s, result.ops)
 
 
-def rule_context(device: Device, user: UserObjects = UserObjects(), before=None,
+def rule_context(device: Device, user: UserSetup = UserSetup(), before=None,
                  code: str | None = None) -> RuleContext:
     """What the rules may know of the device: its capabilities and, with the allocator's counters
     from ``before`` the steps, their memory; with the profiled ``code``, what its verifies measured."""

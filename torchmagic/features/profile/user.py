@@ -1,6 +1,6 @@
-"""The user's objects as the fixes' code should name them: the model, optimizer and DataLoader the
-profiled code uses, found among the names it refers to, with what a fix needs to know of them (the
-loader's batch size and workers), and the cores of the machine the profile ran on."""
+"""The user's setup as a fix's code must fit it: the names the profiled code gives its model, optimizer
+and DataLoader (found among the names it refers to; the objects themselves are not kept), what a fix
+needs to know of them (the loader's batch size and workers), and the cores of the machine it ran on."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ DEFAULT_NAMES = {"model": "model", "optimizer": "optimizer", "loader": "loader"}
 
 
 @dataclass(frozen=True)
-class UserObjects:
+class UserSetup:
+    """What the fixes' snippets call the user's objects (names, not the objects) and what they must fit."""
+
     model: str = "model"
     optimizer: str = "optimizer"
     loader: str = "loader"
@@ -26,7 +28,7 @@ class UserObjects:
     module_paths: dict[int, str] = field(default_factory=dict, compare=False, repr=False)
 
 
-def user_objects(named: dict[str, Any], cores: int | None) -> UserObjects:
+def user_setup(named: dict[str, Any], cores: int | None) -> UserSetup:
     """Pick, among ``named`` (a name → value map of what the code refers to), the DataLoader, the
     optimizer and the outermost module; the conventional name wins where several qualify."""
     import torch
@@ -39,7 +41,7 @@ def user_objects(named: dict[str, Any], cores: int | None) -> UserObjects:
     modules = [name for name in modules if id(named[name]) not in inner] or modules
     names = {"loader": loaders, "optimizer": optimizers, "model": modules}
     loader = named[loaders[0]] if loaders else None
-    return UserObjects(
+    return UserSetup(
         **{role: found[0] if found else DEFAULT_NAMES[role] for role, found in names.items()},
         found=frozenset(role for role, found in names.items() if found),
         loader_batch_size=getattr(loader, "batch_size", None), loader_workers=getattr(loader, "num_workers", None),

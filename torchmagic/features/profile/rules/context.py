@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..amp_estimate import AmpEstimate
-from ..user import UserObjects
+from ..user import UserSetup
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class RuleContext:
     traces_kernels: bool = False     # ops run as kernels the trace records: the GPU rules need those
     captures_cuda_graphs: bool = False
     autocast_keeps: str = "losses in fp32"  # what autocast leaves in fp32 on this device
-    user: UserObjects = UserObjects()        # the code's model, optimizer and loader, the machine's cores
+    user: UserSetup = UserSetup()        # the code's model, optimizer and loader, the machine's cores
     alloc_retries: int = 0                   # allocator cache flushes during the profile (CUDA)
     allocator: AllocatorCounters | None = None  # for the profiled steps' peak (CUDA)
     # a live profile's measurements on this device (features/profile/amp_estimate.py); None for a trace

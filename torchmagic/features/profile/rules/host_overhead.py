@@ -10,7 +10,7 @@ from ..libraries import library_call, library_fix, possessive
 from ..regions import EVALUATION, parts
 from ..result import Finding
 from ..summary import TraceSummary
-from ..user import UserObjects
+from ..user import UserSetup
 from .context import RuleContext
 from .findings import THRESHOLDS, Advice, fmt_per_step, make_finding, share_of_step
 from .gpu_work import gpu_waiting_share
@@ -72,7 +72,7 @@ def _sync_cost(s: TraceSummary, ctx: RuleContext, per_step: float,
     return title, share, expected
 
 
-def _evaluation_metrics(u: UserObjects, expected: Expectation) -> Advice:
+def _evaluation_metrics(u: UserSetup, expected: Expectation) -> Advice:
     """The fix where most syncs are in the evaluation part: its metrics summed on the device."""
     return Advice(
         "Most of them are in the evaluation part: accumulate its metrics on the device and read the "
@@ -87,7 +87,7 @@ def _evaluation_metrics(u: UserObjects, expected: Expectation) -> Advice:
     )
 
 
-def _running_values(u: UserObjects, expected: Expectation) -> Advice:
+def _running_values(u: UserSetup, expected: Expectation) -> Advice:
     """The fix for syncs in the training loop: running values kept on the device, read now and then."""
     return Advice(
         "Keep running values on the device and read them once per step (or every N steps); "

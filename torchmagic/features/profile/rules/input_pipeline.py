@@ -8,7 +8,7 @@ from ....core.expectations import measured
 from ....core.render.format import fmt_us
 from ..result import Finding
 from ..summary import TraceSummary
-from ..user import UserObjects
+from ..user import UserSetup
 from .context import RuleContext
 from .findings import THRESHOLDS, Advice, make_finding, share_of_step
 
@@ -59,7 +59,7 @@ def dataloader(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     )
 
 
-def _batching(u: UserObjects) -> str:
+def _batching(u: UserSetup) -> str:
     """The arguments that keep a rebuilt DataLoader's batches as the user's loader makes them."""
     if u.loader_iterable:  # an IterableDataset batches itself: no sampler to pass on
         return f"batch_size={u.loader}.batch_size, drop_last={u.loader}.drop_last"
