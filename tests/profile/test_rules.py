@@ -9,7 +9,7 @@ import torch
 import torchmagic
 from torchmagic.core.devices import CpuDevice
 from torchmagic.features.profile import rules
-from torchmagic.features.profile.result import Severity
+from torchmagic.features.profile.result import Finding, Severity
 from torchmagic.core.measure.low_precision import Retimed
 from torchmagic.features.profile.options import ProfileOptions
 from torchmagic.features.profile.summary import TraceSummary
@@ -418,3 +418,10 @@ def test_dispatch_bound_predicts_compile_only_from_a_measurement():
                                 code=code).finding("dispatch_bound")
     assert (f.expected.low, f.expected.high) == (1.6, 2.0) and f.verify.endswith("--expect 1.60-2.00")
     assert "torch.compile measured 1.80x on this code" in f.fix and "torch.compile(" in f.snippet
+
+
+def test_a_finding_given_its_severity_as_a_string_holds_the_type():
+    f = Finding(rule="sync", severity="medium", title="t", evidence={}, fix="f", snippet="s")
+    assert f.severity is Severity.MEDIUM and f.severity.rank == 1
+    with pytest.raises(ValueError):
+        Finding(rule="sync", severity="urgent", title="t", evidence={}, fix="f", snippet="s")

@@ -48,6 +48,10 @@ class Finding:
     # verify command carries it (--expect) and says whether what it measures falls inside
     expected: Expectation | None = None
 
+    def __post_init__(self):
+        # "high" as written by hand or by an older file: the type, so that findings sort by its rank
+        object.__setattr__(self, "severity", Severity(self.severity))
+
     def to_dict(self) -> dict:
         return asdict(self)
 
