@@ -57,7 +57,7 @@ for x, y in data:
     },
     "amp_compare": {
         "source": """\
-%%amp_compare --variants eager,amp --runs 10 --warmup 1 --output logits
+%%amp_compare --variants eager,amp --runs 10 --warmup 1 --accuracy-of logits
 logits = model(data[0][0])""",
         "tabs": ["Verdict", "Chart"],
         "text": "speedup (95% CI)",

@@ -269,8 +269,8 @@ def test_fifty_faults_do_not_grow_memory(notebook, magic, fault):
 OPTIONS = {
     "torchprofile": ["--steps", "--warmup", "--top", "--sort", "--trace", "--memory", "--stack", "--flops",
                      "--record-shapes", "-o", "-q"],
-    "amp_compare": ["--variants", "--runs", "--min-time", "--warmup", "--dtype", "--model", "--output",
-                    "--atol", "--rtol", "--no-restore", "-o", "-q"],
+    "amp_compare": ["--variants", "--runs", "--min-time", "--warmup", "--dtype", "--model", "--accuracy-of",
+                    "--output", "--atol", "--rtol", "--no-restore", "-o", "-q"],
     "gpumem": ["--free", "--reset", "--watch", "--stop", "--top", "-o", "-q"],
     "autobatch": ["--budget", "--margin", "--min", "--max", "--multiple-of", "--target-batch", "--throughput",
                   "--no-estimate", "-o", "-q"],

@@ -57,12 +57,36 @@ def test_q_shows_nothing_and_the_default_model_is_the_one_with_parameters(shell)
     assert shell.user_ns["r"]["int8"].ok  # int8 needed the model: net was found, not criterion
 
 
-def test_output_option_picks_the_compared_variable(shell):
+OLD_FLAG_NOTE = "--output is now --accuracy-of (it will be removed)"
+
+
+def test_accuracy_of_picks_the_compared_variable(shell):
     shell.run_cell(SETUP)
-    result, _ = run(shell, "%%amp_compare -q -o r --runs 2 --warmup 0 --variants eager,amp --output pred\n"
+    result, _ = run(shell, "%%amp_compare -q -o r --runs 2 --warmup 0 --variants eager,amp --accuracy-of pred\n"
                            "pred = net(x)\n'not compared'")
     assert result.success and result.result == "not compared"
-    assert shell.user_ns["r"]["amp"].max_rel_err > 0
+    r = shell.user_ns["r"]
+    assert r["amp"].max_rel_err > 0 and OLD_FLAG_NOTE not in r.notes
+
+
+def test_output_still_works_as_accuracy_of_with_a_note_in_the_report(shell):
+    shell.run_cell(SETUP)
+    result, captured = run(shell, "%%amp_compare -o r --runs 2 --warmup 0 --variants eager,amp --output pred\n"
+                                  "pred = net(x)\n'not compared'")
+    assert result.success and result.result == "not compared"
+    r = shell.user_ns["r"]
+    assert r["amp"].max_rel_err > 0 and r.notes[0] == OLD_FLAG_NOTE
+    assert captured.outputs[0].data["text/plain"].splitlines().count(OLD_FLAG_NOTE) == 1  # one line, shown
+    assert OLD_FLAG_NOTE in captured.outputs[0].data["text/html"]
+    assert "Traceback" not in captured.stdout + captured.stderr
+
+
+def test_output_and_accuracy_of_together_are_a_usage_error(shell):
+    shell.run_cell(SETUP + "ran = False")
+    result, captured = run(shell, "%%amp_compare --output pred --accuracy-of pred\nran = True\npred = net(x)")
+    text = (captured.stderr + captured.stdout).strip()
+    assert not shell.user_ns["ran"] and "Traceback" not in text
+    assert text == "UsageError: %%amp_compare: --output is now --accuracy-of; give only --accuracy-of"
 
 
 def test_several_models_need_a_choice(shell):
@@ -87,7 +111,8 @@ def test_several_models_need_a_choice(shell):
     ("--model missing", "'missing' is not defined"),
     ("--model x", "is a Tensor, not an nn.Module"),
     ("-o 9lives", "-o needs a Python variable name"),
-    ("--output 2x", "--output needs a variable name"),
+    ("--accuracy-of 2x", "--accuracy-of needs a variable name"),
+    ("--output 2x", "--accuracy-of needs a variable name"),
     ("--bogus", "unrecognized arguments"),
 ])
 def test_bad_arguments_give_a_one_line_usage_error(shell, line, message):
@@ -141,9 +166,16 @@ def test_help_lists_the_options():
     from torchmagic.features.compare.magic import CompareMagics
 
     doc = CompareMagics.amp_compare.__doc__
-    for option in ("--model", "--variants", "--runs", "--min-time", "--warmup", "--dtype", "--output",
+    for option in ("--model", "--variants", "--runs", "--min-time", "--warmup", "--dtype", "--accuracy-of",
                    "--atol", "--rtol", "--no-restore", "-o", "-q"):
         assert option in doc
+    assert "--output" not in doc  # --accuracy-of's old name, taken until it is removed, is not offered
+    assert "the variable holding the cell's output whose error against eager is measured" in " ".join(doc.split())
+
+
+def test_the_shown_help_offers_accuracy_of_not_its_old_name(shell):
+    result, captured = run(shell, "%%amp_compare?")
+    assert result.success and "[--accuracy-of NAME]" in captured.stdout and "--output" not in captured.stdout
 
 
 def test_refuses_to_run_inside_a_running_profiler_and_leaves_it_running(shell):
@@ -166,7 +198,7 @@ INFERENCE = "with torch.no_grad():\n    pred = net(x)\nprint('ran')"
 def test_amp_on_a_cpu_without_fast_bf16_prints_a_note_before_it_runs(shell, monkeypatch, fast):
     monkeypatch.setattr(CompareMagics, "device", staticmethod(lambda spec, values, magic: FastBf16Cpu(fast=fast)))
     shell.run_cell(SETUP)
-    result, captured = run(shell, "%%amp_compare --variants eager,amp --runs 2 --warmup 0 --output pred -o r\n"
+    result, captured = run(shell, "%%amp_compare --variants eager,amp --runs 2 --warmup 0 --accuracy-of pred -o r\n"
                                   + INFERENCE)
     assert result.success, result.error_in_exec
     r = shell.user_ns["r"]
@@ -180,7 +212,7 @@ def test_amp_on_a_cpu_without_fast_bf16_prints_a_note_before_it_runs(shell, monk
         shown = [o.data["text/plain"] for o in captured.outputs]
         assert any(AMP_NOTE in text for text in shown)  # and kept in the report
 
-    result, captured = run(shell, "%%amp_compare -q --variants eager,amp --runs 2 --warmup 0 --output pred -o r\n"
+    result, captured = run(shell, "%%amp_compare -q --variants eager,amp --runs 2 --warmup 0 --accuracy-of pred -o r\n"
                                   + INFERENCE)
     assert result.success and captured.outputs == [] and AMP_NOTE not in captured.stdout  # -q: no note printed
     assert (AMP_NOTE in shell.user_ns["r"].notes) is not fast

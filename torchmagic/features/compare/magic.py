@@ -3,6 +3,8 @@ CompareResult; the cell's variables are left as eager's first run left them."""
 
 from __future__ import annotations
 
+from argparse import SUPPRESS
+
 from IPython.core.magic import cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
@@ -31,8 +33,10 @@ class CompareMagics(TorchMagicsBase):
     @argument("--warmup", type=int, default=3, metavar="N", help="untimed runs per variant after its first (default 3)")
     @argument("--dtype", metavar="DTYPE", help="autocast dtype for amp: bf16 or fp16 "
               "(default: bf16 where the device has it, else fp16)")
-    @argument("--output", dest="compared", metavar="NAME",
-              help="the variable compared with eager's after the cell (default: the cell's last expression)")
+    @argument("--accuracy-of", dest="compared", metavar="NAME",
+              help="the variable holding the cell's output whose error against eager is measured "
+                   "(default: the cell's last expression)")
+    @argument("--output", dest="compared_old_flag", metavar="NAME", help=SUPPRESS)  # --accuracy-of's old name
     @argument("--atol", type=float, metavar="X", help="absolute tolerance of the numerics check")
     @argument("--rtol", type=float, metavar="X",
               help="relative tolerance, times the largest |eager output| (default by precision: fp32 1e-4, "
@@ -59,7 +63,7 @@ class CompareMagics(TorchMagicsBase):
         variables keep the values of its first eager run, which is also the value returned.
         """
         __tracebackhide__ = True  # noqa: F841
-        args, options = self._options(line)
+        args, options, flag_notes = self._options(line)
         code = self.compile_cell(cell, "%%amp_compare")
         after_eager: dict = {}  # the cell's variables as eager's first run left them
         workload, state, device = self._workload(args, code, after_eager)
@@ -77,13 +81,14 @@ class CompareMagics(TorchMagicsBase):
         finally:
             if progress:
                 progress.close()
-        self._after_run(run, after_eager, cell)
+        self._after_run(run, after_eager, cell, flag_notes)
         return self.cell_outcome(args, run)
 
     def _options(self, line: str):
-        """The parsed line and the CompareOptions it asks for."""
+        """The parsed line, the CompareOptions it asks for, and the report's notes on its flags."""
         args = parse_argstring(self.amp_compare, line, "%%amp_compare")
         self.check_output_name(args.output)
+        flag_notes = _old_flag_names(args)
         try:
             options = CompareOptions(
                 variants=tuple(parse_variants(args.variants)), runs=args.runs, min_time=args.min_time,
@@ -92,11 +97,11 @@ class CompareMagics(TorchMagicsBase):
                 expect=parse_expect(args.expect) if args.expect is not None else None)
         except ValueError as exc:
             raise refused("%%amp_compare", exc) from None
-        return args, options
+        return args, options, flag_notes
 
     def _workload(self, args, code, after_eager: dict):
-        """The cell as run_compare runs it (each variant's model under the model's name, the --output
-        variable compared), what it restores, and the device: checked before anything runs."""
+        """The cell as run_compare runs it (each variant's model under the model's name, the
+        --accuracy-of variable compared), what it restores, and the device: checked before anything runs."""
         namespace = self.shell.user_ns
         name = self._model_name(args.model, code.names)
         model = namespace[name] if name else None
@@ -115,21 +120,24 @@ class CompareMagics(TorchMagicsBase):
 
         compared = args.compared
         if compared is not None and not compared.isidentifier():
-            raise usage_error(f"--output needs a variable name, got {compared!r}")
+            raise usage_error(f"--accuracy-of needs a variable name, got {compared!r}")
 
         def output(value):
             if compared is None:
                 return value
             if compared not in namespace:
-                raise usage_error(f"%%amp_compare: the cell did not define {compared!r} (--output)")
+                raise usage_error(f"%%amp_compare: the cell did not define {compared!r} (--accuracy-of)")
             return namespace[compared]
 
         workload = Workload(run_cell, model, output, after_baseline=lambda: after_eager.update(namespace))
         return workload, state, device
 
-    def _after_run(self, run, after_eager: dict, cell: str) -> None:
+    def _after_run(self, run, after_eager: dict, cell: str, flag_notes: list[str]) -> None:
         """What an ended run leaves: its cleanup notes printed, the cell's variables as eager's first run
-        left them, the measured speedups kept for the next profile of this cell."""
+        left them, the measured speedups kept for the next profile of this cell, the notes on the
+        line's flags first in the report."""
+        if run.result is not None:
+            run.result.notes[:0] = flag_notes
         if isinstance(run.error, KeyboardInterrupt):  # what was cleaned up: one line each, however it is shown
             for note in getattr(run.error, "__notes__", ()):
                 print(note)
@@ -163,3 +171,14 @@ class CompareMagics(TorchMagicsBase):
             raise usage_error(f"%%amp_compare: the cell uses several models ({', '.join(candidates)}); "
                               "say which one the variants change with --model NAME")
         return candidates[0] if candidates else None
+
+
+def _old_flag_names(args) -> list[str]:
+    """--output NAME, --accuracy-of's name until it clashed with -o NAME (which stores the result, as
+    in every magic): still taken, with a note in the report, until it is removed."""
+    if args.compared_old_flag is None:
+        return []
+    if args.compared is not None:
+        raise usage_error("%%amp_compare: --output is now --accuracy-of; give only --accuracy-of")
+    args.compared = args.compared_old_flag
+    return ["--output is now --accuracy-of (it will be removed)"]
