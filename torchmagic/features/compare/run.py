@@ -257,7 +257,7 @@ class _Comparison:
         out = entry.out
         if self.reference is None:
             out.notes.append("no numerics check: the code's output holds no tensors or numbers "
-                             "(name one with --accuracy-of NAME)")
+                             "(%%amp_compare --accuracy-of NAME names one; the API compares what fn returns)")
             return
         rtol, atol = numerics.tolerance(out.precision, self.options.rtol, self.options.atol)
         error = numerics.compare(compared, self.reference, rtol, atol)
