@@ -111,7 +111,7 @@ def test_several_models_need_a_choice(shell):
     ("--model missing", "'missing' is not defined"),
     ("--model x", "is a Tensor, not an nn.Module"),
     ("-o 9lives", "-o needs a Python variable name"),
-    ("--accuracy-of 2x", "--accuracy-of needs a variable name"),
+    ("--accuracy-of 2x", "%%amp_compare: --accuracy-of needs a variable name"),
     ("--output 2x", "--accuracy-of needs a variable name"),
     ("--bogus", "unrecognized arguments"),
 ])

@@ -120,7 +120,7 @@ class CompareMagics(TorchMagicsBase):
 
         compared = args.compared
         if compared is not None and not compared.isidentifier():
-            raise usage_error(f"--accuracy-of needs a variable name, got {compared!r}")
+            raise usage_error(f"%%amp_compare: --accuracy-of needs a variable name, got {compared!r}")
 
         def output(value):
             if compared is None:
