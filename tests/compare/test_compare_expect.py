@@ -8,6 +8,7 @@ from torch import nn
 import torchmagic
 from torchmagic.core.expectations import Expectation, Measured, code_key, measured
 from torchmagic.features.compare.result import CompareResult, VariantResult
+from torchmagic.core.devices import DeviceInfo
 
 from ..conftest import run
 from .test_compare_magic import SETUP
@@ -78,7 +79,7 @@ def test_the_api_judges_and_stores_the_check():
 def test_without_an_interval_the_prediction_is_not_judged():
     eager = VariantResult("eager", median_s=0.01, speedup=1.0)
     amp = VariantResult("amp", median_s=0.008, speedup=1.25)  # 4 rounds: no CI
-    r = CompareResult(label="c", device={"kind": "cpu"}, variants=[eager, amp], rounds=4,
+    r = CompareResult(label="c", device=DeviceInfo("cpu", "cpu", "cpu"), variants=[eager, amp], rounds=4,
                       options={"expect": "1.15-1.30x"})
     assert r.to_text().splitlines()[1] == ("Not judged against the 1.15-1.30x the finding predicted: amp has no "
                                            "95% CI (too few rounds).")

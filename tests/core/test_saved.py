@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import torchmagic
+from torchmagic.core.devices import DeviceInfo
 from torchmagic.core.expectations import Expectation
 from torchmagic.core.render.saved import NotAResultFile
 from torchmagic.features.profile.result import Finding, ProfileResult, Severity
@@ -48,7 +49,7 @@ def test_a_finding_comes_back_as_it_was_saved(tmp_path):
     finding = Finding(rule="amp", severity=Severity.MEDIUM, title="fp32 matmuls", evidence={"share_of_step": 0.2},
                       fix="Autocast.", snippet="with torch.autocast('cpu'):", verify="%%amp_compare --expect 1.10-1.30",
                       share=0.2, expected=Expectation(1.1, 1.3, "measured"))
-    result = ProfileResult(label="%%torchprofile", device={"kind": "cpu"}, step_s=[0.01], findings=[finding])
+    result = ProfileResult(label="%%torchprofile", device=DeviceInfo("cpu", "cpu", "cpu"), step_s=[0.01], findings=[finding])
     loaded = torchmagic.load(result.save(tmp_path / "finding.json"))
     assert loaded == result and type(loaded.findings[0].severity) is Severity
     assert type(loaded.findings[0].expected) is Expectation

@@ -3,6 +3,7 @@ own recommendation rules (recommendation.recommend) and the view."""
 
 from torchmagic.features.loadertune.result import LoaderRow, LoaderSettings, LoaderTuneResult
 from torchmagic.features.loadertune.recommendation import fastest_measured, recommend, vs_current
+from torchmagic.core.devices import DeviceInfo
 
 CURRENT = LoaderSettings(0)
 ONE = LoaderSettings(1, False, True, 2)
@@ -24,7 +25,7 @@ def tuned(stages: list[dict[LoaderSettings, list[float]]]) -> LoaderTuneResult:
     order = [list(passes) for passes in stages]
     best, speedup, ci = recommend(CURRENT, rows, order, samples)
     vs_current(CURRENT, rows, order, samples)
-    return LoaderTuneResult(label="loader", device={"kind": "cpu"}, current=CURRENT, best=best,
+    return LoaderTuneResult(label="loader", device=DeviceInfo("cpu", "cpu", "cpu"), current=CURRENT, best=best,
                             fastest=fastest_measured(CURRENT, rows, order, samples), rows=list(rows.values()),
                             speedup=speedup,
                             ci=ci, seconds=1.0, cpus=2, start_method="fork", loader_call="DataLoader(dataset)",

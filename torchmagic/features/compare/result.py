@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ...core.devices import DeviceInfo
 from ...core.expectations import Expectation, Measured
 from ...core.render.base import Result
 
@@ -96,7 +97,7 @@ class VariantResult:
 @dataclass
 class CompareResult(Result):
     label: str
-    device: dict[str, Any]
+    device: DeviceInfo
     variants: list[VariantResult]
     rounds: int = 0
     seconds: float = 0.0
@@ -141,7 +142,7 @@ class CompareResult(Result):
         return f"interrupted after {self.rounds} timed rounds: the figures below cover them"
 
     def to_dict(self) -> dict:
-        data = asdict(self)
+        data = {**asdict(self), "device": self.device.to_dict()}
         data["best"] = self.best.name
         data["headline"] = self.headline()
         for entry, variant in zip(data["variants"], self.variants):

@@ -72,7 +72,7 @@ def _named(v: VariantResult) -> str:
 
 def details(r: CompareResult) -> list[str]:
     lines = [f"{r.rounds} interleaved rounds in {fmt_s(r.seconds)} on "
-             f"{r.device.get('name', r.device.get('kind'))}; medians per run; speedups are medians of "
+             f"{r.device.name or r.device.kind}; medians per run; speedups are medians of "
              f"per-round ratios, CIs from their order statistics; errors against fp32 eager's output (relative to its largest value)"]
     lines += r.notes
     for v in r.variants:

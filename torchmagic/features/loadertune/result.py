@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ...core.devices import DeviceInfo
 from ...core.expectations import Expectation, Measured
 from ...core.render.base import Result
 
@@ -63,7 +64,7 @@ class LoaderRow:
 @dataclass
 class LoaderTuneResult(Result):
     label: str
-    device: dict[str, Any]
+    device: DeviceInfo
     current: LoaderSettings
     best: LoaderSettings              # recommended: the current settings unless a change is surely faster
     fastest: LoaderSettings           # the highest speedup over the current settings in the rounds that ran
@@ -120,7 +121,7 @@ class LoaderTuneResult(Result):
         return next((n for n in self.notes if n.startswith("interrupted")), "interrupted: what was measured is below")
 
     def to_dict(self) -> dict:
-        data = asdict(self)
+        data = {**asdict(self), "device": self.device.to_dict()}
         data.update(changes=self.changes, headline=self.headline())
         for entry, row in zip(data["rows"], self.rows):
             entry.update(median_batches_per_s=row.median_batches_per_s,
