@@ -12,7 +12,8 @@ import torchmagic
 from torchmagic import Technique, Variant
 from torchmagic.core.settings import TorchSettings
 from torchmagic.core.devices import LowPrecision
-from torchmagic.features.compare.run import CompareOptions, advance_notes
+from torchmagic.features.compare.options import CompareOptions
+from torchmagic.features.compare.run import advance_notes
 from torchmagic.features.compare.variants import Env, parse_variants
 
 from ..fakes import FakeCudaDevice, FastBf16Cpu

@@ -49,14 +49,14 @@ def _verdict(r: CompareResult) -> str:
 
 def expectation_line(r: CompareResult) -> str | None:
     """With --expect, the answer to the finding this run verifies: is the speedup inside its prediction?"""
-    expect = r.options.get("expect")
-    if not expect or len(r.variants) < 2:
+    expect = r.options.expect
+    if expect is None or len(r.variants) < 2:
         return None
     v = r.variants[1]  # --expect takes exactly one variant besides eager
     if r.expectation_check is not None:
         return judge(_named(v), r.expectation_check)
     why = "it failed" if not v.ok else "too few rounds"
-    return f"Not judged against the {expect} the finding predicted: {v.name} has no 95% CI ({why})."
+    return f"Not judged against the {expect.text()} the finding predicted: {v.name} has no 95% CI ({why})."
 
 
 def speed_words(speedup: float) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 from ...core.devices import DeviceInfo
 from ...core.expectations import Expectation, Measured
 from ...core.render.base import Result
+from .options import TunedWith
 
 
 DATALOADER_DEFAULTS = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": 2}
@@ -80,7 +81,7 @@ class LoaderTuneResult(Result):
     step_s: float | None = None       # the training step alone, per batch
     with_step: dict[str, float] = field(default_factory=dict)  # "current"/"best" -> steps/s with the loader
     notes: list[str] = field(default_factory=list)
-    options: dict[str, Any] = field(default_factory=dict)
+    options: TunedWith = field(default_factory=TunedWith)
     expectation_check: Measured | None = None  # --expect: the change's speedup against the prediction
 
     def _view(self):
