@@ -108,7 +108,7 @@ def test_a_gpu_this_process_has_not_used_is_described_without_initialising_cuda(
     gpu = CudaDevice(1)
     assert gpu.name == "CUDA device 1" or gpu.name  # NVML's name where a driver answers
     assert gpu.uuid() is None and gpu.reset_peak_stats() is False
-    assert gpu.memory_allocated() == 0 and gpu.describe()["label"] == "cuda:1"
+    assert gpu.memory_allocated() == 0 and gpu.describe().label == "cuda:1"
 
 
 def test_magic_device_option_errors_are_one_line(shell):
@@ -172,7 +172,7 @@ def test_the_second_gpu_is_measured_and_named_as_itself():
     assert r.cell.device == "cuda:1" and r.cell.peak_bytes == 4096
     b = torchmagic.autobatch(lambda bs: (second.allocate(bs * 1024), second.free(bs * 1024)), device=second,
                              budget=2**19, max=4096, estimate=False, restore=[])
-    assert b.device["label"] == "cuda:1" and 0 < b.batch_size * 1024 <= 2**19
+    assert b.device.label == "cuda:1" and 0 < b.batch_size * 1024 <= 2**19
 
 
 def test_gpumem_lists_gpus_this_process_has_not_used_without_starting_cuda(cuda_present):

@@ -42,12 +42,12 @@ def test_a_cpu_model_on_a_gpu_machine_never_initialises_cuda():
         model = nn.Linear(64, 64)
         x = torch.randn(32, 64)
         r = torchmagic.profile(lambda: model(x).sum().backward(), steps=2)
-        assert r.device["label"] == "cpu", r.device
+        assert r.device.label == "cpu", r.device
         c = torchmagic.compare(lambda m: m(x), model=model, variants="eager,amp,int8", runs=2, min_time=0.01, warmup=0)
-        assert c.device["label"] == "cpu" and all(v.ok for v in c.variants), [v.error for v in c.variants]
+        assert c.device.label == "cpu" and all(v.ok for v in c.variants), [v.error for v in c.variants]
         b = torchmagic.autobatch(lambda bs: model(torch.randn(bs, 64)).sum().backward(), budget=2**26, max=512,
                                  estimate=False)
-        assert b.device["label"] == "cpu" and b.batch_size
+        assert b.device.label == "cpu" and b.batch_size
         m = torchmagic.measure_memory(lambda: model(x))
         assert m.cell.device == "cpu"
         assert not torch.cuda.is_initialized(), "CPU work initialised CUDA"
@@ -60,7 +60,7 @@ def test_a_cpu_model_on_a_gpu_machine_never_initialises_cuda():
 def test_profile_of_a_4096_linear_training_step_attributes_kernels_and_finds_amp():
     model, step = train_step_4096()
     r = torchmagic.profile(step, steps=3, warmup=2)
-    assert r.device["label"].startswith("cuda") and r.device.get("chosen") == "where the code's tensors are"
+    assert r.device.label.startswith("cuda") and r.device.chosen == "where the code's tensors are"
     device_us = {op.name: op.self_device_us for op in r.ops}
     gemm = sum(us for name, us in device_us.items() if name in ("aten::mm", "aten::addmm"))
     assert gemm > 0.5 * sum(device_us.values()), device_us  # the GEMMs are most of the kernel time

@@ -20,7 +20,8 @@ from .features.autobatch.options import AutobatchOptions
 from .features.autobatch.run import run_autobatch
 from .features.autobatch.run import objects_to_restore as restored_by_autobatch
 from .features.compare.result import CompareResult
-from .features.compare.run import CompareOptions, Workload, run_compare
+from .features.compare.options import CompareOptions
+from .features.compare.run import Workload, run_compare
 from .features.compare.run import objects_to_restore as restored_by_compare
 from .features.compare.variants import DEFAULT_VARIANTS, Variant, parse_variants
 from .features.memory.result import MemoryResult
@@ -194,7 +195,8 @@ def loadertune(loader: Any, *, workers: list[int] | None = None, batches: int | 
     recommended change (or, keeping the current settings, the fastest other) agrees.
     """
     from .features.loadertune.dataloader import as_loader
-    from .features.loadertune.run import LoaderTuneOptions, run_loadertune
+    from .features.loadertune.options import LoaderTuneOptions
+    from .features.loadertune.run import run_loadertune
     from .features.loadertune.run import objects_to_restore as restored_by_loadertune
 
     options = LoaderTuneOptions(workers=tuple(workers) if workers else None, batches=batches, seconds=seconds,

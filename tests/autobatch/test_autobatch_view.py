@@ -2,6 +2,7 @@
 shows the answer on top and every trial; Trial.ok means "ran and fit"."""
 
 import torchmagic
+from torchmagic.core.devices import DeviceInfo
 from torchmagic.features.autobatch.options import AutobatchOptions
 from torchmagic.features.autobatch.result import AutobatchResult, Trial
 from torchmagic.features.autobatch.view import ANSWER_ZORDER, bytes_format, memory_law_figure
@@ -15,7 +16,7 @@ OVER = Trial(9952, 60_405_000, ran=True, ok=False, seconds=0.5)    # 57.61 MiB, 
 
 
 def result(trials, batch_size=9944, budget=67_111_111, limit=LIMIT) -> AutobatchResult:
-    return AutobatchResult(label="step", device={"kind": "cuda", "name": "Fake"}, batch_size=batch_size,
+    return AutobatchResult(label="step", device=DeviceInfo("cuda", "cuda", "Fake"), batch_size=batch_size,
                            budget_bytes=budget, limit_bytes=limit, budget_source="given", fixed_bytes=1e6,
                            per_sample_bytes=6_000.0, trials=trials, reason="9944 fits and 9952 does not",
                            options=AutobatchOptions(margin=0.1))
@@ -100,7 +101,7 @@ def test_a_ranked_result_reads_per_rank_and_global_and_names_the_fullest_rank():
     trials = [Trial(32, 10 * MiB, True, True, 0.1, rank_peaks_bytes=(9 * MiB, 10 * MiB)),
               Trial(64, 19 * MiB, True, True, 0.2, rank_peaks_bytes=(19 * MiB, 17 * MiB)),
               Trial(96, None, False, False, 0.01, error="rank 1: OutOfMemoryError: CUDA out of memory")]
-    r = AutobatchResult(label="step", device={"kind": "cuda", "name": "Fake"}, batch_size=64, budget_bytes=30 * MiB,
+    r = AutobatchResult(label="step", device=DeviceInfo("cuda", "cuda", "Fake"), batch_size=64, budget_bytes=30 * MiB,
                         limit_bytes=27 * MiB, budget_source="90% of 80.0 GiB", fixed_bytes=1e6, per_sample_bytes=3e5,
                         trials=trials, reason="64 fits and 96 does not", options=AutobatchOptions(margin=0.1, target_batch=512),
                         ranks=4, accumulation_steps=2, micro_batch=64)

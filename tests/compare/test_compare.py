@@ -12,7 +12,8 @@ import torchmagic
 from torchmagic import Technique, Variant
 from torchmagic.core.settings import TorchSettings
 from torchmagic.core.devices import LowPrecision
-from torchmagic.features.compare.run import CompareOptions, advance_notes
+from torchmagic.features.compare.options import CompareOptions
+from torchmagic.features.compare.run import advance_notes
 from torchmagic.features.compare.variants import Env, parse_variants
 
 from ..fakes import FakeCudaDevice, FastBf16Cpu
@@ -304,7 +305,7 @@ def test_on_a_gpu_peaks_come_from_the_device_and_an_oom_variant_is_contained():
     assert r.baseline.peak_bytes == 300 and r["slow"].peak_bytes == 300 and r["slow"].ok
     assert not r["hungry"].ok and r["hungry"].error == "out of memory"
     assert dev.cache_empties >= 1 and dev.allocated == 0  # freed, then the cache emptied
-    assert r.device["name"] == "Fake H100"
+    assert r.device.name == "Fake H100"
     # every timed block and every single timed run waits for the device at both ends
     assert dev.syncs >= 2 * (3 * 2 + 2 * (1 + 1))
 

@@ -6,8 +6,10 @@ import torch
 from torch import nn
 
 import torchmagic
+from torchmagic.core.devices import DeviceInfo
 from torchmagic.core.expectations import Expectation, Measured, code_key, measured
 from torchmagic.features.compare.result import CompareResult, VariantResult
+from torchmagic.features.compare.options import ComparedWith
 
 from ..conftest import run
 from .test_compare_magic import SETUP
@@ -68,7 +70,7 @@ def test_the_api_judges_and_stores_the_check():
     assert r.expectation_check.inside is False and "the finding is contradicted" in r.to_text()
     r = torchmagic.compare(lambda m: m(x), model=net, variants="eager,inference_mode", runs=6, warmup=0,
                            expect=Expectation(0.01, 100), device="cpu")
-    assert r.expectation_check.inside and r.options["expect"] == "0.01-100.00x"
+    assert r.expectation_check.inside and r.options.expect.text() == "0.01-100.00x"
     with pytest.raises(ValueError, match="expect judges one variant's speedup"):
         torchmagic.compare(lambda m: m(x), model=net, expect="1.1-1.2")
     with pytest.raises(ValueError, match="expect takes a speedup range"):
@@ -78,7 +80,7 @@ def test_the_api_judges_and_stores_the_check():
 def test_without_an_interval_the_prediction_is_not_judged():
     eager = VariantResult("eager", median_s=0.01, speedup=1.0)
     amp = VariantResult("amp", median_s=0.008, speedup=1.25)  # 4 rounds: no CI
-    r = CompareResult(label="c", device={"kind": "cpu"}, variants=[eager, amp], rounds=4,
-                      options={"expect": "1.15-1.30x"})
+    r = CompareResult(label="c", device=DeviceInfo("cpu", "cpu", "cpu"), variants=[eager, amp], rounds=4,
+                      options=ComparedWith(("eager", "amp"), expect=Expectation(1.15, 1.30)))
     assert r.to_text().splitlines()[1] == ("Not judged against the 1.15-1.30x the finding predicted: amp has no "
                                            "95% CI (too few rounds).")

@@ -3,6 +3,7 @@
 import json
 from html import escape
 
+from torchmagic.core.devices import DeviceInfo
 from torchmagic.features.compare.result import CompareResult, VariantResult
 from torchmagic.features.compare.view import speed_words
 
@@ -25,7 +26,7 @@ def result(**overrides):
                             ci=(0.97, 1.05))
     failed = VariantResult("int8", precision="int8", dtype="int8 dynamic", device="cpu", ok=False,
                            error="int8 dynamic quantization runs on the CPU only")
-    data = dict(label="%%amp_compare", device={"kind": "cpu", "name": "Test CPU"},
+    data = dict(label="%%amp_compare", device=DeviceInfo("cpu", "cpu", "Test CPU"),
                 variants=[eager, fast, faster_but_wrong, slower, unclear, failed], rounds=40, seconds=30.0)
     data.update(overrides)
     return CompareResult(**data)

@@ -124,7 +124,7 @@ def test_profile_on_fake_cuda_device_shows_nvml_and_syncs_each_step():
     dev = FakeCudaDevice()
     r = torchmagic.profile(lambda: torch.ones(4) + 1, steps=3, warmup=1, device=dev)
     assert dev.syncs == 2 * 4  # before and after each of 1 warm-up and 3 steps
-    assert r.device["kind"] == "cuda" and r.nvml["name"] == "Fake H100"
+    assert r.device.kind == "cuda" and r.nvml["name"] == "Fake H100"
     assert not any("CPU-only" in note for note in r.notes)
     assert "NVML after the profile: Fake H100: 600.0 MiB of 80.0 GiB used (all processes), 37% busy" in r.to_text()
 
@@ -142,7 +142,7 @@ def test_real_cuda_profile_attributes_kernels_to_ops():
     model = torch.nn.Linear(1024, 1024).cuda()
     x = torch.randn(256, 1024, device="cuda")
     r = torchmagic.profile(lambda: model(x).sum().item(), steps=3, warmup=1)
-    assert r.device["kind"] == "cuda"
+    assert r.device.kind == "cuda"
     assert sum(op.self_device_us for op in r.ops) > 0
     assert r.device_categories_s
     assert any(span.lane.startswith("GPU stream") for span in r.timeline)

@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import torchmagic
+from torchmagic.core.devices import DeviceInfo
 from torchmagic.core.expectations import Expectation
 from torchmagic.core.render.saved import NotAResultFile
 from torchmagic.features.profile.result import Finding, ProfileResult, Severity
@@ -48,7 +49,7 @@ def test_a_finding_comes_back_as_it_was_saved(tmp_path):
     finding = Finding(rule="amp", severity=Severity.MEDIUM, title="fp32 matmuls", evidence={"share_of_step": 0.2},
                       fix="Autocast.", snippet="with torch.autocast('cpu'):", verify="%%amp_compare --expect 1.10-1.30",
                       share=0.2, expected=Expectation(1.1, 1.3, "measured"))
-    result = ProfileResult(label="%%torchprofile", device={"kind": "cpu"}, step_s=[0.01], findings=[finding])
+    result = ProfileResult(label="%%torchprofile", device=DeviceInfo("cpu", "cpu", "cpu"), step_s=[0.01], findings=[finding])
     loaded = torchmagic.load(result.save(tmp_path / "finding.json"))
     assert loaded == result and type(loaded.findings[0].severity) is Severity
     assert type(loaded.findings[0].expected) is Expectation
@@ -72,3 +73,45 @@ def test_a_file_that_holds_no_result_is_one_line(tmp_path):
             torchmagic.load(tmp_path / name)
         assert str(raised.value).startswith(f"{tmp_path / name}: ") and message in str(raised.value)
         assert "\n" not in str(raised.value) and isinstance(raised.value, ValueError)
+
+
+# Files the earlier versions wrote: the options of a comparison and a sweep as plain dicts (the
+# expectation as its text), the device as the dict Device.describe() returned (a GPU's with its uuid
+# and why it was chosen; the ranks engine's without a label).
+_EARLIER = {
+    "CompareResult": {
+        "label": "step", "device": {"kind": "cuda", "label": "cuda:0", "name": "NVIDIA H100", "chosen": "as given",
+                                    "uuid": "GPU-1234", "later": "a key no version reads"},
+        "variants": [{"name": "eager", "median_s": 0.01, "speedup": 1.0}, {"name": "amp", "median_s": 0.008}],
+        "rounds": 4, "options": {"variants": ["eager", "amp"], "runs": None, "min_time": 1.0, "min_rounds": 10,
+                                 "warmup": 3, "dtype": None, "atol": None, "rtol": None, "restore": True,
+                                 "expect": "1.15-1.30x"}},
+    "LoaderTuneResult": {
+        "label": "loader", "device": {"kind": "cpu", "label": "cpu", "name": "Test CPU"},
+        "current": {"num_workers": 0}, "best": {"num_workers": 0}, "fastest": {"num_workers": 0}, "rows": [],
+        "speedup": None, "ci": None, "seconds": 1.0, "cpus": 2, "start_method": "fork",
+        "loader_call": "DataLoader(dataset)",
+        "options": {"workers": [0, 1, 2], "batches": None, "seconds": 0.5, "rounds": 6, "expect": None}},
+    "AutobatchResult": {
+        "label": "step", "device": {"kind": "ranks", "name": "2 ranks"}, "batch_size": None, "budget_bytes": 0,
+        "limit_bytes": 0, "budget_source": "not read: nothing ran", "fixed_bytes": None, "per_sample_bytes": None,
+        "ranks": 2, "options": {"margin": 0.1}},
+}
+
+
+def test_a_file_an_earlier_version_wrote_still_loads(tmp_path):
+    for kind, data in _EARLIER.items():
+        path = tmp_path / f"{kind}.json"
+        path.write_text(json.dumps({"format": "torchmagic-result", "version": 1, "type": kind, "torchmagic": "0.1.0",
+                                    "result": data}))
+        loaded = torchmagic.load(path)
+        assert type(loaded).__name__ == kind and loaded.to_text()
+        assert torchmagic.load(loaded.save(tmp_path / f"{kind}.again.json")).to_json() == loaded.to_json()
+    compare = torchmagic.load(tmp_path / "CompareResult.json")
+    assert compare.device == DeviceInfo("cuda", "cuda:0", "NVIDIA H100", chosen="as given", uuid="GPU-1234")
+    assert compare.options.variants == ("eager", "amp") and compare.options.expect == Expectation(1.15, 1.30)
+    assert "Not judged against the 1.15-1.30x the finding predicted" in compare.to_text()
+    tuned = torchmagic.load(tmp_path / "LoaderTuneResult.json")
+    assert tuned.options.workers == (0, 1, 2) and tuned.options.rounds == 6 and tuned.options.expect is None
+    ranked = torchmagic.load(tmp_path / "AutobatchResult.json")
+    assert ranked.device == DeviceInfo("ranks", "ranks", "2 ranks") and ranked.options.margin == 0.1

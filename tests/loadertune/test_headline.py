@@ -1,8 +1,12 @@
 """The %loadertune headline agrees with its table: results built from numbers, through the engine's
 own recommendation rules (recommendation.recommend) and the view."""
 
+from dataclasses import replace
+
+from torchmagic.core.devices import DeviceInfo
 from torchmagic.features.loadertune.result import LoaderRow, LoaderSettings, LoaderTuneResult
 from torchmagic.features.loadertune.recommendation import fastest_measured, recommend, vs_current
+from torchmagic.features.loadertune.options import TunedWith
 
 CURRENT = LoaderSettings(0)
 ONE = LoaderSettings(1, False, True, 2)
@@ -24,11 +28,11 @@ def tuned(stages: list[dict[LoaderSettings, list[float]]]) -> LoaderTuneResult:
     order = [list(passes) for passes in stages]
     best, speedup, ci = recommend(CURRENT, rows, order, samples)
     vs_current(CURRENT, rows, order, samples)
-    return LoaderTuneResult(label="loader", device={"kind": "cpu"}, current=CURRENT, best=best,
+    return LoaderTuneResult(label="loader", device=DeviceInfo("cpu", "cpu", "cpu"), current=CURRENT, best=best,
                             fastest=fastest_measured(CURRENT, rows, order, samples), rows=list(rows.values()),
                             speedup=speedup,
                             ci=ci, seconds=1.0, cpus=2, start_method="fork", loader_call="DataLoader(dataset)",
-                            options={"rounds": 6})
+                            options=TunedWith(rounds=6))
 
 
 def table_fastest(r: LoaderTuneResult) -> LoaderSettings:
@@ -152,7 +156,7 @@ def test_the_expectation_is_judged_by_the_change_even_when_the_current_settings_
 
     r = tuned([{CURRENT: STEADY, ONE: [9.2, 9.1, 9.3, 9.2, 9.2, 9.2], TWO: [8.0] * 6}])
     assert r.best == CURRENT and r.change.settings == ONE  # the best of the others, though slower
-    r.options["expect"] = "1.10-1.40x"
+    r.options = replace(r.options, expect=Expectation(1.1, 1.4))
     assert expectation_line(r).startswith("Not judged against the 1.10-1.40x")
     r.expectation_check = r.change.measured(Expectation(1.1, 1.4))
     assert expectation_line(r).startswith("num_workers=1, prefetch_factor=2, persistent_workers measured 0.92x "

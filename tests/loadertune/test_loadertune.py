@@ -9,7 +9,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset, SubsetRandomSampler
 
 import torchmagic
-from torchmagic.features.loadertune.run import default_workers
+from torchmagic.features.loadertune.options import default_workers
 from torchmagic.features.loadertune.result import LoaderSettings, LoaderTuneResult
 
 from ..conftest import run

@@ -7,6 +7,7 @@ import types
 
 import pytest
 
+from torchmagic.core.devices import DeviceInfo
 from torchmagic.features.profile.result import Finding, OpRow, ProfileResult, Severity, TimelineSpan
 from torchmagic.features.profile.options import ProfileOptions
 from torchmagic.core.render import base, live
@@ -21,7 +22,7 @@ def make_result(n_ops=40, **kw):
                       snippet="DataLoader(ds, num_workers=4)", verify=None, share=0.4)
     ops = [OpRow(f"aten::op{i}", calls=i + 1, self_cpu_us=1000.0 - i, total_cpu_us=2000.0) for i in range(n_ops)]
     spans = [TimelineSpan("CPU", i * 10.0, 8.0, "forward" if i % 2 else "data loading", "x") for i in range(50)]
-    defaults = dict(label="%%torchprofile", device={"kind": "cpu", "name": "Test CPU"},
+    defaults = dict(label="%%torchprofile", device=DeviceInfo("cpu", "cpu", "Test CPU"),
                     step_s=[0.010, 0.012, 0.011], findings=[finding], ops=ops,
                     categories_s={"forward": 0.02, "data loading": 0.013}, timeline=spans,
                     notes=["CPU-only profile: no CUDA device found."], options=ProfileOptions(top=5))
@@ -122,7 +123,7 @@ def test_widgets_only_for_interactive_kernels(monkeypatch, allow_stdin, forced, 
 
 
 def test_result_without_steps_renders():
-    r = ProfileResult(label="x", device={"kind": "cpu", "name": "c"}, step_s=[], error="KeyboardInterrupt")
+    r = ProfileResult(label="x", device=DeviceInfo("cpu", "cpu", "c"), step_s=[], error="KeyboardInterrupt")
     assert "raised KeyboardInterrupt" in r.to_text()
     assert "KeyboardInterrupt" in r.to_html()
     assert "no complete step" in repr(r)

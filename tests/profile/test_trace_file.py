@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from torchmagic.core.devices import DeviceInfo
 from torchmagic.features.profile.result import ProfileResult
 
 from ..conftest import run
@@ -101,7 +102,7 @@ def test_the_trace_is_claimed_only_when_written_whole(shell, tmp_path, monkeypat
 
 @pytest.mark.parametrize("steps", [[0.0], [-1e-6, 0.002], [float("nan")]])
 def test_diff_against_steps_without_a_positive_time_is_one_line(shell, steps):
-    shell.user_ns["loaded"] = ProfileResult(label="trace", device={"kind": "cpu"}, step_s=steps)
+    shell.user_ns["loaded"] = ProfileResult(label="trace", device=DeviceInfo("cpu", "cpu", "cpu"), step_s=steps)
     assert "--diff loaded: its steps must each take a positive time" in _refused(shell, "--diff loaded")
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from .limits import SettingError
 
@@ -34,6 +35,11 @@ class Expectation:
 
     def option(self) -> str:
         return f"--expect {self.low:.2f}-{self.high:.2f}"
+
+    @classmethod
+    def upgrade_saved(cls, data: Any) -> Any:
+        """A verify run's options once kept the expectation as its text ("1.10-1.30x"): a saved result's."""
+        return asdict(parse_expect(data)) if isinstance(data, str) else data
 
     @classmethod
     def removing(cls, share: float, what: str) -> "Expectation":

@@ -7,6 +7,7 @@ import os
 import pytest
 
 import torchmagic
+from torchmagic.core.devices import DeviceInfo
 from torchmagic.features.profile.traces import ops
 
 from ...tabs import tabs
@@ -20,7 +21,7 @@ def one_rank_files(job_traces):
 def test_one_ranks_trace_gets_the_operators_and_findings_of_torchprofile(one_rank_files):
     r = torchmagic.analyze(one_rank_files[1])  # the rank whose input pipeline is slow
     p = r.profile
-    assert p is not None and p.steps == 4 and p.device["kind"] == "cpu"
+    assert p is not None and p.steps == 4 and p.device.kind == "cpu"
     names = {op.name for op in p.ops}
     assert {"aten::mm", "c10d::allreduce_"} <= names and any(n.startswith("enumerate(DataLoader)") for n in names)
     assert p.categories_s["data loading"] > 0.3 * sum(p.categories_s.values())
@@ -60,7 +61,7 @@ def test_kernels_go_to_the_ops_that_launched_them_and_the_gpu_is_named(tmp_path)
     data["deviceProperties"] = [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0}]
     __import__("json").dump(data, open(path, "w"))
     p = torchmagic.analyze(path).profile
-    assert p.device == {"kind": "cuda", "label": "cuda", "name": "NVIDIA H100 80GB HBM3"}
+    assert p.device == DeviceInfo("cuda", "cuda", "NVIDIA H100 80GB HBM3")
     by_name = {op.name: op for op in p.ops}
     assert by_name["aten::mm"].self_device_us == pytest.approx(1400)  # two 700 µs kernels
     assert by_name["aten::add"].self_device_us == pytest.approx(80)

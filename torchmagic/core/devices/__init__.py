@@ -7,6 +7,7 @@ device with :func:`use_device`, so the GPU logic above this layer runs on CPU.
 
 from .base import AllocatorStats, CpuDevice, Device, HostMemory, LowPrecision, host_memory
 from .cuda import CudaDevice
+from .info import DeviceInfo
 from .mps import MpsDevice
 from .nvml import NvmlProcess, NvmlReading, nvml_reading
 from .oom import is_out_of_memory
@@ -22,6 +23,7 @@ __all__ = [
     "nccl_gpus",
     "CudaDevice",
     "Device",
+    "DeviceInfo",
     "LowPrecision",
     "MpsDevice",
     "NvmlReading",

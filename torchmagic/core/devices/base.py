@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .info import DeviceInfo
 from .profiler import PeakReading, allocation_peak
 from .resident import resident_bytes, resident_peak
 
@@ -179,9 +180,8 @@ class Device:
         """Which device was measured and why, where the machine offered a choice."""
         return f"Measured on {self.label} ({self.name}): {self.chosen}." if self.chosen else None
 
-    def describe(self) -> dict:
-        described = {"kind": self.kind, "label": self.label, "name": self.name}
-        return {**described, "chosen": self.chosen} if self.chosen else described
+    def describe(self) -> DeviceInfo:
+        return DeviceInfo(self.kind, self.label, self.name, chosen=self.chosen or None)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.label}: {self.name}>"

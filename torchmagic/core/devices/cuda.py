@@ -9,11 +9,13 @@ allocator counters, which are zero then), so looking never creates one.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import torch
 
 from .base import AllocatorStats, Device, LowPrecision
 from .history import cuda_allocation_history
+from .info import DeviceInfo
 from .nvml import NvmlReading, NvmlSampler, energy_mj, nvml_reading
 from .profiler import allocation_peak
 
@@ -132,8 +134,8 @@ class CudaDevice(Device):
     def energy_mj(self) -> int | None:
         return energy_mj(self.uuid(), _nvml_index(self.index))
 
-    def describe(self) -> dict:
-        return {**super().describe(), "uuid": self.uuid()}
+    def describe(self) -> DeviceInfo:
+        return replace(super().describe(), uuid=self.uuid())
 
 
 class _allocation_and_reserved_peak(allocation_peak):

@@ -6,7 +6,8 @@ and the torchmagic version that wrote it.  Loading rebuilds the dataclass from i
 (nested results, tuples, optional values, enums saved as their values), so a loaded result is the
 same plain data, shown and compared (``--diff``) as the one saved.  Keys a result derives in
 ``to_dict`` (``median_step_s``) are not fields and are left out; a field a later version added takes
-its default.
+its default; a class whose saved shape changed (a description once kept as a plain dict) turns an
+earlier file's data into today's with its ``upgrade_saved(data)``.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ def from_data(cls: type, data: Any) -> Any:
     if isinstance(cls, type) and issubclass(cls, enum.Enum):
         return cls(data)
     if dataclasses.is_dataclass(cls):
+        if hasattr(cls, "upgrade_saved"):  # a class whose saved shape changed reads the earlier one too
+            data = cls.upgrade_saved(data)
         hints = typing.get_type_hints(cls)
         values = {f.name: from_data(hints[f.name], data[f.name])
                   for f in dataclasses.fields(cls) if f.init and f.name in data}

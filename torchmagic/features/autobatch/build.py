@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
 
+from ...core.devices import DeviceInfo
 from .options import AutobatchOptions
 from .result import AutobatchResult, ThroughputPoint, Trial
 from .search import Probe, SearchOutcome, fits
@@ -19,8 +19,8 @@ class SearchRecord:
 
     label: str
     options: AutobatchOptions
+    device: DeviceInfo                       # the budgeted device's description
     started: float = field(default_factory=time.perf_counter)
-    device: dict[str, Any] = field(default_factory=dict)  # the budgeted device's description
     budget: int = 0
     how: str | None = None                   # how the budget was chosen; None until it is
     probes: list[Probe] = field(default_factory=list)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ...core.devices import DeviceInfo
 from ...core.interrupts import guards
 from ...core.outcome import Outcome
 from ...core.ranks import RankControl, RankFailed, RankOutput, RankProcesses, choose_backend, pickle_shared
@@ -159,7 +160,7 @@ def run_autobatch_ranks(job: RankJob, options: AutobatchOptions, *,
                              "backend": backend})
 
     threads = threads_per_rank(ranks)
-    record = SearchRecord(label, options, device={"kind": "ranks", "name": f"{ranks} ranks"}, ranks=ranks)
+    record = SearchRecord(label, options, device=_ranks_device(backend, ranks), ranks=ranks)
     with RankProcesses(WORKER, payload, ranks, threads, control=True) as processes:
         control = RankControl(processes, RankOutput(processes.logs, on_output or show_rank_line))
         trials = _Trials(processes, control, space.smallest, on_probe or (lambda probe: None), record)
@@ -175,6 +176,13 @@ def run_autobatch_ranks(job: RankJob, options: AutobatchOptions, *,
     record.notes.insert(0, f"{ranks} rank{'s' if ranks > 1 else ''} with {backend}, {threads} thread(s) each; "
                         f"{shared_note(shared, blob)}{_restarts_note(record)}")
     return Outcome(build_result(record))
+
+
+def _ranks_device(backend: str, ranks: int) -> DeviceInfo:
+    """The ranks' devices, until the budget's reply names the one it was read on: each rank's own GPU
+    under NCCL, the CPU under gloo (rank_device's choice)."""
+    kind = "cuda" if backend == "nccl" else "cpu"
+    return DeviceInfo(kind, kind, f"{ranks} ranks")
 
 
 def _restarts_note(record: SearchRecord) -> str:
@@ -196,7 +204,7 @@ def _search(trials: _Trials, control: RankControl, options: AutobatchOptions, sp
     budgets = sorted(control.ask({"do": "budget", "budget": options.budget}).values(),
                      key=lambda r: (r["bytes"], r["rank"]))
     least = budgets[0]
-    record.budget, record.device = least["bytes"], least["device"]
+    record.budget, record.device = least["bytes"], DeviceInfo(**least["device"])
     record.how = least["how"] + (f" (rank {least['rank']}'s, the least of the {record.ranks} ranks')" if not all(
         b["bytes"] == record.budget for b in budgets) else "")
     record.outcome = search(trials, record.limit, space, None, warm=warm)  # the warm-up is the first trial

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
+from ...core.devices import DeviceInfo
 from ...core.render.base import Result
 from .options import AutobatchOptions
 from .search import Prediction
@@ -45,7 +45,7 @@ class AutobatchResult(Result):
     trial, and the budget is the least any rank has."""
 
     label: str
-    device: dict[str, Any]
+    device: DeviceInfo
     batch_size: int | None            # the largest size that ran under the limit (never untested)
     budget_bytes: int
     limit_bytes: int                  # budget less the margin: what a trial's peak must stay under
@@ -109,7 +109,7 @@ class AutobatchResult(Result):
         return self.reason or "interrupted: the trials that ran are below"
 
     def to_dict(self) -> dict:
-        data = asdict(self)
+        data = {**asdict(self), "device": self.device.to_dict()}
         data["answer_trial"] = asdict(self.answer_trial) if self.answer_trial else None
         data["knee_batch_size"] = self.knee_batch_size
         data["global_batch_size"] = self.global_batch_size

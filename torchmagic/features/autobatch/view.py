@@ -74,7 +74,7 @@ def details(r: AutobatchResult) -> list[str]:
     how = f"{estimated} fake-tensor estimates and " if r.prediction else ""
     lines += _prediction(r)
     lines.append(f"{how}{real} real trial{'s' if real != 1 else ''} in {fmt_s(r.seconds)} on "
-                 f"{r.device.get('name', r.device.get('kind'))}, each {TRIAL_STEPS} steps from your model's and "
+                 f"{r.device.name or r.device.kind}, each {TRIAL_STEPS} steps from your model's and "
                  "optimizer's state")
     target = r.options.target_batch
     if r.accumulation_steps == 1:

@@ -95,7 +95,7 @@ def _answer(request: dict, step, device, reset) -> dict:
         elif not device.is_accelerator and sharing > 1:
             budget //= sharing  # the ranks on a machine share its RAM; a GPU is each rank's own
             how += f", shared by the {sharing} ranks on this machine"
-        return {"rank": rank, "bytes": budget, "how": how, "device": device.describe(),
+        return {"rank": rank, "bytes": budget, "how": how, "device": device.describe().to_dict(),
                 "notes": [note for note in (device.choice_note(),) if note], "accelerator": device.is_accelerator}
     if request["do"] == "throughput":
         points = measure_throughput(step, request["answer"], SearchSpace(*request["space"]), device)

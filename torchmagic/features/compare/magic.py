@@ -13,7 +13,8 @@ from ...core.expectations import code_key, parse_expect
 from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, refused, usage_error, user_frames_only
 from ...core.shell import is_internal
 from ...core.state import values_named
-from .run import CompareOptions, Workload, advance_notes, objects_to_restore, run_compare
+from .options import CompareOptions
+from .run import Workload, advance_notes, objects_to_restore, run_compare
 from .summary import remember_measured
 from .variants import DEFAULT_VARIANTS, TECHNIQUES, parse_variants
 

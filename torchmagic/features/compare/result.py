@@ -4,10 +4,11 @@ interval, one-time compile cost, memory and numerical error against fp32 eager."
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
+from ...core.devices import DeviceInfo
 from ...core.expectations import Expectation, Measured
 from ...core.render.base import Result
+from .options import ComparedWith
 
 
 HEADLINE_REASON_CHARS = 80  # of a failed variant's reason, in the headline
@@ -96,12 +97,12 @@ class VariantResult:
 @dataclass
 class CompareResult(Result):
     label: str
-    device: dict[str, Any]
+    device: DeviceInfo
     variants: list[VariantResult]
     rounds: int = 0
     seconds: float = 0.0
     amp_dtype: str = "bfloat16"
-    options: dict[str, Any] = field(default_factory=dict)
+    options: ComparedWith = field(default_factory=ComparedWith)
     notes: list[str] = field(default_factory=list)
     expectation_check: Measured | None = None  # --expect: the one variant's speedup against the prediction
 
@@ -141,7 +142,7 @@ class CompareResult(Result):
         return f"interrupted after {self.rounds} timed rounds: the figures below cover them"
 
     def to_dict(self) -> dict:
-        data = asdict(self)
+        data = {**asdict(self), "device": self.device.to_dict()}
         data["best"] = self.best.name
         data["headline"] = self.headline()
         for entry, variant in zip(data["variants"], self.variants):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import math
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -26,10 +25,9 @@ from torch import nn
 
 from ...core.devices import Device, choose_device, is_out_of_memory
 from ...core.devices.profiler import ensure_profiler_free
-from ...core.expectations import Expectation
 from ...core.gc_pause import gc_paused
 from ...core.interrupts import deliver_pending, guards, uninterruptible
-from ...core.limits import SettingError, check_count, check_seconds, describe_error
+from ...core.limits import describe_error
 from ...core.measure import Rounds, balanced_calls, timed_block, timed_call
 from ...core.outcome import Outcome
 from ...core.render.format import fmt_bytes, fmt_s
@@ -38,49 +36,13 @@ from ...core.state import Snapshot, objects_for_model, objects_used_by, outermos
 from . import numerics
 from .compile_watch import compile_counts, is_recompile_limit, loud_recompile_limit
 from .interrupted_compile import CompileLeftovers, hide_torch_frames
+from .options import AMP_DTYPES, CompareOptions
 from .result import CompareResult, VariantResult
 from .summary import MeasuredVariant, record_compile, rounds_notes, summarise
 from .variants import CudaGraphs, Env, Variant, graph_steps
 
 PROGRESS_INTERVAL_S = 0.25
 _INDUCTOR = "torch._inductor.compile_fx"  # imported by the first torch.compile() call in a process
-AMP_DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
-
-
-@dataclass(frozen=True)
-class CompareOptions:
-    variants: tuple[Variant, ...]
-    runs: int | None = None        # rounds; None: until min_time
-    min_time: float = 1.0          # seconds of timed runs per variant (at least MIN_ROUNDS rounds)
-    min_rounds: int = 10
-    warmup: int = 3
-    dtype: str | None = None       # autocast dtype for amp: bf16 or fp16 (default: the device's choice)
-    atol: float | None = None
-    rtol: float | None = None
-    restore: bool = True
-    expect: Expectation | None = None  # a finding's predicted speedup of the one variant besides eager
-
-    def __post_init__(self):
-        if self.runs is not None and self.runs < 2:
-            raise SettingError("runs", "needs at least 2 rounds (a confidence interval needs more than one)")
-        check_count("runs", self.runs)
-        if not self.min_time > 0:
-            raise SettingError("min_time", "must be positive")
-        check_seconds("min_time", self.min_time)
-        if self.warmup < 0:
-            raise SettingError("warmup", "cannot be negative")
-        check_count("warmup", self.warmup)
-        if self.dtype is not None and self.dtype not in AMP_DTYPES:
-            raise SettingError("dtype", f"is bf16 or fp16, got {self.dtype!r}")
-        for name in ("atol", "rtol"):
-            value = getattr(self, name)
-            if value is not None and not 0 <= value < math.inf:
-                raise SettingError(name, "must be a non-negative number")
-        if not self.variants or not self.variants[0].is_baseline:
-            raise ValueError("the first variant must be the eager baseline")
-        if self.expect is not None and len(self.variants) != 2:  # a prediction is of one fix
-            raise SettingError("expect", "judges one variant's speedup: give exactly one besides eager, "
-                                         "e.g. --variants eager,amp")
 
 
 @dataclass(frozen=True)
@@ -182,7 +144,7 @@ class _Comparison:
         run.result = CompareResult(label=label, device=self.device.describe(), variants=[e.out for e in self.entries],
                                    rounds=rounds.done, seconds=time.perf_counter() - started,
                                    amp_dtype=str(self.env.amp_dtype).removeprefix("torch."),
-                                   options=_options_dict(self.options),
+                                   options=self.options.kept(),
                                    expectation_check=self.entries[-1].out.measured(self.options.expect)
                                    if self.options.expect else None,
                                    notes=self._notes(run, rounds) + self.graph_notes)
@@ -444,10 +406,3 @@ def _release_graphs(device: Device, graphs: CudaGraphs, pools_at_start: int | No
 def _release(device: Device) -> None:
     gc.collect()
     device.empty_cache()
-
-
-def _options_dict(options: CompareOptions) -> dict:
-    return {"variants": [v.name for v in options.variants], "runs": options.runs, "min_time": options.min_time,
-            "min_rounds": options.min_rounds, "warmup": options.warmup, "dtype": options.dtype,
-            "atol": options.atol, "rtol": options.rtol, "restore": options.restore,
-            "expect": options.expect.text() if options.expect else None}

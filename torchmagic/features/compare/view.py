@@ -49,14 +49,14 @@ def _verdict(r: CompareResult) -> str:
 
 def expectation_line(r: CompareResult) -> str | None:
     """With --expect, the answer to the finding this run verifies: is the speedup inside its prediction?"""
-    expect = r.options.get("expect")
-    if not expect or len(r.variants) < 2:
+    expect = r.options.expect
+    if expect is None or len(r.variants) < 2:
         return None
     v = r.variants[1]  # --expect takes exactly one variant besides eager
     if r.expectation_check is not None:
         return judge(_named(v), r.expectation_check)
     why = "it failed" if not v.ok else "too few rounds"
-    return f"Not judged against the {expect} the finding predicted: {v.name} has no 95% CI ({why})."
+    return f"Not judged against the {expect.text()} the finding predicted: {v.name} has no 95% CI ({why})."
 
 
 def speed_words(speedup: float) -> str:
@@ -72,7 +72,7 @@ def _named(v: VariantResult) -> str:
 
 def details(r: CompareResult) -> list[str]:
     lines = [f"{r.rounds} interleaved rounds in {fmt_s(r.seconds)} on "
-             f"{r.device.get('name', r.device.get('kind'))}; medians per run; speedups are medians of "
+             f"{r.device.name or r.device.kind}; medians per run; speedups are medians of "
              f"per-round ratios, CIs from their order statistics; errors against fp32 eager's output (relative to its largest value)"]
     lines += r.notes
     for v in r.variants:

@@ -12,8 +12,8 @@ from ...core.expectations import parse_expect, remember
 from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, refused, usage_error, user_frames_only
 from ...core.state import referenced_values
 from .dataloader import as_loader
-from .recommendation import MIN_PAIRED_ROUNDS
-from .run import LoaderTuneOptions, objects_to_restore, run_loadertune
+from .options import MIN_PAIRED_ROUNDS, LoaderTuneOptions
+from .run import objects_to_restore, run_loadertune
 
 
 @magics_class

@@ -4,10 +4,9 @@ measured, and the one to use (faster with 95% confidence, the simplest of the eq
 
 from __future__ import annotations
 
-from ...core.measure import min_pairs, paired_ratio
+from ...core.measure import paired_ratio
+from .options import MIN_PAIRED_ROUNDS
 from .result import DATALOADER_DEFAULTS, LoaderRow, LoaderSettings
-
-MIN_PAIRED_ROUNDS = min_pairs()  # 6: fewer paired passes cannot give a 95% interval
 
 
 def _paired(samples: dict, stages: list[list[LoaderSettings]], top: LoaderSettings, base: LoaderSettings):

@@ -6,8 +6,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ...core.devices import DeviceInfo
 from ...core.expectations import Expectation, Measured
 from ...core.render.base import Result
+from .options import TunedWith
 
 
 DATALOADER_DEFAULTS = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": 2}
@@ -63,7 +65,7 @@ class LoaderRow:
 @dataclass
 class LoaderTuneResult(Result):
     label: str
-    device: dict[str, Any]
+    device: DeviceInfo
     current: LoaderSettings
     best: LoaderSettings              # recommended: the current settings unless a change is surely faster
     fastest: LoaderSettings           # the highest speedup over the current settings in the rounds that ran
@@ -79,7 +81,7 @@ class LoaderTuneResult(Result):
     step_s: float | None = None       # the training step alone, per batch
     with_step: dict[str, float] = field(default_factory=dict)  # "current"/"best" -> steps/s with the loader
     notes: list[str] = field(default_factory=list)
-    options: dict[str, Any] = field(default_factory=dict)
+    options: TunedWith = field(default_factory=TunedWith)
     expectation_check: Measured | None = None  # --expect: the change's speedup against the prediction
 
     def _view(self):
@@ -120,7 +122,7 @@ class LoaderTuneResult(Result):
         return next((n for n in self.notes if n.startswith("interrupted")), "interrupted: what was measured is below")
 
     def to_dict(self) -> dict:
-        data = asdict(self)
+        data = {**asdict(self), "device": self.device.to_dict()}
         data.update(changes=self.changes, headline=self.headline())
         for entry, row in zip(data["rows"], self.rows):
             entry.update(median_batches_per_s=row.median_batches_per_s,

@@ -16,62 +16,27 @@ import os
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
 from ...core.devices import Device, choose_device
-from ...core.expectations import Expectation
 from ...core.interrupts import deliver_pending, guards, uninterruptible
-from ...core.limits import SettingError, check_count, check_seconds, check_workers
 from ...core.measure import summarize
 from ...core.outcome import Outcome
 from ...core.state import Generators, Snapshot, objects_used_by, referenced_values
 from .cut_off import free_cut_off_batch, shared_memory_fds
 from .dataloader import (current_settings, fresh_kwargs, from_user_code, loader_call, loader_failure_text,
                          pickle_problem, shut_down, spawn_message, start_method)
-from .recommendation import MIN_PAIRED_ROUNDS, fastest_measured, recommend, vs_current
+from .options import MIN_PAIRED_ROUNDS, LoaderTuneOptions, default_workers
+from .recommendation import fastest_measured, recommend, vs_current
 from .result import LoaderRow, LoaderSettings, LoaderTuneResult
 
 MIN_BATCHES = 3         # a time-bound pass still times at least this many batches
 SHORT_EPOCH_BUFFERS = 20  # an epoch shorter than this many prefetch buffers is short: its refill shows
 EPOCH_CAP = 4           # a pass runs on to a short epoch's next start unless that takes this many times --seconds
 _END = object()
-
-
-@dataclass(frozen=True)
-class LoaderTuneOptions:
-    workers: tuple[int, ...] | None = None  # default: 0, 1, 2, 4, ... up to the CPU count
-    batches: int | None = None              # batches timed per pass; default: as many as fit in ``seconds``
-    seconds: float = 0.5                    # a pass times at least this long (and MIN_BATCHES batches)
-    rounds: int = MIN_PAIRED_ROUNDS         # passes per setting, interleaved
-    expect: Expectation | None = None       # a finding's predicted speedup of the change
-    step: Callable[[Any], Any] | None = None  # a training step, timed alone and with the loaders (--step)
-
-    def __post_init__(self):
-        if self.workers is not None and (not self.workers or any(w < 0 for w in self.workers)):
-            raise SettingError("workers", "takes worker counts such as 0,1,2,4 (0 or more)")
-        check_workers(self.workers)
-        if self.batches is not None and self.batches < 1:
-            raise SettingError("batches", "must be at least 1")
-        check_count("batches", self.batches)
-        if not self.seconds > 0:
-            raise SettingError("seconds", "must be positive")
-        check_seconds("seconds", self.seconds)
-        if self.rounds < 2:
-            raise SettingError("rounds", "must be at least 2 (a confidence interval needs more than one)")
-        check_count("rounds", self.rounds)
-
-
-def default_workers(cpus: int | None = None) -> tuple[int, ...]:
-    cpus = cpus or os.cpu_count() or 1
-    counts = {0, cpus}
-    n = 1
-    while n < cpus:
-        counts.add(n)
-        n *= 2
-    return tuple(sorted(counts))
 
 
 def objects_to_restore(step: Callable[[Any], Any] | None) -> list[Any]:
@@ -338,9 +303,7 @@ class _Tuner:
             rows=list(self.rows.values()), speedup=speedup, ci=ci, seconds=seconds, cpus=os.cpu_count() or 1,
             start_method=self.start_method, loader_call=loader_call(self.loader, best), step_s=self.step_s,
             with_step=dict(self.with_step_rows), notes=self.notes,
-            options={"workers": list(self.options.workers or default_workers()), "batches": self.options.batches,
-                     "seconds": self.options.seconds, "rounds": self.options.rounds,
-                     "expect": self.options.expect.text() if self.options.expect else None})
+            options=self.options.kept())
         if self.options.expect is not None and result.change is not None:
             result.expectation_check = result.change.measured(self.options.expect)
         return result

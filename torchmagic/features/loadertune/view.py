@@ -44,12 +44,12 @@ def headline(r: LoaderTuneResult) -> str:
 
 def expectation_line(r: LoaderTuneResult) -> str | None:
     """With --expect, the answer to the finding this run verifies: is the change's speedup inside its prediction?"""
-    expect = r.options.get("expect")
-    if not expect:
+    expect = r.options.expect
+    if expect is None:
         return None
     if r.expectation_check is not None:
         return judge(r.change.settings.label(), r.expectation_check)
-    return (f"Not judged against the {expect} the finding predicted: no other setting has a 95% CI of its "
+    return (f"Not judged against the {expect.text()} the finding predicted: no other setting has a 95% CI of its "
             "speedup over the current ones (failed, or too few rounds).")
 
 
@@ -68,7 +68,7 @@ def _fmt_ci(ci: tuple[float, float] | None, template: str = "{}") -> str:
 
 def details(r: LoaderTuneResult) -> list[str]:
     lines = [f"copy: {r.loader_call}"]
-    lines.append(f"{len(r.rows)} settings, {r.options.get('rounds')} interleaved passes each, on "
+    lines.append(f"{len(r.rows)} settings, {r.options.rounds} interleaved passes each, on "
                  f"{r.cpus} CPU cores in {fmt_s(r.seconds)}; workers start with {r.start_method!r}; "
                  "batches/s is the loader alone, after its first batch")
     if r.step_s is not None:

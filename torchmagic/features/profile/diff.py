@@ -113,9 +113,8 @@ def diff_profiles(before: ProfileResult, after: ProfileResult, labels: tuple[str
     for f in gone:  # a fixed finding's prediction, against the step time the fix brought
         if f.expected is not None and ratio.estimate > 0:
             notes.append(judge(f"{f.rule}: its fix gone, the step", Measured(1 / ratio.estimate, speedups, f.expected)))
-    if before.device.get("kind") != after.device.get("kind"):
-        notes.append(f"The profiles ran on different devices ({before.device.get('kind')} and "
-                     f"{after.device.get('kind')}).")
+    if before.device.kind != after.device.kind:
+        notes.append(f"The profiles ran on different devices ({before.device.kind} and {after.device.kind}).")
     return ProfileDiff(
         before=labels[0] if labels else before.label, after=labels[1] if labels else after.label,
         step_before_s=before.median_step_s,

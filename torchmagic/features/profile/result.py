@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from ...core.devices import DeviceInfo
 from ...core.expectations import Expectation
 from ...core.render.base import Result
 from .options import SORT_KEYS, ProfileOptions
@@ -114,7 +115,7 @@ class ProfileResult(Result):
     """What one profiling run measured and concluded.  Times in seconds unless named ``_us``."""
 
     label: str
-    device: dict[str, Any]
+    device: DeviceInfo
     step_s: list[float]                       # wall time of each profiled step (device synchronised)
     warmup_s: list[float] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
@@ -187,7 +188,7 @@ class ProfileResult(Result):
         return "interrupted before the first profiled step finished: the profile below has no full step"
 
     def to_dict(self) -> dict:
-        data = asdict(self)
+        data = {**asdict(self), "device": self.device.to_dict()}
         data["steps"] = self.steps
         data["median_step_s"] = self.median_step_s
         data["hot_lines"] = [list(pair) for pair in self.hot_lines]

@@ -31,8 +31,8 @@ CATEGORY_COLORS = {
 
 
 def headline(r: ProfileResult) -> str:
-    device = r.device.get("name") or r.device.get("kind", "?")
-    parts = [f"{r.label}: {r.steps} step{'s' if r.steps != 1 else ''} on {r.device.get('kind', '?').upper()} ({device})"]
+    device = r.device.name or r.device.kind
+    parts = [f"{r.label}: {r.steps} step{'s' if r.steps != 1 else ''} on {r.device.kind.upper()} ({device})"]
     if r.step_s:
         if r.steps > 1:
             parts.append(f"step {fmt_s(r.median_step_s)} median (min {fmt_s(min(r.step_s))}, "

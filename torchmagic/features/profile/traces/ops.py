@@ -16,6 +16,7 @@ from collections import Counter
 
 from torch._C._autograd import DeviceType
 
+from ....core.devices import DeviceInfo
 from ....core.devices.cuda import tensor_core_precision
 
 from ..result import ProfileResult
@@ -167,16 +168,16 @@ def trace_profile(trace: RankTrace) -> ProfileResult | None:
     if not any(e.activity_type() == USER_ANNOTATION and e.name().startswith(STEP_PREFIX) for e in events):
         events.append(_whole_trace_marker(events, start))  # one step, on the thread that ran most ops
         notes.append("No ProfilerStep markers: the whole trace is read as one step.")
-    device = _device(reader.meta, any(e.activity_type() in DEVICE_ACTIVITIES for e in events),
-                     unread_device(trace.categories))
+    device, context = _device(reader.meta, any(e.activity_type() in DEVICE_ACTIVITIES for e in events),
+                              unread_device(trace.categories))
     summary = summarize_trace(events, start, shapes=any(e.shapes() for e in events),
                               flops=any(e.flops() for e in events))
     del events
     options = ProfileOptions(steps=len(summary.step_us),
                              record_shapes=any(stats.shapes for stats in summary.ops.values()))
     label = shown_path(os.path.basename(trace.path)) + (f" (rank {trace.rank})" if trace.rank is not None else "")
-    fields = summary_fields(summary, device["context"], len(summary.step_us), notes)
-    return ProfileResult(label=label, device=device["describe"], step_s=[us / 1e6 for us in summary.step_us],
+    fields = summary_fields(summary, context, len(summary.step_us), notes)
+    return ProfileResult(label=label, device=device, step_s=[us / 1e6 for us in summary.step_us],
                          notes=notes, options=dataclasses.replace(options, memory=summary.memory_recorded,
                                                                   flops=any(s.flops for s in summary.ops.values())),
                          **fields)
@@ -224,7 +225,7 @@ def _whole_trace_marker(events: list[TraceEvent], start: int) -> TraceEvent:
                        "dur": (end - start) / 1000, "tid": busiest[0][0] if busiest else 0}, {})
 
 
-def _device(meta: dict, kernels: bool, unread: str | None = None) -> dict:
+def _device(meta: dict, kernels: bool, unread: str | None = None) -> tuple[DeviceInfo, RuleContext]:
     """What the trace says of its device: a GPU's name and whether it has tensor cores (from
     ``deviceProperties``); of a CPU, nothing this machine could vouch for; of an accelerator whose
     work is in categories not read here (``unread``), that it is one: the host's figures alone cannot
@@ -234,12 +235,11 @@ def _device(meta: dict, kernels: bool, unread: str | None = None) -> dict:
     if not kernels and unread is not None:
         context = RuleContext(device_type=unread, low_precision_fast=False, low_precision_dtype=None,
                               low_precision_reason=f"the trace's {unread} work is not read", accelerator=True)
-        return {"describe": {"kind": unread, "label": unread, "name": f"the trace's accelerator ({unread})"},
-                "context": context}
+        return DeviceInfo(unread, unread, f"the trace's accelerator ({unread})"), context
     if not kernels:
         context = RuleContext(device_type="cpu", low_precision_fast=False, low_precision_dtype=None,
                               low_precision_reason="the trace does not say how fast its CPU's bf16 is")
-        return {"describe": {"kind": "cpu", "label": "cpu", "name": "the trace's CPU"}, "context": context}
+        return DeviceInfo("cpu", "cpu", "the trace's CPU"), context
     major, minor = gpu.get("computeMajor"), gpu.get("computeMinor", 0)
     if type(major) is int and type(minor) is int and 0 <= major < 1000 and 0 <= minor < 1000:
         low = tensor_core_precision(major, minor)
@@ -249,4 +249,4 @@ def _device(meta: dict, kernels: bool, unread: str | None = None) -> dict:
     context = RuleContext(device_type="cuda", low_precision_fast=fast, low_precision_dtype=dtype,
                           low_precision_reason=reason, accelerator=True, traces_kernels=True)
     name = shown_path(gpu["name"][:128]) if isinstance(gpu.get("name"), str) else "the trace's GPU"
-    return {"describe": {"kind": "cuda", "label": "cuda", "name": name}, "context": context}
+    return DeviceInfo("cuda", "cuda", name), context
