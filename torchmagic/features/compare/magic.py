@@ -4,6 +4,7 @@ CompareResult; the cell's variables are left as eager's first run left them."""
 from __future__ import annotations
 
 from argparse import SUPPRESS
+from dataclasses import replace
 
 from IPython.core.magic import cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
@@ -137,8 +138,8 @@ class CompareMagics(TorchMagicsBase):
         """What an ended run leaves: its cleanup notes printed, the cell's variables as eager's first run
         left them, the measured speedups kept for the next profile of this cell, the notes on the
         line's flags first in the report."""
-        if run.result is not None:
-            run.result.notes[:0] = flag_notes
+        if run.result is not None and flag_notes:
+            run.result = replace(run.result, notes=[*flag_notes, *run.result.notes])
         if isinstance(run.error, KeyboardInterrupt):  # what was cleaned up: one line each, however it is shown
             for note in getattr(run.error, "__notes__", ()):
                 print(note)

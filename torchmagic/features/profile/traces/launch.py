@@ -8,6 +8,7 @@ the temporary files go.  The traces they wrote are then compared by analyze_trac
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import time
@@ -107,10 +108,9 @@ def run_ranks(code: str, shared: dict[str, Any], options: RanksOptions, *, gpus:
     where = (f" of node {options.node.node_rank} (ranks {first} to {first + options.ranks - 1} of "
              f"{options.ranks * options.node.nnodes}; the other nodes' traces are theirs: torchmagic.analyze "
              "on a directory of every rank's compares them all)" if options.node.nnodes > 1 else "")
-    result.notes += kept
-    result.notes.insert(0, f"ran on {options.ranks} rank(s){where} with {backend}, {threads} thread(s) each, in "
-                           f"{seconds:.1f} s; {shared_note(shared, blob)}")
-    return result
+    ran = (f"ran on {options.ranks} rank(s){where} with {backend}, {threads} thread(s) each, in {seconds:.1f} s; "
+           f"{shared_note(shared, blob)}")
+    return dataclasses.replace(result, notes=[ran, *result.notes, *kept])
 
 
 def _keep_traces(written: list[str], options: RanksOptions) -> list[str]:
