@@ -37,7 +37,18 @@ def test_steps_and_warmup_run_the_cell_that_many_times(shell):
     r = shell.user_ns["r"]
     assert result.result == 5 and len(shell.user_ns["calls"]) == 5
     assert r.steps == 3 and len(r.warmup_s) == 2
-    assert r.overhead is not None and r.overhead > 0
+    # one un-profiled run after the cold one: too few for an interval, so no overhead figure at all
+    assert r.overhead is None and r.overhead_ci is None and "profiler overhead" not in r.to_text()
+
+
+def test_the_profilers_overhead_is_shown_with_its_interval_from_enough_runs(shell):
+    run(shell, "%%torchprofile -q --steps 4 --warmup 5 -o r\nx = torch.randn(128, 128)\nfor _ in range(20):\n"
+               "    x = torch.tanh(x @ x)")
+    r = shell.user_ns["r"]
+    low, high = r.overhead_ci
+    assert 0 < low <= r.overhead <= high
+    headline = r.to_text().splitlines()[0]
+    assert f"95% CI {low:.2f}-{high:.2f}×" in headline and "profile" in headline
 
 
 def test_o_stores_result_and_q_shows_nothing(shell):

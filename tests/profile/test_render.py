@@ -156,3 +156,17 @@ def test_category_times_are_per_step_and_operator_times_say_they_are_totals():
     assert "CPU time by category, per step (mean of 3 steps)</h4>" in page and fmt_s(0.02 / 3) in page
     one = make_result(step_s=[0.01])
     assert "CPU time by category, in the one step:" in one.to_text()
+
+
+@pytest.mark.parametrize("overhead, ci, shown", [
+    (1.31, (1.12, 1.52), "profiler overhead 1.31× (95% CI 1.12-1.52×)"),
+    (1.02, (0.95, 1.10), "profiler overhead within noise (95% CI 0.95-1.10×)"),
+    (0.80, (0.70, 0.90), "profiled steps 0.80× the un-profiled runs (95% CI 0.70-0.90×): warm up longer"),
+    (1.40, None, None),  # a figure without its interval (a file saved before intervals) is not shown
+])
+def test_the_profilers_overhead_shows_only_with_its_interval(overhead, ci, shown):
+    headline = make_result(overhead=overhead, overhead_ci=ci).to_text().splitlines()[0]
+    if shown is None:
+        assert "overhead" not in headline
+    else:
+        assert shown in headline

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import statistics
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +17,7 @@ import torch
 
 from ...core.devices import Device
 from ...core.limits import describe_error
+from ...core.measure.stats import unpaired_ratio
 from ...core.render.format import fmt_us
 from ...core.user_files import NewFile
 from .activity import python_calls
@@ -61,7 +61,7 @@ def build_profile(prof, m: Measured) -> ProfileResult:
     fields: dict[str, Any] = dict(
         label=m.label, device=m.device.describe(), step_s=m.step_s, warmup_s=m.warmup_s,
         nvml=nvml.to_dict() if nvml is not None else None, error=_error_text(m.error),
-        options=m.options, overhead=_overhead(m))
+        options=m.options, **_overhead(m))
     results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
     if results is not None:
         fields.update(_analysed(prof, results, m, notes))
@@ -115,13 +115,16 @@ def _setup_notes(m: Measured) -> list[str]:
     return notes
 
 
-def _overhead(m: Measured) -> float | None:
-    """Profiled over un-profiled step time, where two or more un-profiled runs were made."""
+def _overhead(m: Measured) -> dict[str, Any]:
+    """Profiled over un-profiled step time with its 95% interval, where there are enough runs on both sides
+    for one (4 each: --warmup 5, --steps 4); none else: one un-profiled run against a few profiled ones read
+    anywhere from 0.4x to 1.7x on an idle machine, noise given as a figure."""
     unprofiled = m.warmup_s[:m.options.warmup - 1] if m.options.memory else m.warmup_s  # run.recorded_warmup
-    if len(unprofiled) >= 2 and m.step_s:
-        # the first warm-up run is cold; the others are the un-profiled baseline
-        return statistics.median(m.step_s) / statistics.median(unprofiled[1:])
-    return None
+    baseline = unprofiled[1:]  # the first warm-up run is cold
+    if not baseline or not m.step_s or min(baseline + m.step_s) <= 0:
+        return {}
+    ratio = unpaired_ratio(m.step_s, baseline)
+    return {"overhead": ratio.estimate, "overhead_ci": ratio.ci} if ratio.ci is not None else {}
 
 
 def _analysed(prof, results, m: Measured, notes: list[str]) -> dict[str, Any]:

@@ -122,7 +122,8 @@ class ProfileResult(Result):
     ops: list[OpRow] = field(default_factory=list)
     categories_s: dict[str, float] = field(default_factory=dict)         # CPU self time by category
     device_categories_s: dict[str, float] = field(default_factory=dict)  # kernel time by category
-    overhead: float | None = None             # profiled / un-profiled step time
+    overhead: float | None = None             # profiled / un-profiled step time (Hodges-Lehmann), where it has
+    overhead_ci: tuple[float, float] | None = None  # ... a 95% interval (stats.unpaired_ratio): 4 runs a side
     notes: list[str] = field(default_factory=list)
     timeline: list[TimelineSpan] = field(default_factory=list)
     step_starts_us: list[float] = field(default_factory=list)  # on the timeline's clock

@@ -39,8 +39,13 @@ def headline(r: ProfileResult) -> str:
                          f"max {fmt_s(max(r.step_s))})")
         else:
             parts.append(f"step {fmt_s(r.step_s[0])}")
-    if r.overhead is not None:  # below 1 is the noise between the runs, not a profiler that speeds code up
-        parts.append(f"profiler overhead {r.overhead:.2f}×" if r.overhead >= 1 else "profiler overhead within noise")
+    if r.overhead is not None and r.overhead_ci is not None:  # a figure without its interval is not shown
+        low, high = r.overhead_ci
+        interval = f"95% CI {low:.2f}-{high:.2f}×"
+        if high < 1:  # a profiler does not speed code up: the un-profiled runs were still warming up
+            parts.append(f"profiled steps {r.overhead:.2f}× the un-profiled runs ({interval}): warm up longer")
+        else:
+            parts.append(f"profiler overhead {'within noise' if low <= 1 else f'{r.overhead:.2f}×'} ({interval})")
     if r.energy_j_per_step is not None:
         parts.append(f"{r.energy_j_per_step:.3g} J per step (NVML)")
     return " · ".join(parts)
