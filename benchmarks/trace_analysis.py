@@ -16,6 +16,12 @@ HolisticTraceAnalysis; here from --hta-python, by default this interpreter) runs
 ``TraceAnalysis(trace_dir=...)`` and ``get_temporal_breakdown()``, its per-rank
 idle/compute/communication breakdown; it needs GPU kernels for that, so on a CPU trace its
 parse is what is measured, and its error is quoted.
+
+The floor: the fast, well-kept JSON decoders installed here (msgspec, orjson; optional, like HTA)
+parse the same file, whole, in the same kind of fresh process: ``msgspec-typed`` decodes each event
+into a typed record of the fields the operator report reads (name, category, times, thread, ids,
+shapes), the fastest parse there is of what the report needs; ``msgspec`` and ``orjson`` into dicts.
+The full report's time is then printed as a multiple of the fastest of them (issue 34: within 2x).
 """
 
 from __future__ import annotations
@@ -60,7 +66,43 @@ def rss_mb():
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) for l in f if l.startswith("VmRSS")) / 1024
 tool, path = sys.argv[1], sys.argv[2]
-if tool.startswith("torchmagic"):
+if tool in ("msgspec", "msgspec-typed", "orjson"):
+    import gzip
+    def read_bytes():
+        with open(path, "rb") as f:
+            data = f.read()
+        return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+    if tool == "orjson":
+        import orjson
+        decode = orjson.loads
+    elif tool == "msgspec":
+        import msgspec
+        decode = msgspec.json.Decoder().decode
+    else:  # decoded into typed records holding the fields the operator report reads
+        import msgspec
+        class Args(msgspec.Struct):
+            external: int | None = msgspec.field(default=None, name="External id")
+            correlation: int | None = None
+            sequence: int | None = msgspec.field(default=None, name="Sequence number")
+            dims: list | None = msgspec.field(default=None, name="Input Dims")
+            types: list[str] | None = msgspec.field(default=None, name="Input type")
+            concrete: list[str] | None = msgspec.field(default=None, name="Concrete Inputs")
+        class Event(msgspec.Struct):
+            ph: str = ""
+            name: str = ""
+            cat: str = ""
+            ts: float = 0.0
+            dur: float = 0.0
+            tid: int | str = 0
+            args: Args | None = None
+        class Trace(msgspec.Struct):
+            traceEvents: list[Event]
+        decode = msgspec.json.Decoder(Trace).decode
+    def analyse():
+        trace = decode(read_bytes())
+        events = trace.traceEvents if hasattr(trace, "traceEvents") else trace["traceEvents"]
+        return f"parsed {len(events):,} events (the whole file at once)"
+elif tool.startswith("torchmagic"):
     import torchmagic
     from torchmagic.features.profile.traces import run  # noqa: F401  (imports done before the baseline)
     def analyse():
@@ -156,6 +198,26 @@ def _hta_python(given: str | None) -> str | None:
     return python if found else None
 
 
+def _decoders() -> list[str]:
+    """The well-kept fast JSON decoders importable here: their parse of the file is the floor that
+    issue 34 holds the full report to (within 2x of the fastest)."""
+    found = []
+    for module, names in (("msgspec", ("msgspec-typed", "msgspec")), ("orjson", ("orjson",))):
+        if subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True).returncode == 0:
+            found.extend(names)
+    return found
+
+
+def _against_the_fastest_decoder(seconds: dict[str, float], decoders: list[str]) -> None:
+    parsed = {name: seconds[name] for name in decoders if name in seconds}
+    if "torchmagic" not in seconds or not parsed:
+        return
+    fastest = min(parsed, key=parsed.get)
+    ratio = seconds["torchmagic"] / parsed[fastest]
+    print(f"{'':>20}  the full report took {ratio:.1f}x the fastest decoder's parse alone ({fastest}); "
+          f"target 2x: {'met' if ratio <= 2 else 'MISSED'}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="50,250,1000", help="trace sizes in MB")
@@ -166,7 +228,10 @@ def main() -> None:
     print(machine_line())
     hta = _hta_python(args.hta_python)
     print(f"HTA: {'from ' + hta if hta else 'not installed (pip install HolisticTraceAnalysis, or --hta-python)'}")
-    print(f"{'trace':>9} {'events':>10}  {'tool':<10} {'seconds':>8} {'MB/s':>7} {'peak RSS growth':>16}  outcome")
+    decoders = _decoders()
+    print(f"decoders (their parse alone, the whole file at once): {', '.join(decoders) or 'none installed'} "
+          "(pip install msgspec orjson)")
+    print(f"{'trace':>9} {'events':>10}  {'tool':<13} {'seconds':>8} {'MB/s':>7} {'peak RSS growth':>16}  outcome")
     with tempfile.TemporaryDirectory() as tmp:
         template = make_template(tmp)
         for size in (float(s) for s in args.sizes.split(",")):
@@ -177,20 +242,24 @@ def main() -> None:
             events = write_tiled(template, path, size)
             mb = os.path.getsize(path) / 1e6
             print(f"{mb:7.0f}MB {events:>10,}  (written in {time.perf_counter() - started:.0f} s)", flush=True)
-            for tool, python in (("torchmagic", sys.executable), ("tm-ranks", sys.executable), ("HTA", hta)):
+            seconds = {}
+            for tool, python in (("torchmagic", sys.executable), ("tm-ranks", sys.executable), ("HTA", hta),
+                                 *((name, sys.executable) for name in decoders)):
                 if python is None:
                     continue
                 got = measure(python, {"tm-ranks": "torchmagic-ranks"}.get(tool, tool.lower()), path, args.limit,
                               args.memory_gb)
                 if "error" in got:
-                    print(f"{'':>20}  {tool:<10} {'':>8} {'':>7} {'':>16}  {got['error']}", flush=True)
+                    print(f"{'':>20}  {tool:<13} {'':>8} {'':>7} {'':>16}  {got['error']}", flush=True)
                     continue
-                print(f"{'':>20}  {tool:<10} {got['seconds']:8.1f} {mb / got['seconds']:7.1f} "
+                seconds[tool] = got["seconds"]
+                print(f"{'':>20}  {tool:<13} {got['seconds']:8.1f} {mb / got['seconds']:7.1f} "
                       f"{got['growth_mb']:13.0f} MB  {got['outcome']}", flush=True)
                 if tool == "torchmagic" and 200 <= mb <= 300:
                     ok = got["seconds"] < TARGET_MB_250_LIMIT_S and got["growth_mb"] < TARGET_MB_250_GROWTH_MB
                     print(f"{'':>20}  target for 250 MB (< {TARGET_MB_250_LIMIT_S:.0f} s, < "
                           f"{TARGET_MB_250_GROWTH_MB:.0f} MB growth): {'met' if ok else 'MISSED'}", flush=True)
+            _against_the_fastest_decoder(seconds, decoders)
             os.remove(path)
 
 
