@@ -92,7 +92,7 @@ def children() -> list[str]:
 def test_workers_are_recommended_for_a_slow_reading_dataset_with_a_ci_excluding_one():
     # items that wait (reading files, decoding over the network): two workers halve the wait on
     # any machine, busy or not, where a CPU-heavy transform gains nothing when the cores are taken
-    loader = DataLoader(Reading(n=1024, wait_s=0.002), batch_size=16, shuffle=True)
+    loader = DataLoader(Reading(n=256, wait_s=0.002), batch_size=16, shuffle=True)  # 16 batches an epoch
     rng = torch.get_rng_state()
     r = torchmagic.loadertune(loader, workers=[0, 2], seconds=0.25, rounds=6, device=CPU)
     assert isinstance(r, LoaderTuneResult) and r.current == LoaderSettings(0)
