@@ -236,7 +236,7 @@ def _fault_once(shell, source: str, fault: str, rng: random.Random) -> None:
 @pytest.mark.parametrize("magic", MAGICS)
 def test_fifty_faults_do_not_grow_memory(notebook, magic, fault):
     """A leak of one step's tensors per fault would show as megabytes, or as live tensors, over
-    50 repetitions (12 for autobatch, 25 for loadertune interrupted: more than the 5 tensors allowed)."""
+    50 repetitions (8 for autobatch, 25 for loadertune interrupted: more than the 5 tensors allowed)."""
     shell, source = notebook, MAGICS[magic]
     shell.user_ns["fault"] = "slow" if fault == "sigint" else fault
     rng = random.Random(1)
@@ -250,7 +250,7 @@ def test_fifty_faults_do_not_grow_memory(notebook, magic, fault):
     rss, objects, tensors = _rss(), len(gc.get_objects()), _live_tensors()
     # autobatch: two full collections a run (1-1.6 s in this heap) and three runs of each trial's steps;
     # loadertune interrupted: its workers start again each time
-    repeats = REPEATS // 4 if magic == "autobatch" else REPEATS // 2 if (magic, fault) == ("loadertune", "sigint") \
+    repeats = REPEATS // 6 if magic == "autobatch" else REPEATS // 2 if (magic, fault) == ("loadertune", "sigint") \
         else REPEATS
     for _ in range(repeats):
         _fault_once(shell, source, fault, rng)
