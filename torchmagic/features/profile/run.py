@@ -93,12 +93,14 @@ class _Runs:
         self.refused: str | None = None  # the budget could not hold one run: why
 
     def warmup(self) -> None:
+        __tracebackhide__ = True  # noqa: F841
         self.value, seconds = timed_call(self.step, self.device)
         self.warmup_s.append(seconds)
 
     def profiled(self, recorded_warmup: int, steps: int) -> None:
         """The runs under the profiler: ``recorded_warmup`` warm-up runs, then up to ``steps`` steps,
         as many as the budget holds."""
+        __tracebackhide__ = True  # noqa: F841
         self.budget.start()
         for _ in range(recorded_warmup):
             self.warmup()
