@@ -41,7 +41,7 @@ class CaptureBudget:
             self.source = (f"{'the default, ' if setting is None else ''}{share:g} of the {fmt_bytes(available)} "
                            "available")
         else:
-            self.limit, self.source = int(setting), "--capture-budget"
+            self.limit, self.source = int(setting), "as set"
         self._read = heap_in_use if heap_in_use() is not None else resident_bytes
         self._base = self.held = self._last = self.runs = 0  # held: bytes above the start
 
