@@ -264,11 +264,29 @@ def test_fifty_faults_do_not_grow_memory(notebook, magic, fault):
     assert grown_objects < 20 * repeats, f"{where}: {grown_objects} more Python objects"
 
 
+# A forward pass that leaves the weights as they were, 500 times a step: about 6 MiB of events a step here
+INFERENCE_CELL = "\nwith torch.no_grad():\n    for _ in range(500):\n        model(x)\n"
+
+
+def test_a_capture_budget_stop_and_a_refusal_leave_everything_as_it_was(notebook):
+    shell = notebook
+    before = state(shell)
+    result, _ = run(shell, "%%torchprofile -q -o r --steps 500 --warmup 1 --capture-budget 512MiB" + INFERENCE_CELL)
+    assert result.success, result.error_in_exec
+    r = shell.user_ns.pop("r")
+    assert 1 <= r.steps < 500 and any(n.startswith("Capture budget:") for n in r.notes)
+    assert_unchanged(shell, before, "a profile the capture budget stopped")
+    result, captured = run(shell, "%%torchprofile -q -o r --steps 5 --capture-budget 1MiB" + INFERENCE_CELL)
+    shown = (captured.stdout + captured.stderr).strip()
+    assert "too small for one profiled run" in shown and len(shown.splitlines()) == 1 and "r" not in shell.user_ns
+    assert_unchanged(shell, before, "a capture budget too small for one run")
+
+
 # --- malformed arguments -----------------------------------------------------------------
 
 OPTIONS = {
     "torchprofile": ["--steps", "--warmup", "--top", "--sort", "--trace", "--memory", "--stack", "--flops",
-                     "--record-shapes", "-o", "-q"],
+                     "--record-shapes", "--capture-budget", "-o", "-q"],
     "amp_compare": ["--variants", "--runs", "--min-time", "--warmup", "--dtype", "--model", "--accuracy-of",
                     "--output", "--atol", "--rtol", "--no-restore", "-o", "-q"],
     "gpumem": ["--free", "--reset", "--watch", "--stop", "--top", "-o", "-q"],

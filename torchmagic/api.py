@@ -12,7 +12,7 @@ from .core.cell import Cell
 from .core.devices import Device, choose_device
 from .core.expectations import Expectation, as_expectation
 from .core.shell import current_shell
-from .core.limits import usable_cores
+from .core.limits import parse_budget_text, usable_cores
 from .core.outcome import Outcome
 from .core.state import names_used, referenced_values, values_named
 from .features.autobatch.result import AutobatchResult
@@ -34,19 +34,24 @@ from .features.profile.user import UserSetup, user_setup
 def profile(fn: Callable[[], Any], *, steps: int = 1, warmup: int = 0, record_shapes: bool = False,
             memory: bool = False, stack: bool = False, flops: bool = False, trace: str | None = None,
             trace_overwrite: bool = False, sort: str = "auto", top: int = 15, device: Device | str | None = None,
-            label: str | None = None) -> ProfileResult:
+            label: str | None = None, capture_budget: float | str | None = None) -> ProfileResult:
     """Profile ``fn()`` (a training or inference step) and diagnose its bottlenecks.
 
     ``fn`` runs ``warmup`` times un-profiled, then ``steps`` times under torch.profiler,
     each step marked ``ProfilerStep#N`` and timed with the device synchronised.  If ``fn``
     raises, the profiler is stopped and the exception propagates with the partial profile
     attached as ``exc.torchmagic_result``.  ``trace``: a Chrome trace file to write, refused if a file
-    is there unless ``trace_overwrite``.
+    is there unless ``trace_overwrite``.  ``capture_budget``: the host memory the profile may take, its
+    events included once the profiler stops: bytes ("2GiB" or a number), or a fraction of the memory
+    available (default 0.5); the steps stop before one that would pass it, with a note, and a budget
+    that cannot hold one step raises ValueError.
     """
     __tracebackhide__ = True  # noqa: F841
+    if isinstance(capture_budget, str):
+        capture_budget = parse_budget_text("capture_budget", capture_budget)
     options = ProfileOptions(steps=steps, warmup=warmup, record_shapes=record_shapes, memory=memory,
                              stack=stack, flops=flops, trace=trace, trace_overwrite=trace_overwrite, sort=sort,
-                             top=top)
+                             top=top, capture_budget=capture_budget)
     return _profile(fn, options, label or getattr(fn, "__name__", "profile"),
                     choose_device(device, referenced_values(fn)))
 

@@ -7,10 +7,16 @@ run until interrupted (or, for worker counts, fork far more processes than the m
 from __future__ import annotations
 
 import os
+import re
 
 MAX_COUNT = 10**6          # steps, rounds, runs, warm-ups, batches
 MAX_SECONDS = 24 * 3600.0  # a time limit past a day
 WORKERS_PER_CORE = 4       # DataLoader workers beyond this many per usable core only contend
+MIN_BUDGET_BYTES = 2**20   # below a MiB no step of a model runs: such a memory budget is a slip (1B for 1GB)
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, "mib": 2**20,
+          "g": 1e9, "gb": 1e9, "gib": 2**30, "t": 1e12, "tb": 1e12, "tib": 2**40}
 
 
 class SettingError(ValueError):
@@ -36,6 +42,25 @@ def check_seconds(name: str, value: float) -> None:
     """A time limit's upper bound, NaN included (callers check that it is positive)."""
     if not value <= MAX_SECONDS:
         raise SettingError(name, f"must be a number of seconds up to a day, got {value}")
+
+
+def parse_budget_text(setting: str, text: str) -> float:
+    """A memory budget as written on a magic's line: '8GiB', '512MB', '2e9' (bytes) or '0.9' (a fraction of
+    memory, up to 1).  A size with a unit is a size, however small: '1B' is one byte (refused), never the
+    fraction 1.  Bad text raises a SettingError naming ``setting``."""
+    match = _SIZE.match(text)
+    if not match:
+        raise SettingError(setting, f"takes bytes such as 8GiB or 512MiB, or a fraction such as 0.9; got {text!r}")
+    number, unit = float(match.group(1)), (match.group(2) or "").lower()
+    if number <= 0:
+        raise SettingError(setting, f"must be positive, got {text!r}")
+    if not unit and number <= 1:
+        return number  # a fraction of the memory
+    size = number * _UNITS[unit]
+    if size < MIN_BUDGET_BYTES:
+        raise SettingError(setting, f"{text} is {size:,.0f} byte(s): too small to run any step (a size is at least "
+                                    "1MiB; a fraction of memory is written without a unit, such as 0.5)")
+    return size
 
 
 def usable_cores() -> int:

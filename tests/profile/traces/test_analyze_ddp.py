@@ -226,6 +226,7 @@ def test_an_interrupt_stops_every_rank_and_leaves_nothing_behind(shell, delay, t
     ("--ranks 2 --share nothing_here", "--share 'nothing_here': not defined in the notebook"),
     ("--ranks 2 --share local_fn", "--share local_fn: uses local_fn, defined in the notebook"),
     ("--ranks 2 --memory", "--memory cannot go with --ranks"),
+    ("--ranks 2 --capture-budget 1GiB", "--capture-budget cannot go with --ranks"),
     ("--share x", "--backend, --share, --nnodes, --node-rank and --master go with --ranks N"),
 ])
 def test_bad_rank_settings_are_one_line_before_anything_starts(shell, line, message):

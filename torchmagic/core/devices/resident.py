@@ -10,6 +10,8 @@ The high-water mark is only read, never reset: it is the user's (getrusage's ru_
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import threading
 import time
@@ -29,6 +31,34 @@ def resident_bytes() -> int | None:
             return int(f.read().split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return None
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+@functools.lru_cache(maxsize=1)
+def _mallinfo2():
+    try:
+        function = ctypes.CDLL(None).mallinfo2  # glibc 2.33 onwards
+    except (OSError, AttributeError):
+        return None
+    function.restype = _MallInfo2
+    return function
+
+
+def heap_in_use() -> int | None:
+    """Bytes the process's malloc has handed out and not had back (glibc's mallinfo2: its heap's blocks in
+    use and its mmapped ones), or None where there is no such count.  Unlike the resident size it grows
+    when freed pages are used again: the events a second profile in one process holds show here, where
+    the resident size stayed flat over a second 84 MiB capture (measured here, torch 2.13)."""
+    function = _mallinfo2()
+    if function is None:
+        return None
+    info = function()
+    return info.uordblks + info.hblkhd
 
 
 def resident_high_water() -> int | None:

@@ -13,39 +13,22 @@ from ...core.devices import nccl_gpus
 from ...core.devices.profiler import ProfilerBusyError
 from ...core.ipython import (BACKEND_ARGUMENT, DEVICE_ARGUMENT, SHARE_ARGUMENT, TorchMagicsBase, parse_argstring,
                              refused, usage_error, user_frames_only)
-from ...core.limits import SettingError
+from ...core.limits import SettingError, parse_budget_text
 from ...core.ranks import RankFailed
 from ...core.state import referenced_values, values_named
 from .ranks import RankJob, RanksUnsteady, StepMissing, run_autobatch_ranks
 from .options import AutobatchOptions
 from .run import objects_to_restore, run_autobatch
 
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, "mib": 2**20,
-          "g": 1e9, "gb": 1e9, "gib": 2**30, "t": 1e12, "tb": 1e12, "tib": 2**40}
 _MISSING = object()
 
 
-MIN_BUDGET_BYTES = 2**20  # below a MiB no step of a model runs: such a budget is a slip (1B for 1GB)
-
-
 def parse_budget(text: str, magic: str = "%autobatch") -> float:
-    """'8GiB', '512MB', '2e9' (bytes) or '0.9' (a fraction of memory, up to 1).  A size with a unit
-    is a size, however small: '1B' is one byte (refused), never the fraction 1."""
-    match = _SIZE.match(text)
-    if not match:
-        raise usage_error(f"{magic}: --budget takes bytes such as 8GiB or 512MiB, or a fraction such as 0.9; "
-                          f"got {text!r}")
-    number, unit = float(match.group(1)), (match.group(2) or "").lower()
-    if number <= 0:
-        raise usage_error(f"{magic}: --budget must be positive, got {text!r}")
-    if not unit and number <= 1:
-        return number  # a fraction of the memory
-    size = number * _UNITS[unit]
-    if size < MIN_BUDGET_BYTES:
-        raise usage_error(f"{magic}: --budget {text} is {size:,.0f} byte(s): too small to run any step (a size is "
-                          f"at least 1MiB; a fraction of memory is written without a unit, such as 0.5)")
-    return size
+    """'8GiB', '512MB', '2e9' (bytes) or '0.9' (a fraction of memory): limits.parse_budget_text."""
+    try:
+        return parse_budget_text("budget", text)
+    except SettingError as exc:
+        raise usage_error(f"{magic}: {exc.as_flag()}") from None
 
 
 @magics_class

@@ -28,7 +28,8 @@ from .modules import MODULE_MARK, module_labels
 from .options import ProfileOptions
 from .result import OpRow, ProfileResult
 from .roofline import roofline_fields
-from .rules import RuleContext, amp_worth_estimating, diagnose, kernel_stats, missing_kernels_note
+from .rules import (RuleContext, amp_worth_estimating, diagnose, kernel_stats, lost_events_note,
+                    missing_kernels_note)
 from .summary import TraceSummary
 from .trace import summarize_trace
 
@@ -49,6 +50,8 @@ class Measured:
     error: BaseException | None = None
     history: Any = None              # the allocator's history (--memory on a device that records one)
     energy_mj: tuple[int | None, int | None] = (None, None)  # the device's energy counter around the steps
+    capture_note: str | None = None  # the capture budget stopped the steps early: why (budget.py)
+    capture_bytes: int | None = None  # host memory the process took while profiling, before the stop
 
 
 def build_profile(prof, m: Measured) -> ProfileResult:
@@ -61,7 +64,7 @@ def build_profile(prof, m: Measured) -> ProfileResult:
     fields: dict[str, Any] = dict(
         label=m.label, device=m.device.describe(), step_s=m.step_s, warmup_s=m.warmup_s,
         nvml=nvml.to_dict() if nvml is not None else None, error=_error_text(m.error),
-        options=m.options, **_overhead(m))
+        options=m.options, capture_bytes=m.capture_bytes, **_overhead(m))
     results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
     if results is not None:
         fields.update(_analysed(prof, results, m, notes))
@@ -75,8 +78,9 @@ def summary_fields(s: TraceSummary, ctx: RuleContext, steps_timed: int, notes: l
     """The result's fields that come from a trace's summary, its findings first; ``steps_timed``: the steps
     whose time was measured (one fewer than the summary's when the last did not finish)."""
     findings = diagnose(s, ctx)
-    if note := missing_kernels_note(s, ctx):
-        notes.append(note)
+    for note in (missing_kernels_note(s, ctx), lost_events_note(s)):
+        if note:
+            notes.append(note)
     if s.one_time_us:
         costs = ", ".join(f"{kind} {fmt_us(us)}" for kind, us in
                           sorted(s.one_time_us.items(), key=lambda kv: -kv[1]))
@@ -89,7 +93,8 @@ def summary_fields(s: TraceSummary, ctx: RuleContext, steps_timed: int, notes: l
         notes.append("The last profiled step did not finish; it is included up to the failure.")
     cells = ipython_cell_files()
     return dict(
-        findings=findings, event_count=s.event_count, ops=[_op_row(o) for o in s.ops.values()],
+        findings=findings, event_count=s.event_count, kernels_without_launch=s.kernels_without_launch,
+        launches_without_kernel=s.launches_without_kernel, ops=[_op_row(o) for o in s.ops.values()],
         # Python between ops shows as the step markers' own time: count it under "other"
         categories_s={k: v / 1e6 for k, v in s.category_us.items() if v > 0},
         device_categories_s={k: v / 1e6 for k, v in s.device_category_us.items() if v > 0},
@@ -104,7 +109,7 @@ def nothing_measured(step_s: list[float], warmup_s: list[float], ops: list[OpRow
 
 
 def _setup_notes(m: Measured) -> list[str]:
-    notes = [note for note in (m.device.choice_note(), m.device.profile_note()) if note]
+    notes = [note for note in (m.device.choice_note(), m.device.profile_note(), m.capture_note) if note]
     if m.options.warmup == 0:
         notes.append("The first run includes one-time costs (lazy initialisation, allocator warm-up); "
                      "--warmup 1 leaves them out.")

@@ -68,3 +68,20 @@ def attribute_device(device: list[Ev], out: TraceSummary, sweep: Sweep, windows)
     out.device_busy_us = sum(end - start for start, end in steps_busy)
     data = union(sweep.data_intervals)
     out.data_exposed_us = sum(end - start for start, end in data) - overlap(data, busy)
+
+
+def count_lost_events(device: list[Ev], out: TraceSummary, sweep: Sweep) -> None:
+    """Kernels (and copies) whose runtime call is not in the trace, and kernel launches made in the steps
+    whose kernel is not: CUPTI pairs them by correlation id, so either side missing is an event lost.
+    CUPTI numbers calls in order, so a kernel numbered below the trace's first runtime call was launched
+    before the trace began (a queue the GPU was still running: 614 kernels in HTA's trace_diff trace), not
+    lost.  A trace with no runtime call at all recorded only the device's side: nothing is counted there."""
+    if not device or not sweep.launched_in_step:
+        return
+    first = min(sweep.launched_in_step)
+    ran = {ev.raw.correlation_id() for ev in device}
+    out.kernels_without_launch = sum(1 for corr in (ev.raw.correlation_id() for ev in device)
+                                     if corr > first and corr not in sweep.launched_in_step)
+    launches = [corr for corr in sweep.launch_end if sweep.launched_in_step.get(corr)]
+    out.kernel_launches = len(launches)
+    out.launches_without_kernel = sum(1 for corr in launches if corr not in ran)

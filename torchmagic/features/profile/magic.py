@@ -11,11 +11,12 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from ...core.devices.profiler import ProfilerBusyError
 from ...core.ipython import (BACKEND_ARGUMENT, DEVICE_ARGUMENT, SHARE_ARGUMENT, TorchMagicsBase, parse_argstring,
                              refused, run_from_button, share_help, usage_error, user_frames_only)
-from ...core.limits import usable_cores
+from ...core.limits import parse_budget_text, usable_cores
 from ...core.render import live
 from ...core.render.saved import NotAResultFile
 from ...core.render.saved import load as load_saved
 from ...core.state import names_used, values_named
+from .budget import CaptureBudgetError
 from .diff import diff_profiles
 from .options import SORT_KEYS, ProfileOptions
 from .result import ProfileResult
@@ -31,6 +32,9 @@ class ProfileMagics(TorchMagicsBase):
               help="profile N runs of the cell, each marked as a step (default 1)")
     @argument("--warmup", type=int, default=0, metavar="N",
               help="run the cell N times un-profiled first; with N >= 2 the profiler's overhead is measured")
+    @argument("--capture-budget", metavar="SIZE", help="host memory the profile may take, its events included once "
+              "the profiler stops: bytes (2GiB, 512MiB) or a fraction of the available memory (default 0.5); the "
+              "steps stop before one that would pass it, with a note")
     @argument("--record-shapes", action="store_true", help="show operators' input shapes")
     @argument("--memory", action="store_true", help="record allocations: peak memory, bytes per operator, the "
               "memory timeline and the largest allocations alive at the peak with the code that made them")
@@ -94,7 +98,8 @@ class ProfileMagics(TorchMagicsBase):
             options = ProfileOptions(steps=args.steps, warmup=args.warmup, record_shapes=args.record_shapes,
                                      memory=args.memory, stack=args.stack, flops=args.flops,
                                      trace=args.trace, trace_overwrite=args.trace_overwrite, sort=args.sort,
-                                     top=args.top)
+                                     top=args.top, capture_budget=(parse_budget_text("capture_budget", args.capture_budget)
+                                                                   if args.capture_budget is not None else None))
             options.check_files()
         except ValueError as exc:
             raise refused("%%torchprofile", exc) from None
@@ -111,7 +116,7 @@ class ProfileMagics(TorchMagicsBase):
         try:
             run = run_profile(step, options, label="%%torchprofile", device=device,
                               user=user_setup(names_used(code.names, namespace), usable_cores()), code=cell)
-        except ProfilerBusyError as exc:
+        except (ProfilerBusyError, CaptureBudgetError) as exc:
             raise usage_error(f"%%torchprofile: {exc}") from None
         except KeyboardInterrupt as exc:  # held while the profiler stopped, raised as the run ended
             self.interrupted(args, exc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ...core.limits import SettingError, check_count
@@ -32,6 +33,9 @@ class ProfileOptions:
     trace_overwrite: bool = False  # replace a file already at ``trace`` (else refused)
     sort: str = "auto"
     top: int = 15
+    # host memory the profile may take, its events once the profiler stops included (budget.py): bytes, or a
+    # fraction (up to 1) of the memory available when it starts; None: budget.DEFAULT_SHARE of it
+    capture_budget: float | None = None
 
     def __post_init__(self):
         if self.steps < 1:
@@ -42,6 +46,9 @@ class ProfileOptions:
             raise SettingError("top", f"must be at least 1, got {self.top}")
         for name in ("steps", "warmup", "top"):
             check_count(name, getattr(self, name))
+        if self.capture_budget is not None and not 0 < self.capture_budget < math.inf:
+            raise SettingError("capture_budget", "must be a positive number (bytes, or a fraction of the available "
+                                                 f"memory), got {self.capture_budget}")
         if self.sort != "auto" and self.sort not in SORT_KEYS:
             raise SettingError("sort", f"{self.sort!r} is an unknown sort key; choose from auto, {', '.join(SORT_KEYS)}")
 

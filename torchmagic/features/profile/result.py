@@ -125,6 +125,13 @@ class ProfileResult(Result):
     overhead: float | None = None             # profiled / un-profiled step time (Hodges-Lehmann), where it has
     overhead_ci: tuple[float, float] | None = None  # ... a 95% interval (stats.unpaired_ratio): 4 runs a side
     notes: list[str] = field(default_factory=list)
+    # host memory the process took while the profiler ran, before it stopped (malloc's bytes in use, else the
+    # resident size; budget.py); the stop then takes several times that to read the events
+    capture_bytes: int | None = None
+    # GPU: kernels whose launch is not in the trace, and kernel launches whose kernel is not: events the
+    # profiler lost (a profiler started again in one process loses some, pytorch#192021)
+    kernels_without_launch: int = 0
+    launches_without_kernel: int = 0
     timeline: list[TimelineSpan] = field(default_factory=list)
     step_starts_us: list[float] = field(default_factory=list)  # on the timeline's clock
     memory_peak_bytes: dict[str, int] = field(default_factory=dict)

@@ -21,6 +21,7 @@ from ...core.limits import usable_cores
 from ...core.measure import timed_call
 from ...core.outcome import Outcome
 from ...core.state import names_reached
+from .budget import CaptureBudget, CaptureBudgetError
 from .build import Measured, build_profile, nothing_measured
 from .kineto import STEP_PREFIX
 from .options import ProfileOptions
@@ -35,24 +36,22 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
                 user: UserSetup | None = None, code: str | None = None) -> Outcome[ProfileResult]:
     """Profile ``step``; the fixes name ``user``'s objects (default: those ``step`` reaches, by the
     names its code uses) and fit this machine's cores.  ``code``: the step's source (a cell's), whose
-    verify commands' measurements (core/expectations.py) the rules read."""
+    verify commands' measurements (core/expectations.py) the rules read.  Raises CaptureBudgetError,
+    the profiler stopped, where the budget cannot hold one profiled run."""
     __tracebackhide__ = True  # noqa: F841
     options.check_files()
     ensure_profiler_free()
     device = device or choose_device()
     memory_before = device.allocator_stats()
-    warmup_s: list[float] = []
-    step_s: list[float] = []
-    value, error, prof, history = None, None, None, None
-    energy: list[int | None] = [None, None]  # the device's energy counter (mJ) around the profiled steps
+    runs = _Runs(step, device, CaptureBudget(options.capture_budget))
+    error, prof, history = None, None, None
     # With --memory the last warm-up run is recorded too (outside the steps' windows): torch's CPU profiler
     # reports no free of a block allocated before it started, so the gradients the first step's zero_grad
     # frees would stay in the level and the peak would read high by them.
     recorded_warmup = 1 if options.memory and options.warmup else 0
     try:
         for _ in range(options.warmup - recorded_warmup):
-            value, seconds = timed_call(step, device)
-            warmup_s.append(seconds)
+            runs.warmup()
         prof = torch.profiler.profile(
             activities=device.profiler_activities(),
             record_shapes=True,  # always: the amp rule needs input dtypes; shapes show on request
@@ -65,22 +64,63 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
             with recorder as history:
                 try:
                     prof.start()
-                    for _ in range(recorded_warmup):
-                        value, seconds = timed_call(step, device)
-                        warmup_s.append(seconds)
-                    energy[0] = device.energy_mj()
-                    for i in range(options.steps):
-                        value, seconds = timed_call(step, device, marker=f"{STEP_PREFIX}{i}")
-                        step_s.append(seconds)
-                    energy[1] = device.energy_mj()
+                    runs.profiled(recorded_warmup, options.steps)
                 finally:
                     stop_profiler(prof)
     except BaseException as exc:  # noqa: BLE001  (KeyboardInterrupt too: summarise, then re-raise)
         error = exc
+    if runs.refused is not None:
+        if getattr(prof, "profiler", None) is not None:
+            prof.profiler.kineto_results = None  # the events the budget could not hold: dropped now
+        raise CaptureBudgetError(runs.refused)
     ctx = rule_context(device, user or user_setup(names_reached(step), usable_cores()), memory_before, code)
-    measured = Measured(label=label, options=options, device=device, ctx=ctx, warmup_s=warmup_s, step_s=step_s,
-                        error=error, history=history, energy_mj=tuple(energy))
-    return Outcome(build_profile(prof, measured), value, error)  # the value: the last completed step's
+    measured = Measured(label=label, options=options, device=device, ctx=ctx, warmup_s=runs.warmup_s,
+                        step_s=runs.step_s, error=error, history=history, energy_mj=tuple(runs.energy),
+                        capture_note=runs.note, capture_bytes=runs.budget.held)
+    return Outcome(build_profile(prof, measured), runs.value, error)  # the value: the last completed step's
+
+
+class _Runs:
+    """The step's runs, timed, and under the profiler watched by the capture budget."""
+
+    def __init__(self, step: Callable[[], Any], device: Device, budget: CaptureBudget):
+        self.step, self.device, self.budget = step, device, budget
+        self.value: Any = None
+        self.warmup_s: list[float] = []
+        self.step_s: list[float] = []
+        self.energy: list[int | None] = [None, None]  # the device's energy counter (mJ) around the profiled steps
+        self.note: str | None = None     # the budget stopped the steps early: why
+        self.refused: str | None = None  # the budget could not hold one run: why
+
+    def warmup(self) -> None:
+        __tracebackhide__ = True  # noqa: F841
+        self.value, seconds = timed_call(self.step, self.device)
+        self.warmup_s.append(seconds)
+
+    def profiled(self, recorded_warmup: int, steps: int) -> None:
+        """The runs under the profiler: ``recorded_warmup`` warm-up runs, then up to ``steps`` steps,
+        as many as the budget holds."""
+        __tracebackhide__ = True  # noqa: F841
+        self.budget.start()
+        for _ in range(recorded_warmup):
+            self.warmup()
+            if self._over_budget():
+                return
+        self.energy[0] = self.device.energy_mj()
+        for i in range(steps):
+            if self.budget.runs and self.budget.stops():
+                self.note = self.budget.note(i, steps)
+                break
+            self.value, seconds = timed_call(self.step, self.device, marker=f"{STEP_PREFIX}{i}")
+            self.step_s.append(seconds)
+            if self._over_budget():
+                return
+        self.energy[1] = self.device.energy_mj()
+
+    def _over_budget(self) -> bool:
+        self.budget.after_run()
+        self.refused = self.budget.too_small()
+        return self.refused is not None
 
 
 def measured_nothing(result: ProfileResult) -> bool:

@@ -106,6 +106,11 @@ class TraceSummary:
     has_device_events: bool = False
     device_busy_us: float = 0.0
     device_kernels: int = 0
+    # events the profiler lost (device_attribution.count_lost_events): kernels and copies whose runtime call
+    # is not in the trace, and of the kernel launches made in the steps, those whose kernel is not
+    kernels_without_launch: int = 0
+    kernel_launches: int = 0
+    launches_without_kernel: int = 0
     # ops in the steps that put work on the device when their tensors live there: those called from
     # Python, a phase or a user range (not from another op), less views, allocations and data loading
     launching_ops: int = 0

@@ -26,7 +26,7 @@ from collections import defaultdict
 
 from ...core.gc_pause import gc_paused
 from .categories import OTHER
-from .device_attribution import attribute_device
+from .device_attribution import attribute_device, count_lost_events
 from .events import ANNOTATION, PYTHON, Ev, first_launches, link_runtime_threads, read_events
 from .intervals import near, overlap, subtract, union
 from .kineto import STEP_PREFIX
@@ -70,6 +70,7 @@ def _summarize(events, trace_start_ns: int, shapes: bool, flops: bool, python_ca
     _discount_waiting(out, sweep, windows)
     _memory_levels(out, sweep.memory, windows)
     attribute_device(device, out, sweep, windows)
+    count_lost_events(device, out, sweep)
     bound_timeline(out)
     return out
 

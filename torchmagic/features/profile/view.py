@@ -32,7 +32,9 @@ CATEGORY_COLORS = {
 
 def headline(r: ProfileResult) -> str:
     device = r.device.name or r.device.kind
-    parts = [f"{r.label}: {r.steps} step{'s' if r.steps != 1 else ''} on {r.device.kind.upper()} ({device})"]
+    asked = f" of {r.options.steps}" if r.steps < r.options.steps else ""  # stopped early: the budget, an error
+    parts = [f"{r.label}: {r.steps}{asked} step{'s' if r.steps != 1 or asked else ''} on {r.device.kind.upper()} "
+             f"({device})"]
     if r.step_s:
         if r.steps > 1:
             parts.append(f"step {fmt_s(r.median_step_s)} median (min {fmt_s(min(r.step_s))}, "

@@ -17,14 +17,14 @@ from ..summary import TraceSummary
 from .avoidable_work import inference_grad, optimizer
 from .context import AllocatorCounters, RuleContext
 from .findings import THRESHOLDS, VERIFY, VERIFY_NAMES, severity
-from .gpu_work import gpu_idle, kernel_stats, missing_kernels_note
+from .gpu_work import gpu_idle, kernel_stats, lost_events_note, missing_kernels_note
 from .host_overhead import dispatch_bound, sync
 from .input_pipeline import dataloader
 from .memory import batch_size, copies, step_peak
 from .precision import amp, amp_worth_estimating, tensor_core_alignment
 
 __all__ = ["THRESHOLDS", "VERIFY", "VERIFY_NAMES", "AllocatorCounters", "RuleContext", "RULES", "diagnose",
-           "severity", "step_peak", "kernel_stats", "missing_kernels_note", "amp_worth_estimating",
+           "severity", "step_peak", "kernel_stats", "missing_kernels_note", "lost_events_note", "amp_worth_estimating",
            "dataloader", "sync", "dispatch_bound", "amp", "copies", "inference_grad", "optimizer", "batch_size",
            "tensor_core_alignment", "gpu_idle"]
 

@@ -1,5 +1,5 @@
 """How the GPU's work comes in: its idle time, the share it waits for the host's launches, its kernels'
-statistics, and a CUDA profile with no kernels at all."""
+statistics, a CUDA profile with no kernels at all, and one that lost some."""
 
 from __future__ import annotations
 
@@ -70,3 +70,20 @@ def missing_kernels_note(s: TraceSummary, ctx: RuleContext) -> str | None:
             "recorded none (another profiler such as Nsight attached, or no CUPTI access in this container), "
             "or the ops ran on the CPU (then --device cpu); the GPU rules (GPU idle time, small batch, amp by "
             "kernel time) were skipped.")
+
+
+def lost_events_note(s: TraceSummary) -> str | None:
+    """One line where the trace lost kernels or their launches: a profile of a process that profiled
+    before loses some at each start (pytorch#192021), so its GPU figures are short of the run's."""
+    parts = []
+    if s.kernels_without_launch:
+        parts.append(f"{s.kernels_without_launch:,} of {s.device_kernels:,} kernels and copies have no launch in "
+                     "the trace")
+    if s.launches_without_kernel:
+        parts.append(f"{s.launches_without_kernel:,} of {s.kernel_launches:,} kernel launches in the steps have "
+                     "no kernel")
+    if not parts:
+        return None
+    return (f"Events lost: {' and '.join(parts)}. A profiler started again in one process loses kernel events "
+            "at each start (pytorch#192021), so the GPU figures above are incomplete: restart the kernel (the "
+            "process) and profile once for a complete profile.")
