@@ -36,10 +36,10 @@ def test_a_budget_stops_the_steps_before_one_that_would_pass_it_and_says_so(shel
 def test_a_budget_too_small_for_one_run_is_refused_in_one_line_with_nothing_left_running(shell):
     shell.user_ns.update(calls=[], x=torch.randn(16, 16))
     threads = {t.ident for t in threading.enumerate()}
-    result, captured = run(shell, f"%%torchprofile --steps 5 --capture-budget 1MiB -o r\n{CELL}")
+    result, captured = run(shell, f"%%torchprofile --steps 5 --warmup 1 --capture-budget 1MiB -o r\n{CELL}")
     shown = (captured.stdout + captured.stderr).strip()
     assert "too small for one profiled run" in shown and "Traceback" not in shown and len(shown.splitlines()) == 1
-    assert "r" not in shell.user_ns and len(shell.user_ns["calls"]) == 1  # the one run it measured
+    assert "r" not in shell.user_ns and len(shell.user_ns["calls"]) == 2  # the warm-up and the one run measured
     assert not torch.autograd._profiler_enabled() and {t.ident for t in threading.enumerate()} <= threads
     again, _ = run(shell, "%%torchprofile -q -o r\ny = x + 1")  # a profile runs after it
     assert again.success and shell.user_ns["r"].steps == 1
@@ -56,8 +56,27 @@ def test_the_api_twin_takes_a_size_and_raises_a_value_error_for_one_too_small():
     r = torchmagic.profile(step, steps=50, warmup=1, capture_budget="300MiB")
     assert 1 <= r.steps < 50 and r.options.capture_budget == 300 * 2**20
     with pytest.raises(CaptureBudgetError, match="too small for one profiled run"):
-        torchmagic.profile(step, steps=2, capture_budget=2**20)
+        torchmagic.profile(step, steps=2, warmup=1, capture_budget=2**20)
     assert not torch.autograd._profiler_enabled()
+
+
+def test_what_a_first_run_keeps_of_its_own_is_not_taken_for_events():
+    """Without a warm-up the first profiled run also holds what the cell keeps (here 256 MiB it makes):
+    x14 that read as 3.5 GiB and refused a plain profile; only the growth between runs counts then."""
+    kept = []
+
+    def cell():
+        kept.append(torch.ones(2**26))  # 256 MiB, the first time only
+        x = torch.randn(16, 16)
+        for _ in range(300):
+            x = x + 1
+
+    r = torchmagic.profile(lambda: cell() if not kept else None, steps=1, capture_budget="2GiB")
+    assert r.steps == 1 and not any(n.startswith("Capture budget") for n in r.notes)
+    kept.clear()
+    r = torchmagic.profile(cell, steps=3, capture_budget="2GiB")  # keeps 256 MiB each run: the runs stop
+    assert r.steps == 2 and any(n.startswith("Capture budget: 2 of the 3 steps") for n in r.notes)
+    kept.clear()
 
 
 def test_without_a_budget_given_a_small_profile_runs_every_step_under_half_the_available_memory():
@@ -68,7 +87,7 @@ def test_without_a_budget_given_a_small_profile_runs_every_step_under_half_the_a
 
 def test_the_estimate_counts_each_runs_events_by_the_last_run_and_what_the_first_kept_once(monkeypatch):
     held = iter([0, 10, 13, 16])  # MiB: a first run that kept 7 MiB of its own (gradients), then 3 a run
-    budget = CaptureBudget(100 * 2**20)
+    budget = CaptureBudget(100 * 2**20, warmed=True)
     monkeypatch.setattr(budget, "_read", lambda: next(held) * 2**20)
     budget.start()
     budget.after_run()

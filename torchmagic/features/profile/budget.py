@@ -30,10 +30,13 @@ class CaptureBudget:
     """``start()`` once the profiler runs, ``after_run()`` after each run it records; ``stops()`` says
     whether the next run would pass the budget, ``too_small()`` whether the first one did."""
 
-    __slots__ = ("limit", "source", "held", "runs", "_read", "_base", "_last")
+    __slots__ = ("limit", "source", "held", "runs", "warmed", "_read", "_base", "_last")
 
-    def __init__(self, setting: float | None):
-        """``setting``: bytes (over 1), a fraction of the available memory (up to 1), or None (the default)."""
+    def __init__(self, setting: float | None, warmed: bool = True):
+        """``setting``: bytes (over 1), a fraction of the available memory (up to 1), or None (the default).
+        ``warmed``: an un-profiled run came before the profiler started.  Without one, the first profiled
+        run also holds what the step keeps of its own the first time (a model it builds, gradients,
+        optimizer state: gigabytes that are not events), so nothing is judged from that run alone."""
         share = DEFAULT_SHARE if setting is None else setting
         if share <= 1:
             available = host_memory().available_bytes
@@ -44,6 +47,7 @@ class CaptureBudget:
             self.limit, self.source = int(setting), "as set"
         self._read = heap_in_use if heap_in_use() is not None else resident_bytes
         self._base = self.held = self._last = self.runs = 0  # held: bytes above the start
+        self.warmed = warmed
 
     def start(self) -> None:
         self._base = self._read() or 0
@@ -55,22 +59,26 @@ class CaptureBudget:
     def estimate(self, runs: int) -> int:
         """The memory ``runs`` runs would hold once the profiler stops: each run's events as the last one
         brought, times the stop's factor, and what else the runs kept (a first step's gradients) once."""
-        if not self.runs:
+        if not self.known():
             return 0
         per_run = self._last if self.runs > 1 else self.held
         kept = max(self.held - per_run * self.runs, 0)
         return int(STOP_FACTOR * per_run * runs + kept)
 
+    def known(self) -> bool:
+        """Whether a run's events can be told yet: after a warmed run, or the growth between two."""
+        return self.runs >= (1 if self.warmed else 2)
+
     def stops(self) -> bool:
-        return self.estimate(self.runs + 1) > self.limit
+        return self.known() and self.estimate(self.runs + 1) > self.limit
 
     def too_small(self) -> str | None:
         """Why the budget cannot hold even the one run recorded so far once the profiler stops, or None."""
-        if self.runs != 1 or self.estimate(1) <= self.limit:
+        if self.runs != 1 or not self.warmed or self.estimate(1) <= self.limit:
             return None
         return (f"capture budget {fmt_bytes(self.limit)} ({self.source}) too small for one profiled run: it held "
                 f"{fmt_bytes(self.held)}, about {fmt_bytes(self.estimate(1))} once the profiler stops; raise the "
-                "budget, or --warmup 1 to leave the first run's one-time allocations out")
+                "budget, or profile a smaller step")
 
     def note(self, steps: int, asked: int) -> str:
         """The one line for a profile stopped after ``steps`` of the ``asked`` steps."""

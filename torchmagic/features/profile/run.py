@@ -43,12 +43,12 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
     ensure_profiler_free()
     device = device or choose_device()
     memory_before = device.allocator_stats()
-    runs = _Runs(step, device, CaptureBudget(options.capture_budget))
     error, prof, history = None, None, None
     # With --memory the last warm-up run is recorded too (outside the steps' windows): torch's CPU profiler
     # reports no free of a block allocated before it started, so the gradients the first step's zero_grad
     # frees would stay in the level and the peak would read high by them.
     recorded_warmup = 1 if options.memory and options.warmup else 0
+    runs = _Runs(step, device, CaptureBudget(options.capture_budget, warmed=options.warmup > recorded_warmup))
     try:
         for _ in range(options.warmup - recorded_warmup):
             runs.warmup()
