@@ -2,13 +2,19 @@
 
 Two figures, printed with their method and the machine they were taken on:
 
-1. **Magic vs bare profiler, for a ~1 s cell**, on two small CPU training loops, each
-   sized at start-up so that it takes about ``--cell-seconds`` un-profiled:
+1. **The displayed magic against torch's profiler + ``key_averages().table()``** (the
+   anchor: what a user does by hand to see where the time went), on three CPU training
+   loops:
 
-   * ``conv``: a CIFAR-sized conv net with SGD, batch 32 (~260 profiler events a step,
-     ~15k events in the cell): compute-bound, the common case;
-   * ``mlp``: a 3-layer MLP with Adam, batch 64 (~315 events a step, ~120k events in the
-     cell): dispatch-bound, the worst case for any per-event analysis.
+   * ``conv-small``: a CIFAR-sized conv net with SGD, batch 32, 10 steps (~2,500 profiler
+     events): a small profile, where fixed costs (drawing the report) show most;
+   * ``mlp-small``: a 3-layer MLP with Adam, batch 64, 10 steps (~3,100 events);
+   * ``mlp``: the same MLP sized at start-up to take about ``--cell-seconds`` un-profiled
+     (~60k events): a large profile, dispatch-bound, the worst case for any per-event
+     analysis (and for torch's own parse, ~6 s a run).
+
+   ``conv`` (the conv net sized to ``--cell-seconds``, ~7k events) can be asked for with
+   ``--workloads``.
 
    Each variant runs as one ``run_cell`` of a real IPython shell (``start_ipython``,
    ``%load_ext torchmagic``), output captured:
@@ -16,20 +22,25 @@ Two figures, printed with their method and the machine they were taken on:
    ============  ===========================================================================
    cell          the training loop, un-profiled
    prof+table    under ``torch.profiler.profile(activities=[CPU])`` then
-                 ``print(prof.key_averages().table(...))``: what a user would do by hand
-                 (conv only by default: on the mlp cell torch's parse alone takes ~6 s a run)
+                 ``print(prof.key_averages().table(...))``: what a user would do by hand,
+                 the anchor
    prof          the same, without the table (the profiler's own cost only)
    prof+shapes   ``prof`` with ``record_shapes=True``, the profiler setting the magic uses
    magic -q      ``%%torchprofile -q``: profile, summarise and diagnose, show nothing
-   magic         ``%%torchprofile``: the same, plus the display (text + HTML with the
-                 timeline PNG), captured with ``capture_output``
+   magic         ``%%torchprofile``: the same, displayed as terminal IPython shows it
+                 (the shell's formatter with text/plain the only active type): the text
+   magic html    ``%%torchprofile``: displayed as a notebook shows it (every MIME type
+                 active): text + the HTML report with its timeline picture
    ============  ===========================================================================
+
+   Each display is captured with ``capture_output``.
 
    Each timing is the whole ``run_cell`` wall time (a gc pass before each, untimed).
    Variants are interleaved in rounds (the order rotates each round, one untimed round
    first); figures are medians over the rounds, ratios are medians of per-round ratios
-   with a 95% CI from their order statistics (``torchmagic.core.measure.paired_ratio``).  Target: the displayed magic within 1.3x of
-   the bare profiler without the table (the strictest of the comparisons shown).
+   with a 95% CI from their order statistics (``torchmagic.core.measure.paired_ratio``).  Target: the displayed magic,
+   in a terminal and in a notebook, within 1.1x of the anchor (issue 34).  A small cell
+   (~0.05 s) is noisy on a shared machine: those workloads run more rounds.
 
    torch runs one intra-op thread by default (``--threads``): on a machine shared with
    other busy processes, OpenMP threads on every core stall at their barriers and the
@@ -44,7 +55,7 @@ Two figures, printed with their method and the machine they were taken on:
    Target: under 3 s.
 
 Run ``python -m benchmarks.profile_overhead`` from the repository root (``--help`` for
-options; about 3 minutes on 2 cores); a runner can call :func:`main`, which returns the
+options; about 4 minutes on 2 cores); a runner can call :func:`main`, which returns the
 figures as a dict (``figures`` holds the headline numbers flat).  The script exits 0
 whether or not the targets are met: the report says which.
 """
@@ -68,51 +79,54 @@ from benchmarks.machine import cpu_model, isa_flags
 from torchmagic.core.devices import CpuDevice
 from torchmagic.core.measure import min_pairs, paired_ratio
 
-TARGET_RATIO = 1.3        # magic / bare profiler, for a ~1 s cell
+TARGET_RATIO = 1.1        # displayed magic / (profiler + key_averages().table()), issue 34
 TARGET_ANALYSIS_S = 3.0   # analysis of a >= 100k-event profile
 TABLE_CODE = 'print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))'
 
-VARIANTS = ("cell", "prof+table", "prof", "prof+shapes", "magic -q", "magic")
+VARIANTS = ("cell", "prof+table", "prof", "prof+shapes", "magic -q", "magic", "magic html")
+SHOWN_AS = {"magic html": "all"}  # the variants displayed with every MIME type active, as in a notebook
+TERMINAL_TYPES = ["text/plain"]    # what terminal IPython's formatter shows
 
+CONV_SETUP = textwrap.dedent("""\
+    import time
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * 8 * 8, 128), nn.ReLU(), nn.Linear(128, 10),
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    X, Y = torch.randn(1024, 3, 32, 32), torch.randint(0, 10, (1024,))
+    BATCH = 32
+    """)
+MLP_SETUP = textwrap.dedent("""\
+    import time
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                          nn.Linear(512, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    X, Y = torch.randn(2048, 256), torch.randint(0, 10, (2048,))
+    BATCH = 64
+    """)
+
+# "steps": a fixed cell of that many training steps; without it the cell is sized to --cell-seconds
 WORKLOADS = {
-    "conv": {
-        "about": "CIFAR-sized conv net, SGD, batch 32: compute-bound",
-        "rounds": 7,
-        "variants": VARIANTS,
-        "setup": textwrap.dedent("""\
-            import time
-            import torch
-            from torch import nn
-            torch.manual_seed(0)
-            model = nn.Sequential(
-                nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                nn.Flatten(), nn.Linear(64 * 8 * 8, 128), nn.ReLU(), nn.Linear(128, 10),
-            )
-            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-            loss_fn = nn.CrossEntropyLoss()
-            X, Y = torch.randn(1024, 3, 32, 32), torch.randint(0, 10, (1024,))
-            BATCH = 32
-            """),
-    },
-    "mlp": {
-        "about": "3-layer MLP 256-512-512-10, Adam, batch 64: dispatch-bound",
-        "rounds": 6,
-        "variants": tuple(v for v in VARIANTS if v != "prof+table"),
-        "setup": textwrap.dedent("""\
-            import time
-            import torch
-            from torch import nn
-            torch.manual_seed(0)
-            model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                                  nn.Linear(512, 10))
-            opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-            loss_fn = nn.CrossEntropyLoss()
-            X, Y = torch.randn(2048, 256), torch.randint(0, 10, (2048,))
-            BATCH = 64
-            """),
-    },
+    "conv-small": {"about": "CIFAR-sized conv net, SGD, batch 32, 10 steps: a small profile",
+                   "rounds": 20, "steps": 10, "setup": CONV_SETUP},
+    "mlp-small": {"about": "3-layer MLP 256-512-512-10, Adam, batch 64, 10 steps: a small profile",
+                  "rounds": 20, "steps": 10, "setup": MLP_SETUP},
+    "mlp": {"about": "3-layer MLP 256-512-512-10, Adam, batch 64: dispatch-bound, a large profile",
+            "rounds": 6, "setup": MLP_SETUP},
+    "conv": {"about": "CIFAR-sized conv net, SGD, batch 32: compute-bound", "rounds": 7, "setup": CONV_SETUP},
 }
+DEFAULT_WORKLOADS = "conv-small,mlp-small,mlp"
+
 
 CELL = textwrap.dedent("""\
     for step in range({steps}):
@@ -198,10 +212,14 @@ def _shell():
     return shell
 
 
-def _run_cell(shell, source: str) -> float:
-    """Run one cell, output captured; return its wall time.  Raises if the cell failed."""
+def _run_cell(shell, source: str, shown_as: str = "terminal") -> float:
+    """Run one cell, output captured, its displays formatted as terminal IPython's formatter does
+    (text/plain only) or, with shown_as="all", as a notebook's (every type); return its wall time.
+    Raises if the cell failed."""
     from IPython.utils.capture import capture_output
 
+    formatter = shell.display_formatter
+    formatter.active_types = formatter.format_types if shown_as == "all" else TERMINAL_TYPES
     gc.collect()
     with capture_output():
         start = time.perf_counter()
@@ -230,6 +248,7 @@ def _variant_sources(cell: str) -> dict[str, str]:
         "prof+shapes": profiled(cpu + ", record_shapes=True"),
         "magic -q": "%%torchprofile -q -o _tm_result\n" + cell,
         "magic": "%%torchprofile -o _tm_result\n" + cell,
+        "magic html": "%%torchprofile -o _tm_result\n" + cell,
     }
 
 
@@ -248,19 +267,19 @@ def bench_magic(workload: str = "conv", rounds: int | None = None, cell_seconds:
     """Figure 1 for one workload: interleaved run_cell wall times of each variant."""
     spec = WORKLOADS[workload]
     rounds = max(rounds or spec["rounds"], min_pairs())  # fewer give no 95% interval
-    variants = tuple(variants or spec["variants"])
+    variants = tuple(variants or VARIANTS)
     shell = _shell()
     _run_cell(shell, spec["setup"])
-    steps = _size_cell(shell, cell_seconds)
+    steps = spec.get("steps") or _size_cell(shell, cell_seconds)
     sources = _variant_sources(CELL.format(steps=steps))
     for name in variants:  # warm-up: first profiler start, imports, matplotlib, first key_averages
-        _run_cell(shell, sources[name])
-    # re-size once warm: the first runs of a loop are slower than the rest
-    took = statistics.median(_run_cell(shell, sources["cell"]) for _ in range(3))
-    if abs(took / cell_seconds - 1) > 0.05:
-        steps = max(3, round(steps * cell_seconds / took))
-        sources = _variant_sources(CELL.format(steps=steps))
-    log(f"[figure 1, {workload}] cell sized to {steps} training steps (after one warm-up round); "
+        _run_cell(shell, sources[name], SHOWN_AS.get(name, "terminal"))
+    if "steps" not in spec:  # re-size once warm: the first runs of a loop are slower than the rest
+        took = statistics.median(_run_cell(shell, sources["cell"]) for _ in range(3))
+        if abs(took / cell_seconds - 1) > 0.05:
+            steps = max(3, round(steps * cell_seconds / took))
+            sources = _variant_sources(CELL.format(steps=steps))
+    log(f"[figure 1, {workload}] {steps} training steps{'' if 'steps' in spec else ' (sized after one warm-up round)'}; "
         f"up to {rounds} rounds")
 
     wall: dict[str, list[float]] = {name: [] for name in variants}
@@ -270,7 +289,7 @@ def bench_magic(workload: str = "conv", rounds: int | None = None, cell_seconds:
     for r in range(rounds):
         order = variants[r % len(variants):] + variants[:r % len(variants)]
         for name in order:
-            wall[name].append(_run_cell(shell, sources[name]))
+            wall[name].append(_run_cell(shell, sources[name], SHOWN_AS.get(name, "terminal")))
             ns = shell.user_ns
             if name.startswith("prof"):
                 m = ns["_tm_marks"]
@@ -293,10 +312,12 @@ def bench_magic(workload: str = "conv", rounds: int | None = None, cell_seconds:
 
     med = {name: statistics.median(v) for name, v in wall.items()}
     ratio_pairs = {
+        "magic / prof+table": ("magic", "prof+table"),
+        "magic html / prof+table": ("magic html", "prof+table"),
+        "magic -q / prof+table": ("magic -q", "prof+table"),
         "magic / prof": ("magic", "prof"),
         "magic -q / prof": ("magic -q", "prof"),
-        "magic / prof+table": ("magic", "prof+table"),
-        "magic -q / prof+table": ("magic -q", "prof+table"),
+        "magic html / magic": ("magic html", "magic"),
         "magic -q / prof+shapes": ("magic -q", "prof+shapes"),
         "prof+shapes / prof": ("prof+shapes", "prof"),
         "prof / cell": ("prof", "cell"),
@@ -318,7 +339,7 @@ def bench_magic(workload: str = "conv", rounds: int | None = None, cell_seconds:
         "parts_median_s": {k: statistics.median(v) for k, v in parts.items()},
         "render_s": render,
         "ratios": ratios,
-        "headline": "magic / prof",
+        "headlines": ["magic / prof+table", "magic html / prof+table"],
         "target_ratio": TARGET_RATIO,
     }
 
@@ -431,14 +452,15 @@ DESCRIPTIONS = {
     "prof": "profile(activities=[CPU]), no table",
     "prof+shapes": "profile(activities=[CPU], record_shapes=True): the magic's setting",
     "magic -q": "%%torchprofile -q: summary + diagnosis, no display",
-    "magic": "%%torchprofile: display captured (text + HTML with PNG)",
+    "magic": "%%torchprofile: displayed as terminal IPython shows it (text)",
+    "magic html": "%%torchprofile: displayed as a notebook shows it (text + HTML report)",
 }
 
 
 def _magic_report(fig: dict, number: str) -> list[str]:
     m, p, w = fig["median_s"], fig["parts_median_s"], fig["wall_s"]
     names = list(m)
-    out = ["", f"{number}. %%torchprofile vs bare torch.profiler on a ~{m['cell']:.2f} s cell: {fig['workload']} "
+    out = ["", f"{number}. %%torchprofile vs torch.profiler (+ table) on a ~{m['cell']:.2f} s cell: {fig['workload']} "
                f"({fig['about']}), {fig['steps']} steps, ~{fig['events']:,} profiler events, "
                f"{fig['rounds']} interleaved rounds"]
     out.append("   wall time of the whole IPython run_cell:")
@@ -463,15 +485,17 @@ def _magic_report(fig: dict, number: str) -> list[str]:
                    f"{fig['render_s']['to_html']:.3f} s)")
     rows = []
     for label, r in fig["ratios"].items():
-        judged = label.startswith("magic") and not label.endswith("cell")
+        judged = label in fig["headlines"]
         rows.append([label, f"{r['ratio']:.3f}x", f"[{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]",
                      _verdict(r["ratio"], TARGET_RATIO, r["ci95"][1]) if judged else ""])
     out.append(textwrap.indent(_table(["median ratio", "value", "95% CI", f"< {TARGET_RATIO}x?"],
                                       rows, "lrrl"), "   "))
-    h = fig["ratios"][fig["headline"]]
-    out.append(f"   TARGET %%torchprofile under {TARGET_RATIO}x bare torch.profiler for a 1 s cell: displayed magic / "
-               f"profile() without table = {h['ratio']:.2f}x [{h['ci95'][0]:.2f}, {h['ci95'][1]:.2f}] -> "
-               f"{_verdict(h['ratio'], TARGET_RATIO, h['ci95'][1])}")
+    for label in fig["headlines"]:
+        h = fig["ratios"].get(label)
+        if h is not None:
+            out.append(f"   TARGET displayed %%torchprofile within {TARGET_RATIO}x of torch.profiler + key_averages().table(): "
+                       f"{label} = {h['ratio']:.2f}x [{h['ci95'][0]:.2f}, {h['ci95'][1]:.2f}] -> "
+                       f"{_verdict(h['ratio'], TARGET_RATIO, h['ci95'][1])}")
     return out
 
 
@@ -542,16 +566,16 @@ def headline_figures(magic: list[dict], analysis: dict | None) -> dict:
     return flat
 
 
-def _cprofile_magic(workload: str, steps: int, top: int = 25) -> str:
-    """cProfile one ``%%torchprofile -q`` run (for diagnosis; not part of the figures)."""
+def _cprofile_magic(workload: str, steps: int, variant: str = "magic -q", top: int = 25) -> str:
+    """cProfile one run of a magic variant (for diagnosis; not part of the figures)."""
     import cProfile
     import io
     import pstats
 
     shell = _shell()
     _run_cell(shell, WORKLOADS[workload]["setup"])
-    source = "%%torchprofile -q -o _tm_result\n" + CELL.format(steps=steps)
-    _run_cell(shell, source)
+    source = _variant_sources(CELL.format(steps=steps))[variant]
+    _run_cell(shell, source, SHOWN_AS.get(variant, "terminal"))  # warm, and leaves the formatter as shown
     from IPython.utils.capture import capture_output
 
     profiler = cProfile.Profile()
@@ -570,11 +594,12 @@ def _cprofile_magic(workload: str, steps: int, top: int = 25) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", default="conv,mlp",
-                        help=f"comma-separated cells for figure 1, of {', '.join(WORKLOADS)} (default conv,mlp)")
-    parser.add_argument("--rounds", type=int, help="interleaved rounds for figure 1 (default: conv 7, mlp 6; at least 6, the fewest that give a 95%% CI)")
-    parser.add_argument("--table-everywhere", action="store_true",
-                        help="run prof+table on the mlp cell too (slow: ~7 s a run)")
+    parser.add_argument("--workloads", default=DEFAULT_WORKLOADS,
+                        help=f"comma-separated cells for figure 1, of {', '.join(WORKLOADS)} (default {DEFAULT_WORKLOADS})")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds for figure 1 (default: the small workloads "
+                        "20, mlp 6, conv 7; at least 6, the fewest that give a 95%% CI)")
+    parser.add_argument("--variants", help=f"comma-separated, of {', '.join(VARIANTS)} (default all; "
+                        "the ratios need cell, prof+table and the magic variants)")
     parser.add_argument("--cell-seconds", type=float, default=1.0, help="un-profiled cell time to aim at (1.0)")
     parser.add_argument("--max-seconds", type=float, default=60.0,
                         help="per workload, start no round after this long once 3 are done (default 60)")
@@ -587,14 +612,19 @@ def main(argv: list[str] | None = None) -> dict:
                              "given to OpenMP, another busy process stalls its barriers and a step can "
                              "take 10x longer")
     parser.add_argument("--cprofile", type=int, metavar="STEPS",
-                        help="instead: cProfile one %%%%torchprofile -q run of STEPS training steps "
-                             "of the first workload")
+                        help="instead: cProfile one run of STEPS training steps of the first workload, "
+                             "under --cprofile-variant")
+    parser.add_argument("--cprofile-variant", default="magic -q", choices=[v for v in VARIANTS if v.startswith("magic")],
+                        help="the magic variant --cprofile runs (default magic -q)")
     parser.add_argument("--json", metavar="PATH", help="also write everything as JSON")
     args = parser.parse_args(argv)
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown:
         parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
+    unknown = [v for v in (args.variants or "").split(",") if v.strip() and v.strip() not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
 
     import torch
 
@@ -608,11 +638,11 @@ def main(argv: list[str] | None = None) -> dict:
     analysis = None
     try:
         if args.cprofile:
-            print(_cprofile_magic(workloads[0], args.cprofile))
+            print(_cprofile_magic(workloads[0], args.cprofile, args.cprofile_variant))
             return {}
         if args.only in (None, "magic"):
+            variants = tuple(v.strip() for v in args.variants.split(",")) if args.variants else None
             for wl in workloads:
-                variants = VARIANTS if args.table_everywhere else None
                 magic.append(bench_magic(wl, args.rounds, args.cell_seconds, args.max_seconds, variants))
         if args.only in (None, "analysis"):
             analysis = bench_analysis(args.events, torch_parse=not args.no_torch_parse)

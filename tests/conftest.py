@@ -33,6 +33,8 @@ def ipython():
 
     shell = start_ipython()
     shell.run_line_magic("load_ext", "torchmagic")
+    # a terminal shell's formatter shows text/plain alone; the magic tests see what a notebook shows
+    shell.display_formatter.active_types = shell.display_formatter.format_types
     return shell
 
 

@@ -59,12 +59,14 @@ def test_import_is_light():
 
 
 def test_rendering_does_not_import_matplotlib_until_drawn():
+    """A profile's report (its timeline an SVG drawing) needs no matplotlib: only an optional plot imports it."""
     code = ("import sys, torchmagic, torch\n"
             "r = torchmagic.profile(lambda: torch.ones(2) + 1)\n"
             "r.to_text(); print('matplotlib' in sys.modules)\n"
-            "r.to_html(); print('matplotlib' in sys.modules)\n")
+            "assert 'data:image/svg+xml' in r.to_html(); print('matplotlib' in sys.modules)\n"
+            "from torchmagic.core.render import plot; plot.new_figure(1, 1); print('matplotlib' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", "True"]
+    assert out.split() == ["False", "False", "True"]
 
 
 def test_profiler_banner_is_not_printed_but_other_stderr_is(capfd):

@@ -44,7 +44,7 @@ def test_html_is_self_contained_and_bounded():
     html = make_result().to_html()
     assert "<script" not in html and "http://localhost" not in html
     assert html.count("aten::op") == 5
-    assert 'src="data:image/png;base64,' in html  # the timeline, inline
+    assert 'src="data:image/svg+xml;base64,' in html  # the timeline, inline
     assert "35 more operators not shown" in html
 
 
@@ -80,7 +80,7 @@ def test_to_dict_is_json_and_complete():
 def test_the_html_has_tabs_with_table_and_plot():
     pages = tabs(make_result().to_html())
     assert [title for title, _ in pages][:3] == ["Summary", "Operators", "Timeline"]
-    assert 'src="data:image/png;base64,iVBORw0KGgo' in pages[2][1]  # a PNG, inlined
+    assert 'src="data:image/svg+xml;base64,PHN2Zy' in pages[2][1]  # an SVG drawing, inlined
     assert "aten::op0" in pages[1][1] and "aten::op0" not in pages[0][1]
 
 

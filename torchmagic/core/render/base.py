@@ -6,6 +6,7 @@ import base64
 import html
 import json
 import os
+import re
 import uuid
 import weakref
 from pathlib import Path
@@ -110,7 +111,31 @@ class Result:
         return f"<{type(self).__name__}: {summary}>" if summary else f"<{type(self).__name__}>"
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        return {"text/plain": self.to_text(), "text/html": self.to_html()}
+        """The text, and the HTML only where the frontend shows it: IPython's include/exclude and the
+        shell's active types (terminal IPython shows text/plain alone, so no HTML or picture is drawn
+        there).  Each is built once per result: showing it again, or a live view asking twice, reuses it."""
+        shown = shown_types(include, exclude)
+        bundle = {}
+        if "text/plain" in shown:
+            bundle["text/plain"] = self._built("text/plain", self.to_text)
+        if "text/html" in shown:
+            bundle["text/html"] = fresh_tab_groups(self._built("text/html", self.to_html))
+        return bundle
+
+    def _built(self, mime: str, build: Callable[[], str]) -> str:
+        """``build()``, kept in a cache beside the fields (not a field: equality, to_dict, copies and
+        pickles never see it).  A result is data built once, so what it shows never goes stale."""
+        cache = self.__dict__.get(_DISPLAY_CACHE)
+        if cache is None:
+            cache = {}
+            object.__setattr__(self, _DISPLAY_CACHE, cache)  # frozen or not, the fields stay as built
+        if mime not in cache:
+            cache[mime] = build()
+        return cache[mime]
+
+    def __getstate__(self) -> dict:
+        """What pickle and copy keep: the fields, never the display cache."""
+        return {k: v for k, v in self.__dict__.items() if k != _DISPLAY_CACHE}
 
     @property
     def _ipython_display_(self):
@@ -123,7 +148,40 @@ class Result:
         return lambda: _display_with_controls(self)
 
     def _repr_pretty_(self, printer, cycle) -> None:
-        printer.text(self.to_text())
+        printer.text(self._built("text/plain", self.to_text))
+
+
+_DISPLAY_CACHE = "_shown_as"  # the instance attribute holding a result's built text and HTML, by MIME type
+_TAB_GROUP = re.compile(r"tm-tabs-[0-9a-f]{12}")
+_BUNDLE_TYPES = ("text/plain", "text/html")
+
+
+def shown_types(include=None, exclude=None) -> set[str]:
+    """The MIME types of a result's bundle that the frontend will show: those IPython's display asks
+    for (include, less exclude), of those the running shell's formatter has active; without a shell
+    (a script calling _repr_mimebundle_), both."""
+    types = set(_BUNDLE_TYPES if include is None else include) & set(_BUNDLE_TYPES)
+    formatter = getattr(current_shell(), "display_formatter", None)
+    active = getattr(formatter, "active_types", None)
+    if active is not None:
+        types &= set(active)
+    return types - set(exclude or ())
+
+
+def fresh_tab_groups(page: str) -> str:
+    """The HTML with new radio-group names for its tabs: a result shown twice on one page (its cell's
+    output, then ``r`` in another) must not share a group, or a click in one would switch the other."""
+    renamed: dict[str, str] = {}
+
+    def renamed_group(match: re.Match) -> str:
+        if match.group() not in renamed:
+            renamed[match.group()] = _tab_group()
+        return renamed[match.group()]
+    return _TAB_GROUP.sub(renamed_group, page)
+
+
+def _tab_group() -> str:
+    return f"tm-tabs-{uuid.uuid4().hex[:12]}"
 
 
 def report_html(body: str) -> str:
@@ -147,7 +205,7 @@ def tabs_html(pages: list[tuple[str, str | bytes]]) -> str:
     if len(pages) == 1:
         title, page = pages[0]
         return png_img(page, title) if isinstance(page, bytes) else page
-    group = f"tm-tabs-{uuid.uuid4().hex[:12]}"  # one radio group per report: two reports never share one
+    group = _tab_group()  # one radio group per report: two reports never share one
     parts = []
     for i, (title, page) in enumerate(pages):
         tab = f"{group}-{i}"

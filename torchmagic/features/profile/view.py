@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import textwrap
-from collections import defaultdict
 from html import escape
 from typing import TYPE_CHECKING
 
@@ -11,7 +10,9 @@ from ...core.render import live
 from ...core.render.base import captured_bundle, png_img, report_html, tabs_html
 from ...core.render.format import bar, fmt_bytes, fmt_count, fmt_flops, fmt_pct, fmt_s, fmt_us
 from ...core.render.plot import figure_png, new_figure
+from ...core.render.svg import svg_img
 from ...core.render.table import Column, Table
+from .timeline_drawing import timeline_svg
 
 if TYPE_CHECKING:  # the result imports this view when it is shown, not the other way round
     from .result import ProfileResult
@@ -419,9 +420,9 @@ def html(r: ProfileResult) -> str:
     pages: list[tuple[str, str | bytes]] = [("Summary", _summary_html(r))]
     if r.ops:
         pages.append(("Operators", _ops_html(r)))
-    png = timeline_png(r)
-    if png is not None:
-        pages.append(("Timeline", png))
+    timeline = timeline_html(r)
+    if timeline is not None:
+        pages.append(("Timeline", timeline))
     extras = _extras_html(r)
     if extras:
         pages.append(("Sources & memory", extras))
@@ -436,42 +437,11 @@ def operators_html(r: ProfileResult) -> str:
             + kernels + _ops_html(r) + _extras_html(r))
 
 
-def timeline_png(r: ProfileResult) -> bytes | None:
+def timeline_html(r: ProfileResult) -> str | None:
+    """The timeline picture (SVG, inlined), or None without a timeline."""
     if not r.timeline:
         return None
-    return timeline_figure_png(r.timeline, CATEGORY_COLORS, r.step_starts_us)
-
-
-def timeline_figure_png(spans, colors: dict[str, str], step_starts_us=(), width_in: float = 10.0) -> bytes:
-    """Bars per lane (CPU thread, GPU streams) over time, coloured by category; dashed lines
-    mark where each profiled step starts."""
-    from matplotlib.patches import Patch
-
-    lanes = sorted({s.lane for s in spans}, key=lambda lane: (lane != "CPU", lane))
-    bars: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
-    t0 = min([s.start_us for s in spans] + list(step_starts_us))
-    for s in spans:
-        bars[(s.lane, s.category)].append(((s.start_us - t0) / 1e3, max(s.dur_us / 1e3, 1e-4)))
-    fig = new_figure(width_in, 0.55 * len(lanes) + 1.1)
-    ax = fig.add_subplot()
-    for (lane, category), ranges in bars.items():
-        y = lanes.index(lane)
-        ax.broken_barh(ranges, (y - 0.38, 0.76), facecolors=colors.get(category, "#888"), linewidth=0)
-    for i, start in enumerate(step_starts_us):
-        x = (start - t0) / 1e3
-        ax.axvline(x, color="#59636e", linestyle="--", linewidth=0.8)
-        if len(step_starts_us) <= 12:
-            ax.annotate(f"step {i}", (x, len(lanes) - 0.5), xytext=(2, 2), textcoords="offset points",
-                        fontsize=7, color="#59636e")
-    ax.set_yticks(range(len(lanes)), lanes)
-    ax.set_ylim(len(lanes) - 0.5, -0.5)
-    ax.set_xlabel("time since the first profiled step (ms); gaps are Python or idle time")
-    ax.spines[["top", "right"]].set_visible(False)
-    used = [c for c in colors if any(cat == c for _, cat in bars)]
-    ax.legend(handles=[Patch(color=colors[c], label=c) for c in used], loc="lower left",
-              bbox_to_anchor=(0.0, 1.02), ncol=len(used), frameon=False, fontsize=8,
-              handlelength=1.2, borderaxespad=0.0)
-    return figure_png(fig)
+    return svg_img(timeline_svg(r.timeline, CATEGORY_COLORS, r.step_starts_us), "the profiled steps' timeline")
 
 
 # -- live controls -----------------------------------------------------------------------
