@@ -11,13 +11,17 @@ from .summary import OpStats, TraceSummary
 from .sweep import Sweep
 
 
-def attribute_device(device: list[Ev], out: TraceSummary, sweep: Sweep, windows) -> None:
+Busy = tuple[list[tuple[float, float]], list[tuple[float, float]]]  # the device's busy intervals: all, the steps'
+
+
+def attribute_device(device: list[Ev], out: TraceSummary, sweep: Sweep, windows, before: Busy = ([], [])) -> Busy:
     """Give each kernel/memcpy to the op that launched it, or where no op did, to the user range
     around its launch; measure the device time of the steps: the union of the kernels the steps
     launched, wherever they ran (a host ahead of its GPU leaves the last steps' kernels running after
-    the profiled window), and where the launch is not in the trace, of the kernels run inside the steps."""
+    the profiled window), and where the launch is not in the trace, of the kernels run inside the steps.
+    Fed group of steps after group (summarizer.py): ``before``, the group before's busy time, counted once."""
     if not device:
-        return
+        return [], []
     out.has_device_events = True
     intervals, launched_in_steps, unlinked = [], [], []
     fp32_calls = set()
@@ -62,9 +66,11 @@ def attribute_device(device: list[Ev], out: TraceSummary, sweep: Sweep, windows)
         elif in_step is None:  # its runtime call is not in the trace
             unlinked.append((ev.start, ev.end))
         out.timeline.append(Span(f"GPU stream {ev.tid}", ev.start, dur, category, ev.name))
-    out.matmul_fp32_device_calls = len(fp32_calls)
+    out.matmul_fp32_device_calls += len(fp32_calls)
     busy = union(intervals)
     steps_busy = union(launched_in_steps + list(intersection(union(unlinked), union(windows))))
-    out.device_busy_us = sum(end - start for start, end in steps_busy)
+    out.device_busy_us += sum(end - start for start, end in steps_busy) - overlap(steps_busy, before[1])
     data = union(sweep.data_intervals)
-    out.data_exposed_us = sum(end - start for start, end in data) - overlap(data, busy)
+    exposed = sum(end - start for start, end in data) - overlap(data, union(busy + before[0]))
+    out.data_exposed_us = (out.data_exposed_us or 0.0) + exposed
+    return busy, steps_busy

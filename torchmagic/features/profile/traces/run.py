@@ -153,9 +153,8 @@ def _analyze(source, label: str | None, operators: bool) -> TraceAnalysis:
         else:
             profile = trace_profile(traces[0])
             if profile is None:
-                notes.append(f"No operator table: its first steps hold over {HELD_EVENTS_CAP * OPS_EVENT_LIMIT:,} "
-                             "events, "
-                             "more than are held at once to table them")
+                notes.append(f"No operator table: a group of its steps holds over {HELD_EVENTS_CAP * OPS_EVENT_LIMIT:,} "
+                             "events (steps of very uneven size), more than are held at once to table them")
     return TraceAnalysis(
         source=label or (shown_path(_path(source)) if isinstance(source, (str, bytes, os.PathLike)) else "traces"),
         ranks=ranks, straggler=straggler, straggler_phase=phase, straggler_reason=reason,

@@ -1,0 +1,124 @@
+"""A trace's events put in groups of consecutive steps, each group spilled to a private temporary
+folder as it is read, to be summarised one group at a time (ops.py): one reading pass whatever the
+trace's size, and one group's events held at once.
+
+An event goes to the group its start falls in; a kernel (or copy) to its launch's group where the launch
+was read before it (a host ahead of its GPU runs the kernels later: each group's range of launch
+correlation ids, which CUPTI numbers in call order, says which group launched one); an
+event that begins outside the steps and stays open across a group's start (a Python frame around the
+training loop) goes to each group it spans too, so what runs under it there keeps its context."""
+
+from __future__ import annotations
+
+import bisect
+import marshal
+import os
+import shutil
+import tempfile
+
+from ....core.interrupts import deliver_pending, uninterruptible
+from .rank import RankTrace
+
+BATCH = 4096  # records per group written at once
+
+
+def group_starts(trace: RankTrace, limit: int) -> list[float]:
+    """The start (µs, the file's clock) of each group's first step: about ``limit`` events a group,
+    as the trace's steps average them; one group ([]) for a trace within the limit or without steps."""
+    if trace.events <= limit or not trace.steps:
+        return []
+    starts = sorted(start for start, _ in trace.steps.values())
+    per_group = max(1, int(limit / (trace.events / len(starts))))
+    return starts[::per_group] if per_group < len(starts) else []
+
+
+class StepGroups:
+    """The records of each group: in memory while there is one group, else in a file per group (marshal
+    batches) in a private folder that ``remove`` deletes, whatever interrupts the reading."""
+
+    def __init__(self, trace: RankTrace, starts: list[float], encode, decode):
+        """``encode`` makes an event plain values for marshal, ``decode`` the event again."""
+        self.encode, self.decode = encode, decode
+        self.cuts = [round(start * 1000) for start in starts]  # ns, as records keep their times
+        self.count = max(len(starts), 1)
+        windows = sorted(trace.steps.values())
+        self.steps = [(round(a * 1000), round(b * 1000)) for a, b in windows]
+        # per group, the lowest and highest correlation id of its launches: CUPTI numbers them in call order
+        self.launches: list[list[int]] = [[] for _ in range(self.count)]
+        self.held: list[list] = [[] for _ in range(self.count)]  # events not written yet, per group
+        self.events = [0] * self.count  # records per group
+        self.copies = 0  # records put in a later group too (open across its start)
+        self.folder: str | None = None
+
+    @uninterruptible
+    def open(self) -> None:
+        """Make the private folder (only when there are groups to spill); set before a Ctrl-C can land."""
+        if self.count > 1 and self.folder is None:
+            self.folder = tempfile.mkdtemp(prefix="torchmagic-trace-")
+        deliver_pending()
+
+    @uninterruptible
+    def remove(self) -> None:
+        """Delete the folder and all it holds."""
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+        deliver_pending()
+
+    def add(self, record, start: int, end: int, device: bool, linked: bool, correlation: int) -> None:
+        """One event's record, with its start and end (ns), whether it runs on the device, whether it is
+        linked to others by ``correlation`` (a launch and its kernels)."""
+        group = self._group_of(start)
+        if self.count > 1 and linked and correlation:
+            if device:
+                group = self._launched_in(correlation, group)
+            else:
+                seen = self.launches[group]
+                seen[:] = [min(seen[0], correlation), max(seen[1], correlation)] if seen else [correlation] * 2
+        self._put(group, record)
+        if self.count > 1 and not device and end > start and group + 1 < self.count and \
+                end > self.cuts[group + 1] and not self._in_step(start):
+            for later in range(group + 1, self._group_of(end - 1) + 1):
+                self._put(later, record)
+                self.copies += 1
+
+    def group(self, index: int) -> list:
+        """The events of group ``index``, read back (its file, then what was not written yet)."""
+        records: list = []
+        if self.folder is not None and os.path.exists(self._file(index)):
+            with open(self._file(index), "rb") as file:
+                while True:
+                    try:
+                        records += map(self.decode, marshal.load(file))
+                    except EOFError:
+                        break
+        records += self.held[index]
+        self.held[index] = []
+        return records
+
+    def _group_of(self, t: int) -> int:
+        return max(bisect.bisect_right(self.cuts, t) - 1, 0)
+
+    def _launched_in(self, correlation: int, group: int) -> int:
+        """The group whose launches' correlation ids span ``correlation`` (else ``group``, by time)."""
+        for index in range(group, -1, -1):  # a kernel starts after its launch: in its group or a later one
+            seen = self.launches[index]
+            if seen and seen[0] <= correlation <= seen[1]:
+                return index
+        return group
+
+    def _in_step(self, t: int) -> bool:
+        i = bisect.bisect_right(self.steps, (t, float("inf"))) - 1
+        return i >= 0 and self.steps[i][0] <= t <= self.steps[i][1]
+
+    def _put(self, group: int, record) -> None:
+        self.events[group] += 1
+        held = self.held[group]
+        held.append(record)
+        if self.folder is not None and len(held) >= BATCH:
+            with open(self._file(group), "ab") as file:
+                marshal.dump([self.encode(event) for event in held], file)
+            self.held[group] = []
+
+    def _file(self, index: int) -> str:
+        return os.path.join(self.folder, f"group{index}.marshal")
