@@ -3,6 +3,10 @@ device's time in the profiled steps and what data loading left it idle."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
 from .categories import OTHER
 from .events import Ev
 from .intervals import intersection, overlap, union
@@ -11,17 +15,23 @@ from .summary import OpStats, TraceSummary
 from .sweep import Sweep
 
 
-Busy = tuple[list[tuple[float, float]], list[tuple[float, float]]]  # the device's busy intervals: all, the steps'
+class Busy(NamedTuple):
+    """A group of steps' device intervals, for the next group (summarizer.py): all, those the steps count,
+    and those of kernels without a launch in the trace that run past the group's last step."""
+
+    all: Sequence[tuple[float, float]] = ()
+    steps: Sequence[tuple[float, float]] = ()
+    after: Sequence[tuple[float, float]] = ()
 
 
-def attribute_device(device: list[Ev], out: TraceSummary, sweep: Sweep, windows, before: Busy = ([], [])) -> Busy:
+def attribute_device(device: list[Ev], out: TraceSummary, sweep: Sweep, windows, before: Busy = Busy()) -> Busy:
     """Give each kernel/memcpy to the op that launched it, or where no op did, to the user range
     around its launch; measure the device time of the steps: the union of the kernels the steps
     launched, wherever they ran (a host ahead of its GPU leaves the last steps' kernels running after
     the profiled window), and where the launch is not in the trace, of the kernels run inside the steps.
     Fed group of steps after group (summarizer.py): ``before``, the group before's busy time, counted once."""
-    if not device:
-        return [], []
+    if not device and not before.after:
+        return Busy()
     out.has_device_events = True
     intervals, launched_in_steps, unlinked = [], [], []
     fp32_calls = set()
@@ -67,10 +77,11 @@ def attribute_device(device: list[Ev], out: TraceSummary, sweep: Sweep, windows,
             unlinked.append((ev.start, ev.end))
         out.timeline.append(Span(f"GPU stream {ev.tid}", ev.start, dur, category, ev.name))
     out.matmul_fp32_device_calls += len(fp32_calls)
-    busy = union(intervals)
-    steps_busy = union(launched_in_steps + list(intersection(union(unlinked), union(windows))))
-    out.device_busy_us += sum(end - start for start, end in steps_busy) - overlap(steps_busy, before[1])
+    busy, unlinked = union(intervals), union(unlinked + list(before.after))
+    steps_busy = union(launched_in_steps + list(intersection(unlinked, union(windows))))
+    out.device_busy_us += sum(end - start for start, end in steps_busy) - overlap(steps_busy, before.steps)
     data = union(sweep.data_intervals)
-    exposed = sum(end - start for start, end in data) - overlap(data, union(busy + before[0]))
+    exposed = sum(end - start for start, end in data) - overlap(data, union(busy + list(before.all)))
     out.data_exposed_us = (out.data_exposed_us or 0.0) + exposed
-    return busy, steps_busy
+    end = windows[-1][1] if windows else -math.inf
+    return Busy(busy, steps_busy, [(max(start, end), stop) for start, stop in unlinked if stop > end])

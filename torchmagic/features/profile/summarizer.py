@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 
 from ...core.gc_pause import gc_paused
 from .categories import OTHER
-from .device_attribution import attribute_device
+from .device_attribution import Busy, attribute_device
 from .events import ANNOTATION, PYTHON, Ev, link_runtime_threads, read_events
 from .intervals import near, overlap, subtract, union
 from .kineto import STEP_PREFIX
@@ -41,7 +41,8 @@ class TraceSummarizer:
         self.first_kernels: dict[str, int] = {}  # kernel name -> the correlation id of its first launch
         self.level: dict[str, int] = defaultdict(int)  # device -> bytes allocated so far
         self.base: dict[str, int] = {}          # device -> its level at the first step's start
-        self.busy_before: tuple[list, list] = ([], [])  # the group before's device intervals (all, launched in steps)
+        self.busy_before = Busy()  # the group before's device intervals
+        self.others_after: list[tuple[float, float]] = []  # other threads' work past the group before's steps
 
     def add(self, events, python_calls=(), *, last: bool = True) -> None:
         """Summarise one group's raw events (``last``: no step follows; memory after it is not counted)."""
@@ -79,7 +80,7 @@ class TraceSummarizer:
         sweep.device_reads = {ev.raw.correlation_id() for ev in device if "DtoH" in ev.name} - {0}  # 0: no id
         for tid, evs in by_thread.items():
             sweep.run(evs, "CPU main thread" if tid == self.main_tid else f"CPU thread {tid}")
-        _discount_waiting(out, sweep, self.windows[before:])
+        self.others_after = _discount_waiting(out, sweep, self.windows[before:], self.others_after)
         self._memory_levels(sweep.memory, last)
         self.busy_before = attribute_device(device, out, sweep, self.windows, self.busy_before)
         if not last:
@@ -116,14 +117,17 @@ class TraceSummarizer:
         out.allocated_net = {device: level[device] - base[device] for device in base}
 
 
-def _discount_waiting(out: TraceSummary, sweep: Sweep, windows) -> None:
+def _discount_waiting(out: TraceSummary, sweep: Sweep, windows, before=()) -> list[tuple[float, float]]:
     """The main thread's gaps count as Python ("other") unless another thread worked meanwhile:
     on CUDA, backward runs on an autograd thread while the main thread waits for it.  The same holds
-    for the Python time after each op called from Python."""
-    others = union(iv for lane, ivs in sweep.bars.items() if lane != sweep.main_lane for iv in ivs)
+    for the Python time after each op called from Python.  ``before``: other threads' work that began
+    in the group of steps before; returns what of it and of this group's runs past its steps."""
+    others = union([iv for lane, ivs in sweep.bars.items() if lane != sweep.main_lane for iv in ivs] + list(before))
     for index, start, end in sweep.gaps:
         out.python_gap_us[index] += end - start - (overlap([(start, end)], near(others, start, end)) if others else 0.0)
     if not others:
-        return
+        return []
     gaps = list(subtract(union(windows), union(sweep.bars.get(sweep.main_lane, []))))
     out.category_us[OTHER] = max(out.category_us[OTHER] - overlap(gaps, others), 0.0)
+    end = windows[-1][1] if windows else -math.inf
+    return [(max(start, end), stop) for start, stop in others if stop > end]

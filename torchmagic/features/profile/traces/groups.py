@@ -20,6 +20,7 @@ from ....core.interrupts import deliver_pending, uninterruptible
 from .rank import RankTrace
 
 BATCH = 4096  # records per group written at once
+DEFERRED = "kernels"  # the file of kernels (and copies) read before their group is known
 
 
 def group_starts(trace: RankTrace, limit: int) -> list[float]:
@@ -47,6 +48,7 @@ class StepGroups:
         self.launches: list[list[int]] = [[] for _ in range(self.count)]
         self.held: list[list] = [[] for _ in range(self.count)]  # events not written yet, per group
         self.events = [0] * self.count  # records per group
+        self.deferred: list[tuple] = []  # (group by time, correlation id, plain values) of kernels not placed yet
         self.copies = 0  # records put in a later group too (open across its start)
         self.folder: str | None = None
 
@@ -70,11 +72,11 @@ class StepGroups:
         linked to others by ``correlation`` (a launch and its kernels)."""
         group = self._group_of(start)
         if self.count > 1 and linked and correlation:
-            if device:
-                group = self._launched_in(correlation, group)
-            else:
-                seen = self.launches[group]
-                seen[:] = [min(seen[0], correlation), max(seen[1], correlation)] if seen else [correlation] * 2
+            if device:  # kineto may write a kernel before its launch: put it in a group once all are read
+                self._defer((group, correlation, self.encode(record)))
+                return
+            seen = self.launches[group]
+            seen[:] = [min(seen[0], correlation), max(seen[1], correlation)] if seen else [correlation] * 2
         self._put(group, record)
         if self.count > 1 and not device and end > start and group + 1 < self.count and \
                 end > self.cuts[group + 1] and not self._in_step(start):
@@ -82,19 +84,36 @@ class StepGroups:
                 self._put(later, record)
                 self.copies += 1
 
+    def settle(self) -> None:
+        """Put the kernels read so far in their launch's group (all launches are read)."""
+        for group, correlation, values in self._read(DEFERRED) + self.deferred:
+            self._put(self._launched_in(correlation, group), self.decode(values))
+        self.deferred = []
+
     def group(self, index: int) -> list:
         """The events of group ``index``, read back (its file, then what was not written yet)."""
-        records: list = []
-        if self.folder is not None and os.path.exists(self._file(index)):
-            with open(self._file(index), "rb") as file:
-                while True:
-                    try:
-                        records += map(self.decode, marshal.load(file))
-                    except EOFError:
-                        break
-        records += self.held[index]
+        records = [self.decode(values) for values in self._read(f"group{index}")] + self.held[index]
         self.held[index] = []
         return records
+
+    def _defer(self, entry: tuple) -> None:
+        self.deferred.append(entry)
+        if self.folder is not None and len(self.deferred) >= BATCH:
+            with open(self._file(DEFERRED), "ab") as file:
+                marshal.dump(self.deferred, file)
+            self.deferred = []
+
+    def _read(self, name: str) -> list:
+        """What was written to ``name``'s file, batch after batch."""
+        values: list = []
+        if self.folder is not None and os.path.exists(self._file(name)):
+            with open(self._file(name), "rb") as file:
+                while True:
+                    try:
+                        values += marshal.load(file)
+                    except EOFError:
+                        return values
+        return values
 
     def _group_of(self, t: int) -> int:
         return max(bisect.bisect_right(self.cuts, t) - 1, 0)
@@ -116,9 +135,9 @@ class StepGroups:
         held = self.held[group]
         held.append(record)
         if self.folder is not None and len(held) >= BATCH:
-            with open(self._file(group), "ab") as file:
+            with open(self._file(f"group{group}"), "ab") as file:
                 marshal.dump([self.encode(event) for event in held], file)
             self.held[group] = []
 
-    def _file(self, index: int) -> str:
-        return os.path.join(self.folder, f"group{index}.marshal")
+    def _file(self, name: str) -> str:
+        return os.path.join(self.folder, f"{name}.marshal")

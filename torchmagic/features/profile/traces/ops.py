@@ -234,6 +234,7 @@ def _read_groups(trace: RankTrace, groups: StepGroups) -> Seen:
             seen.note(read)
             groups.add(read, read._start, read._start + read._dur, read._cat in DEVICE_ACTIVITIES,
                        read._linked, read._correlation)
+    groups.settle()
     seen.meta, seen.dropped = reader.meta, check.dropped
     return seen
 
