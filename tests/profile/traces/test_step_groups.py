@@ -132,13 +132,13 @@ def test_the_spilled_groups_are_deleted_after_the_reading(private_tmp, monkeypat
     trace = _rank(path)
     written = []
     monkeypatch.setattr(groups, "BATCH", 10)  # every group goes to disk
-    remove = groups.StepGroups.remove
+    release = groups.StepGroups.release
 
     def spy(self):
         written.append(sorted(os.listdir(self.folder)) if self.folder else None)
-        remove(self)
+        release(self)
 
-    monkeypatch.setattr(groups.StepGroups, "remove", spy)
+    monkeypatch.setattr(groups.StepGroups, "release", spy)
     ops.operator_summary(trace, trace.events // 3)
     assert len(written[0]) >= 3 and _spill_folders() == []
 
@@ -193,3 +193,20 @@ def test_a_cpu_trace_with_python_frames_and_memory_summarised_in_groups_is_summa
         grouped, count = _grouped(trace, steps_per_group)
         assert count >= 3
         _assert_same(grouped, whole)
+
+
+def test_a_ctrl_c_while_the_folder_is_deleted_is_raised_once_it_is_gone(private_tmp, monkeypatch):
+    path = sorted(p for p in CORPUS if "kineto_resnet50_workers0" in p)[0]
+    trace = _rank(path)
+    monkeypatch.setattr(groups, "BATCH", 10)
+    rmtree, left = groups.shutil.rmtree, []
+
+    def interrupted(folder, **kwargs):
+        signal.raise_signal(signal.SIGINT)  # held: the deleting goes on
+        rmtree(folder, **kwargs)
+        left.append(os.path.exists(folder))
+
+    monkeypatch.setattr(groups.shutil, "rmtree", interrupted)
+    with pytest.raises(KeyboardInterrupt), guarded():
+        ops.operator_summary(trace, trace.events // 3)
+    assert left == [False] and _spill_folders() == []

@@ -77,6 +77,13 @@ def attribute_device(device: list[Ev], out: TraceSummary, sweep: Sweep, windows,
             unlinked.append((ev.start, ev.end))
         out.timeline.append(Span(f"GPU stream {ev.tid}", ev.start, dur, category, ev.name))
     out.matmul_fp32_device_calls += len(fp32_calls)
+    return _busy_time(out, sweep, windows, before, (intervals, launched_in_steps, unlinked))
+
+
+def _busy_time(out: TraceSummary, sweep: Sweep, windows, before: Busy, kernels: tuple[list, list, list]) -> Busy:
+    """The device time of the steps and what data loading left idle, from the kernels' intervals: all,
+    those launched in the steps, those whose launch is not in the trace."""
+    intervals, launched_in_steps, unlinked = kernels
     busy, unlinked = union(intervals), union(unlinked + list(before.after))
     steps_busy = union(launched_in_steps + list(intersection(unlinked, union(windows))))
     out.device_busy_us += sum(end - start for start, end in steps_busy) - overlap(steps_busy, before.steps)

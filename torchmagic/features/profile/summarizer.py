@@ -3,7 +3,8 @@ TraceSummary: a trace too big to hold at once is summarised one group's events a
 
 Between groups only what later events need is carried: every step's window, the main thread, the memory
 level per device, which op names and kernel names were seen (a first call and a first launch are one-time
-costs), and the device's busy intervals of the group before (a kernel may run past the next group's start).
+costs), and the device's and the other threads' busy intervals of the group before (a kernel may run past
+the next group's start, and so may another thread's work the main thread waits for).
 What links one event to another (kernels to their launch, a child to its parent) stays within a group:
 the caller puts a kernel in its launch's group, and groups start where steps do.  The lists that grow with
 the events (kernel durations, Python ops) are compact arrays, 8 bytes an item, when asked."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import operator
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -128,16 +129,15 @@ class TraceEvent:
         return self._device[1]
 
 
-def event_fields(event: TraceEvent) -> tuple:
-    """What a TraceEvent keeps, as plain values (written to disk, read back by ``event_from_fields``)."""
-    return tuple(getattr(event, slot) for slot in TraceEvent.__slots__)
+event_fields = operator.attrgetter(*TraceEvent.__slots__)  # what a TraceEvent keeps, as plain values
 
 
 def event_from_fields(values: tuple) -> TraceEvent:
-    event = TraceEvent.__new__(TraceEvent)
-    for slot, value in zip(TraceEvent.__slots__, values):
-        setattr(event, slot, value)
-    return event
+    """The TraceEvent ``event_fields`` gave ``values`` of."""
+    e = TraceEvent.__new__(TraceEvent)
+    (e._name, e._cat, e._linked, e._start, e._dur, e._tid, e._external, e._correlation, e._sequence, e._shapes,
+     e._dtypes, e._concrete, e._flops, e._bytes, e._device) = values
+    return e
 
 
 def _literal(text):
@@ -190,15 +190,11 @@ def too_big_to_table(trace: RankTrace) -> str | None:
 def operator_summary(trace: RankTrace, limit: int) -> tuple[TraceSummary, Seen] | None:
     """The trace's summary over all its steps, read in groups of about ``limit`` events, and what the reading
     saw; None if a group holds over ``HELD_EVENTS_CAP`` times that, or the trace no timed event."""
-    groups = StepGroups(trace, group_starts(trace, limit), event_fields, event_from_fields)
-    try:
-        groups.open()
+    with StepGroups(trace, group_starts(trace, limit), event_fields, event_from_fields) as groups:
         seen = _read_groups(trace, groups)
         if max(groups.events) > HELD_EVENTS_CAP * limit or seen.start is None:
             return None
         return _summarize(groups, seen), seen
-    finally:
-        groups.remove()
 
 
 @dataclass
@@ -214,11 +210,13 @@ class Seen:
     dropped: int = 0  # ops whose inputs were too many to keep
 
     def note(self, e: TraceEvent) -> None:
-        self.start = e.start_ns() if self.start is None else min(self.start, e.start_ns())
+        start, category = e.start_ns(), e.activity_type()
+        if self.start is None or start < self.start:
+            self.start = start
         self.shapes = self.shapes or bool(e.shapes())
         self.flops = self.flops or bool(e.flops())
-        self.kernels = self.kernels or e.activity_type() in DEVICE_ACTIVITIES
-        self.steps = self.steps or (e.activity_type() == USER_ANNOTATION and e.name().startswith(STEP_PREFIX))
+        self.kernels = self.kernels or category in DEVICE_ACTIVITIES
+        self.steps = self.steps or (category == USER_ANNOTATION and e.name().startswith(STEP_PREFIX))
 
 
 def _read_groups(trace: RankTrace, groups: StepGroups) -> Seen:
