@@ -78,6 +78,22 @@ def test_a_big_trace_tables_the_operators_of_all_its_steps(one_rank_files, monke
     assert calls == {op.name: op.calls for op in whole.profile.ops}
 
 
+def test_a_group_of_steps_far_heavier_than_the_average_gets_no_operator_table(tmp_path, monkeypatch):
+    """Groups are cut by the steps' average: a first step of 200 ops among steps of one is not held."""
+    events = [event("ProfilerStep#1", 0, 1000, cat="user_annotation")]
+    events += [event("aten::mm", 1 + 4 * i, 2, **{"External id": i + 1}) for i in range(200)]
+    for step in range(2, 6):
+        events += [event(f"ProfilerStep#{step}", 1000 * step, 900, cat="user_annotation"),
+                   event("aten::add", 1000 * step + 1, 5, **{"External id": 1000 + step})]
+    path = write_trace(tmp_path / "uneven.json", events)
+    monkeypatch.setattr(ops, "OPS_EVENT_LIMIT", 50)  # 42 events a step on average: a group a step
+    r = torchmagic.analyze(path)
+    assert r.profile is None and any("a group of its steps holds over 150 events" in n for n in r.notes), r.notes
+    monkeypatch.setattr(ops, "HELD_EVENTS_CAP", 5)
+    p = torchmagic.analyze(path).profile
+    assert p.steps == 5 and {op.name: op.calls for op in p.ops} == {"aten::mm": 200, "aten::add": 4}
+
+
 def test_a_trace_too_big_to_hold_and_without_steps_says_why_it_has_no_table(tmp_path, monkeypatch):
     events = [event("aten::mm", 10 * i, 5, **{"External id": i + 1}) for i in range(50)]
     path = write_trace(tmp_path / "long.json", events)

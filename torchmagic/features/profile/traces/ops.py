@@ -197,6 +197,12 @@ def operator_summary(trace: RankTrace, limit: int) -> tuple[TraceSummary, Seen] 
         return _summarize(groups, seen), seen
 
 
+def too_uneven_to_table() -> str:
+    """Why a trace that ``trace_profile`` refused gets no operator table."""
+    return (f"No operator table: a group of its steps holds over {HELD_EVENTS_CAP * OPS_EVENT_LIMIT:,} events (steps "
+            "of very uneven size), more than are held at once to table them")
+
+
 @dataclass
 class Seen:
     """What the reading pass saw of the whole trace, besides its events."""
