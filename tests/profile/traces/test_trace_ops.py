@@ -1,6 +1,6 @@
 """A job of one rank read from its trace gets the operator-level report %%torchprofile gives: the same
-categories, operators and findings, kernels given to the ops that launched them, and over the first
-steps only when the trace is too big to hold at once."""
+categories, operators and findings, kernels given to the ops that launched them, over every step even
+when the trace is too big to hold at once (read in groups of steps)."""
 
 import os
 
@@ -68,15 +68,30 @@ def test_kernels_go_to_the_ops_that_launched_them_and_the_gpu_is_named(tmp_path)
     assert by_name["aten::mm"].calls == 2 and p.steps == 2
 
 
-def test_a_big_trace_tables_the_operators_of_its_first_steps(one_rank_files, monkeypatch):
+def test_a_big_trace_tables_the_operators_of_all_its_steps(one_rank_files, monkeypatch):
     whole = torchmagic.analyze(one_rank_files[0])
-    monkeypatch.setattr(ops, "OPS_EVENT_LIMIT", whole.events // 3)  # room for 1 of the 4 steps
-    part = torchmagic.analyze(one_rank_files[0])
-    assert part.profile.steps == 1 and whole.profile.steps == 4
-    assert part.profile.notes[1].startswith(f"Operators from the first 1 of the 4 steps (about {whole.events // 3:,}")
-    calls = {op.name: op.calls for op in part.profile.ops}
-    assert calls["aten::mm"] * 4 == {op.name: op.calls for op in whole.profile.ops}["aten::mm"]
-    assert part.ranks[0].steps == 4  # the per-rank figures still cover every step
+    monkeypatch.setattr(ops, "OPS_EVENT_LIMIT", whole.events // 3)  # room for 1 of the 4 steps at once
+    grouped = torchmagic.analyze(one_rank_files[0])
+    assert grouped.profile.steps == whole.profile.steps == grouped.ranks[0].steps == 4
+    assert not any("first" in note for note in grouped.profile.notes)
+    calls = {op.name: op.calls for op in grouped.profile.ops}
+    assert calls == {op.name: op.calls for op in whole.profile.ops}
+
+
+def test_a_group_of_steps_far_heavier_than_the_average_gets_no_operator_table(tmp_path, monkeypatch):
+    """Groups are cut by the steps' average: a first step of 200 ops among steps of one is not held."""
+    events = [event("ProfilerStep#1", 0, 1000, cat="user_annotation")]
+    events += [event("aten::mm", 1 + 4 * i, 2, **{"External id": i + 1}) for i in range(200)]
+    for step in range(2, 6):
+        events += [event(f"ProfilerStep#{step}", 1000 * step, 900, cat="user_annotation"),
+                   event("aten::add", 1000 * step + 1, 5, **{"External id": 1000 + step})]
+    path = write_trace(tmp_path / "uneven.json", events)
+    monkeypatch.setattr(ops, "OPS_EVENT_LIMIT", 50)  # 42 events a step on average: a group a step
+    r = torchmagic.analyze(path)
+    assert r.profile is None and any("a group of its steps holds over 150 events" in n for n in r.notes), r.notes
+    monkeypatch.setattr(ops, "HELD_EVENTS_CAP", 5)
+    p = torchmagic.analyze(path).profile
+    assert p.steps == 5 and {op.name: op.calls for op in p.ops} == {"aten::mm": 200, "aten::add": 4}
 
 
 def test_a_trace_too_big_to_hold_and_without_steps_says_why_it_has_no_table(tmp_path, monkeypatch):

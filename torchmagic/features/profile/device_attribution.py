@@ -3,6 +3,10 @@ device's time in the profiled steps and what data loading left it idle."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
 from .categories import OTHER
 from .events import Ev
 from .intervals import intersection, overlap, union
@@ -11,13 +15,23 @@ from .summary import OpStats, TraceSummary
 from .sweep import Sweep
 
 
-def attribute_device(device: list[Ev], out: TraceSummary, sweep: Sweep, windows) -> None:
+class Busy(NamedTuple):
+    """A group of steps' device intervals, for the next group (summarizer.py): all, those the steps count,
+    and those of kernels without a launch in the trace that run past the group's last step."""
+
+    all: Sequence[tuple[float, float]] = ()
+    steps: Sequence[tuple[float, float]] = ()
+    after: Sequence[tuple[float, float]] = ()
+
+
+def attribute_device(device: list[Ev], out: TraceSummary, sweep: Sweep, windows, before: Busy = Busy()) -> Busy:
     """Give each kernel/memcpy to the op that launched it, or where no op did, to the user range
     around its launch; measure the device time of the steps: the union of the kernels the steps
     launched, wherever they ran (a host ahead of its GPU leaves the last steps' kernels running after
-    the profiled window), and where the launch is not in the trace, of the kernels run inside the steps."""
-    if not device:
-        return
+    the profiled window), and where the launch is not in the trace, of the kernels run inside the steps.
+    Fed group of steps after group (summarizer.py): ``before``, the group before's busy time, counted once."""
+    if not device and not before.after:
+        return Busy()
     out.has_device_events = True
     intervals, launched_in_steps, unlinked = [], [], []
     fp32_calls = set()
@@ -62,26 +76,40 @@ def attribute_device(device: list[Ev], out: TraceSummary, sweep: Sweep, windows)
         elif in_step is None:  # its runtime call is not in the trace
             unlinked.append((ev.start, ev.end))
         out.timeline.append(Span(f"GPU stream {ev.tid}", ev.start, dur, category, ev.name))
-    out.matmul_fp32_device_calls = len(fp32_calls)
-    busy = union(intervals)
-    steps_busy = union(launched_in_steps + list(intersection(union(unlinked), union(windows))))
-    out.device_busy_us = sum(end - start for start, end in steps_busy)
+    out.matmul_fp32_device_calls += len(fp32_calls)
+    return _busy_time(out, sweep, windows, before, (intervals, launched_in_steps, unlinked))
+
+
+def _busy_time(out: TraceSummary, sweep: Sweep, windows, before: Busy, kernels: tuple[list, list, list]) -> Busy:
+    """The device time of the steps and what data loading left idle, from the kernels' intervals: all,
+    those launched in the steps, those whose launch is not in the trace."""
+    intervals, launched_in_steps, unlinked = kernels
+    busy, unlinked = union(intervals), union(unlinked + list(before.after))
+    steps_busy = union(launched_in_steps + list(intersection(unlinked, union(windows))))
+    out.device_busy_us += sum(end - start for start, end in steps_busy) - overlap(steps_busy, before.steps)
     data = union(sweep.data_intervals)
-    out.data_exposed_us = sum(end - start for start, end in data) - overlap(data, busy)
+    exposed = sum(end - start for start, end in data) - overlap(data, union(busy + list(before.all)))
+    out.data_exposed_us = (out.data_exposed_us or 0.0) + exposed
+    end = windows[-1][1] if windows else -math.inf
+    return Busy(busy, steps_busy, [(max(start, end), stop) for start, stop in unlinked if stop > end])
 
 
-def count_lost_events(device: list[Ev], out: TraceSummary, sweep: Sweep) -> None:
+def count_lost_events(device: list[Ev], out: TraceSummary, sweep: Sweep, first: int | None = None) -> int | None:
     """Kernels (and copies) whose runtime call is not in the trace, and kernel launches made in the steps
     whose kernel is not: CUPTI pairs them by correlation id, so either side missing is an event lost.
     CUPTI numbers calls in order, so a kernel numbered below the trace's first runtime call was launched
     before the trace began (a queue the GPU was still running: 614 kernels in HTA's trace_diff trace), not
-    lost.  A trace with no runtime call at all recorded only the device's side: nothing is counted there."""
-    if not device or not sweep.launched_in_step:
-        return
-    first = min(sweep.launched_in_step)
+    lost.  A trace with no runtime call at all recorded only the device's side: nothing is counted there.
+    Fed group after group (summarizer.py), the counts add up, and ``first`` is the lowest runtime call of
+    the groups so far (returned, with this group's)."""
+    if sweep.launched_in_step:
+        first = min(sweep.launched_in_step) if first is None else min(first, min(sweep.launched_in_step))
+    if not device or first is None:
+        return first
     ran = {ev.raw.correlation_id() for ev in device}
-    out.kernels_without_launch = sum(1 for corr in (ev.raw.correlation_id() for ev in device)
-                                     if corr > first and corr not in sweep.launched_in_step)
+    out.kernels_without_launch += sum(1 for corr in (ev.raw.correlation_id() for ev in device)
+                                      if corr > first and corr not in sweep.launched_in_step)
     launches = [corr for corr in sweep.launch_end if sweep.launched_in_step.get(corr)]
-    out.kernel_launches = len(launches)
-    out.launches_without_kernel = sum(1 for corr in launches if corr not in ran)
+    out.kernel_launches += len(launches)
+    out.launches_without_kernel += sum(1 for corr in launches if corr not in ran)
+    return first

@@ -66,14 +66,6 @@ def read_events(events, trace_start_ns, out) -> tuple[list[Ev], list[Ev]]:
     return cpu, device
 
 
-def first_launches(device: list[Ev]) -> set[int]:
-    """The CUPTI correlation ids of each kernel's first launch in the trace."""
-    first: dict[str, int] = {}
-    for ev in sorted(device, key=lambda ev: ev.start):
-        first.setdefault(ev.name, ev.raw.correlation_id())
-    return set(first.values()) - {0}  # 0: no id
-
-
 def link_runtime_threads(cpu: list[Ev]) -> None:
     """Join runtime calls to their op's thread (CUPTI reports OS thread ids), and give ops
     their correlation ids, which only matter when there are kernels to attribute.  Unlinked

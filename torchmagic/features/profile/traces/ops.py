@@ -2,17 +2,20 @@
 
 The trace's events are read again and handed, one adapter object each, to the summary and rules
 ``%%torchprofile`` runs on the profiler's own events (profile/trace.py, profile/rules/): the same
-categories, operator table and findings.  Unlike the cross-rank pass this holds every event of the
-events at once (about 0.75 KB each), so it is done for a job of one rank, and over as many of its first
-steps as fit in ``OPS_EVENT_LIMIT`` events.
+categories, operator table and findings, over every step.  Unlike the cross-rank pass this holds events
+(about 0.75 KB each), so it is done for a job of one rank; a trace of more than ``OPS_EVENT_LIMIT`` events
+is read once into groups of consecutive steps of about that many events each, spilled to a private
+temporary folder (groups.py), and summarised one group at a time into one summary (summarizer.py).
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import operator
 import os
 from collections import Counter
+from dataclasses import dataclass, field
 
 from torch._C._autograd import DeviceType
 
@@ -25,13 +28,15 @@ from ..build import summary_fields
 from ..options import ProfileOptions
 from ..kineto import (CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, external_id, is_runtime,
                               unread_device)
-from ..trace import summarize_trace
+from ..summarizer import TraceSummarizer
+from ..summary import TraceSummary
 from .fields import MAX_INPUTS, EventFields
-from .rank import RankTrace, step_number
+from .groups import StepGroups, group_starts
+from .rank import RankTrace
 from .reader import TraceReader, shown_path
 
-OPS_EVENT_LIMIT = 300_000  # about 220 MB held, 6 s on the 2-core CPU machine
-HELD_EVENTS_CAP = 3        # times that: first steps heavier than the average (and the slack after) hold more
+OPS_EVENT_LIMIT = 300_000  # events held at once (a group of steps): about 220 MB, 6 s on the 2-core CPU machine
+HELD_EVENTS_CAP = 3        # times that: a group of steps heavier than the average holds more
 _NO_DETAILS = (-1, (), (), (), 0, 0, (0, -1))
 _DEVICE_TYPES = frozenset(int(t) for t in DeviceType.__members__.values())
 
@@ -124,6 +129,17 @@ class TraceEvent:
         return self._device[1]
 
 
+event_fields = operator.attrgetter(*TraceEvent.__slots__)  # what a TraceEvent keeps, as plain values
+
+
+def event_from_fields(values: tuple) -> TraceEvent:
+    """The TraceEvent ``event_fields`` gave ``values`` of."""
+    e = TraceEvent.__new__(TraceEvent)
+    (e._name, e._cat, e._linked, e._start, e._dur, e._tid, e._external, e._correlation, e._sequence, e._shapes,
+     e._dtypes, e._concrete, e._flops, e._bytes, e._device) = values
+    return e
+
+
 def _literal(text):
     if not isinstance(text, str):
         return text
@@ -134,45 +150,21 @@ def _literal(text):
 
 
 def trace_profile(trace: RankTrace) -> ProfileResult | None:
-    """The operator-level report of one rank's trace (read by rank.py already: its event count and
-    steps say which steps fit in ``OPS_EVENT_LIMIT``); None if the first steps hold far more."""
-    first, last, note = _steps_kept(trace)
-    window = kept = None
-    if first is not None:
-        kept = (trace.steps[first][0], trace.steps[last][1])
-        window = (kept[0], kept[1] + (kept[1] - kept[0]) / (last - first + 1))  # kernels may run past the step
-    events: list[TraceEvent] = []
-    reader = TraceReader(trace.path)
-    check = EventFields(trace.path, share=True)
-    for position, event in enumerate(reader):
-        check.event(event, reader.index)
-        phase = event.get("ph")
-        if phase == "X" or (phase == "i" and event.get("name") == "[memory]"):
-            read = TraceEvent(event, check.args(event, reader.index), check, reader.index)
-            if window is not None and not window[0] * 1000 <= read._start <= window[1] * 1000:
-                continue
-            if window is not None and read._name.startswith(STEP_PREFIX) and \
-                    step_number(read._name) not in range(first, last + 1):
-                continue  # the step that begins in the slack after the last one kept
-            events.append(read)
-            if len(events) > HELD_EVENTS_CAP * OPS_EVENT_LIMIT:  # steps of very uneven size: the first hold too many
-                return None
-    if kept is not None:
-        events = _launched_in(events, kept)
-    start = min(e.start_ns() for e in events)
+    """The operator-level report of one rank's trace, over all its steps, in one more reading pass (rank.py
+    read it already: its event count and steps say how to group the steps, about ``OPS_EVENT_LIMIT`` events
+    a group, summarised one group at a time); None if a group holds far more (steps of very uneven size)."""
+    read = operator_summary(trace, OPS_EVENT_LIMIT)
+    if read is None:
+        return None
+    summary, seen = read
     notes = ["Read from a trace file: a step's time is its ProfilerStep range as recorded (the device was "
-             "not synchronised at its end)."] + ([note] if note else [])
-    if check.dropped:
-        notes.append(f"Shapes and input types of {check.dropped:,} op(s) with over {MAX_INPUTS:,} inputs were "
+             "not synchronised at its end)."]
+    if seen.dropped:
+        notes.append(f"Shapes and input types of {seen.dropped:,} op(s) with over {MAX_INPUTS:,} inputs were "
                      "left out (their time is counted).")
-    if not any(e.activity_type() == USER_ANNOTATION and e.name().startswith(STEP_PREFIX) for e in events):
-        events.append(_whole_trace_marker(events, start))  # one step, on the thread that ran most ops
+    if not seen.steps:
         notes.append("No ProfilerStep markers: the whole trace is read as one step.")
-    device, context = _device(reader.meta, any(e.activity_type() in DEVICE_ACTIVITIES for e in events),
-                              unread_device(trace.categories))
-    summary = summarize_trace(events, start, shapes=any(e.shapes() for e in events),
-                              flops=any(e.flops() for e in events))
-    del events
+    device, context = _device(seen.meta, seen.kernels, unread_device(trace.categories))
     options = ProfileOptions(steps=len(summary.step_us),
                              record_shapes=any(stats.shapes for stats in summary.ops.values()))
     label = shown_path(os.path.basename(trace.path)) + (f" (rank {trace.rank})" if trace.rank is not None else "")
@@ -184,38 +176,85 @@ def trace_profile(trace: RankTrace) -> ProfileResult | None:
 
 
 def too_big_to_table(trace: RankTrace) -> str | None:
-    """Why a trace gets no operator table: more events than can be held, and no steps to take some of."""
+    """Why a trace gets no operator table: more events than are held at once, and no steps to group them
+    by, or steps that each hold more."""
     if trace.events > OPS_EVENT_LIMIT and not trace.steps:
-        return (f"No operator table: the trace has {trace.events:,} events and no ProfilerStep markers to table "
-                f"the first {OPS_EVENT_LIMIT:,} or so by (call prof.step() once per iteration)")
+        return (f"No operator table: the trace has {trace.events:,} events and no ProfilerStep markers to group "
+                f"them by, {OPS_EVENT_LIMIT:,} or so at a time (call prof.step() once per iteration)")
     if trace.events > OPS_EVENT_LIMIT and trace.events / len(trace.steps) > OPS_EVENT_LIMIT:
         return (f"No operator table: the trace's {len(trace.steps)} step(s) hold {trace.events:,} events, more "
                 f"than the {OPS_EVENT_LIMIT:,} or so held at once to table them")
     return None
 
 
-def _steps_kept(trace: RankTrace) -> tuple[int | None, int | None, str | None]:
-    """The first and last step whose events fit in the limit (None, None: all the trace's events)."""
-    if trace.events <= OPS_EVENT_LIMIT:
-        return None, None, None
-    numbers = sorted(trace.steps)
-    kept = max(1, int(OPS_EVENT_LIMIT / (trace.events / len(numbers))))
-    if kept >= len(numbers):
-        return None, None, None
-    first, last = numbers[0], numbers[kept - 1]
-    return first, last, (f"Operators from the first {kept} of the {len(numbers)} steps (about "
-                         f"{OPS_EVENT_LIMIT:,} of the {trace.events:,} events, held at once to table them); "
-                         "the per-rank figures above cover every step.")
+def operator_summary(trace: RankTrace, limit: int) -> tuple[TraceSummary, Seen] | None:
+    """The trace's summary over all its steps, read in groups of about ``limit`` events, and what the reading
+    saw; None if a group holds over ``HELD_EVENTS_CAP`` times that, or the trace no timed event."""
+    with StepGroups(trace, group_starts(trace, limit), event_fields, event_from_fields) as groups:
+        seen = _read_groups(trace, groups)
+        if max(groups.events) > HELD_EVENTS_CAP * limit or seen.start is None:
+            return None
+        return _summarize(groups, seen), seen
 
 
-def _launched_in(events: list[TraceEvent], kept: tuple[float, float]) -> list[TraceEvent]:
-    """Kernels (and copies) launched within the kept steps: those the next step's CPU events launched
-    (read in the slack after the last kept step) go too."""
-    start, end = kept[0] * 1000, kept[1] * 1000  # µs on the file's clock; events keep ns
-    inside = [e for e in events if e._cat not in DEVICE_ACTIVITIES and start <= e._start <= end]
-    ops = {e._external for e in inside if not e._linked and e._external}
-    launches = {e._correlation for e in inside if e._linked}
-    return [e for e in events if e._cat not in DEVICE_ACTIVITIES or e._external in ops or e._correlation in launches]
+def too_uneven_to_table() -> str:
+    """Why a trace that ``trace_profile`` refused gets no operator table."""
+    return (f"No operator table: a group of its steps holds over {HELD_EVENTS_CAP * OPS_EVENT_LIMIT:,} events (steps "
+            "of very uneven size), more than are held at once to table them")
+
+
+@dataclass
+class Seen:
+    """What the reading pass saw of the whole trace, besides its events."""
+
+    start: int | None = None  # the first event's start (ns)
+    shapes: bool = False
+    flops: bool = False
+    kernels: bool = False
+    steps: bool = False
+    meta: dict = field(default_factory=dict)
+    dropped: int = 0  # ops whose inputs were too many to keep
+
+    def note(self, e: TraceEvent) -> None:
+        start, category = e.start_ns(), e.activity_type()
+        if self.start is None or start < self.start:
+            self.start = start
+        self.shapes = self.shapes or bool(e.shapes())
+        self.flops = self.flops or bool(e.flops())
+        self.kernels = self.kernels or category in DEVICE_ACTIVITIES
+        self.steps = self.steps or (category == USER_ANNOTATION and e.name().startswith(STEP_PREFIX))
+
+
+def _read_groups(trace: RankTrace, groups: StepGroups) -> Seen:
+    """Read the trace's timed events and [memory] records into their groups."""
+    seen = Seen()
+    reader = TraceReader(trace.path)
+    check = EventFields(trace.path, share=True)
+    for event in reader:
+        check.event(event, reader.index)
+        phase = event.get("ph")
+        if phase == "X" or (phase == "i" and event.get("name") == "[memory]"):
+            read = TraceEvent(event, check.args(event, reader.index), check, reader.index)
+            seen.note(read)
+            groups.add(read, read._start, read._start + read._dur, read._cat in DEVICE_ACTIVITIES,
+                       read._linked, read._correlation)
+    groups.settle()
+    seen.meta, seen.dropped = reader.meta, check.dropped
+    return seen
+
+
+def _summarize(groups: StepGroups, seen: Seen) -> TraceSummary:
+    """The groups summarised one after the other into one summary."""
+    summarizer = TraceSummarizer(seen.start, shapes=seen.shapes, flops=seen.flops, compact=groups.count > 1)
+    for index in range(groups.count):
+        events = groups.group(index)
+        if not seen.steps:  # one group: one step, on the thread that ran most ops
+            events.append(_whole_trace_marker(events, seen.start))
+        summarizer.add(events, last=index == groups.count - 1)
+        del events
+    summary = summarizer.finish()
+    summary.event_count -= groups.copies  # events open across a group's start were read into each group
+    return summary
 
 
 def _whole_trace_marker(events: list[TraceEvent], start: int) -> TraceEvent:

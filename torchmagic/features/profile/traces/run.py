@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from ....core.render.format import fmt_s
 from ..kineto import timing_note, unread_note
 from .cross import find_straggler, match_collectives, representative_lanes, summarize_rank
-from .ops import HELD_EVENTS_CAP, OPS_EVENT_LIMIT, too_big_to_table, trace_profile
+from .ops import too_big_to_table, too_uneven_to_table, trace_profile
 from .rank import RankTrace, read_rank
 from .fields import TEXT_CHARS, kind
 from .reader import EVENT_CHARS, TraceFileError, TraceReader, shown_path
@@ -153,9 +153,7 @@ def _analyze(source, label: str | None, operators: bool) -> TraceAnalysis:
         else:
             profile = trace_profile(traces[0])
             if profile is None:
-                notes.append(f"No operator table: its first steps hold over {HELD_EVENTS_CAP * OPS_EVENT_LIMIT:,} "
-                             "events, "
-                             "more than are held at once to table them")
+                notes.append(too_uneven_to_table())
     return TraceAnalysis(
         source=label or (shown_path(_path(source)) if isinstance(source, (str, bytes, os.PathLike)) else "traces"),
         ranks=ranks, straggler=straggler, straggler_phase=phase, straggler_reason=reason,
