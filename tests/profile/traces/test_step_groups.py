@@ -3,6 +3,7 @@ of the whole trace held at once: field by field, on real CPU and GPU traces (kin
 DDP job's) and a generated one; and the folder the groups are spilled to never outlives the reading."""
 
 import dataclasses
+import functools
 import glob
 import os
 import signal
@@ -86,13 +87,19 @@ def _assert_same(grouped: TraceSummary, whole: TraceSummary):
             _same(a, b, f.name)
 
 
+@functools.lru_cache(maxsize=None)
+def _read_whole(path: str):
+    """A corpus trace read, and summarised at once (read only by the tests: shared by both group sizes)."""
+    trace = _rank(path)
+    return trace, ops.operator_summary(trace, trace.events)[0]
+
+
 @pytest.mark.parametrize("path", CORPUS, ids=os.path.basename)
 @pytest.mark.parametrize("steps_per_group", [1, 2])
 def test_a_real_trace_summarised_in_groups_of_steps_is_summarised_as_a_whole(path, steps_per_group):
-    trace = _rank(path)
+    trace, whole = _read_whole(path)
     if len(trace.steps) <= steps_per_group:
         pytest.skip("one group")
-    whole, _ = ops.operator_summary(trace, trace.events)
     grouped, count = _grouped(trace, steps_per_group)
     assert count >= 2 and whole.steps == grouped.steps == len(trace.steps)
     _assert_same(grouped, whole)
