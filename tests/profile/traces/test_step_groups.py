@@ -94,6 +94,7 @@ def _read_whole(path: str):
     return trace, ops.operator_summary(trace, trace.events)[0]
 
 
+@pytest.mark.slow  # 1-6 s a trace: the fast lane keeps the generated traces below
 @pytest.mark.parametrize("path", CORPUS, ids=os.path.basename)
 @pytest.mark.parametrize("steps_per_group", [1, 2])
 def test_a_real_trace_summarised_in_groups_of_steps_is_summarised_as_a_whole(path, steps_per_group):
@@ -105,6 +106,7 @@ def test_a_real_trace_summarised_in_groups_of_steps_is_summarised_as_a_whole(pat
     _assert_same(grouped, whole)
 
 
+@pytest.mark.slow
 def test_a_real_ddp_jobs_trace_summarised_in_groups_is_summarised_as_a_whole(job_traces):
     for name in sorted(os.listdir(job_traces)):
         trace = _rank(os.path.join(job_traces, name))
