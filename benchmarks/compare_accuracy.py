@@ -15,6 +15,12 @@
 4. Coverage of a known ratio: a workload whose variant does exactly twice the loop iterations
    (``tests.workloads.Spinner``: true speedup 0.5), with noise and a switching load injected on
    top of the machine's own; the 95% interval should hold 0.5 in at least 90% of comparisons.
+5. Between runs, on a real model (Hugging Face BERT from a small config, inference): amp, inference_mode
+   and compile against eager, ``--repeats`` comparisons; after each, an independent interleaved
+   estimate (``blocked_autorange`` on eager and the variant in turn, the variant over its two eager
+   neighbours).  How often each interval holds that estimate (target 9 in 10), and how many pairs of
+   the repeated runs' intervals overlap.  ``python -m benchmarks.compare_accuracy --between-runs``
+   runs this part alone.
 
 glibc's malloc hands freed memory at the top of the heap back to the OS and serves large
 blocks with mmap, so whether a call's activations page-fault depends on what else the process
@@ -25,6 +31,7 @@ and mmap thresholds first (as jemalloc or tcmalloc would make allocation stable)
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import random
 import statistics
@@ -122,6 +129,69 @@ def coverage(trials: int = 100) -> tuple[int, list[float]]:
     return held, widths
 
 
+BETWEEN_VARIANTS = ("amp", "inference_mode", "compile")
+
+
+def bert_inference():
+    from tests.corpus.models import bert
+
+    torch.manual_seed(0)
+    workload = bert()
+    ids = workload.batch["input_ids"]
+    return workload.model.eval(), (lambda m: m(input_ids=ids).logits)
+
+
+def independent_estimates(model, fn, pairs: int = 8, seconds: float = 0.25) -> dict[str, float]:
+    """Each variant's speedup by blocked_autorange, interleaved: eager, variant, eager, ... ``pairs`` times,
+    each variant time against the mean of its two eager neighbours; the median of those ratios."""
+    compiled = torch.compile(model)
+    calls = {"eager": lambda: fn(model), "compile": lambda: fn(compiled)}
+    contexts = {"amp": lambda: torch.autocast("cpu", dtype=torch.bfloat16), "inference_mode": torch.inference_mode}
+    for name, context in contexts.items():
+        calls[name] = (lambda c: lambda: _under(c, model, fn))(context)
+    timers = {name: Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads())
+              for name, call in calls.items()}
+    ratios: dict[str, list[float]] = {name: [] for name in BETWEEN_VARIANTS}
+    for _ in range(pairs):
+        eager = timers["eager"].blocked_autorange(min_run_time=seconds).median
+        for name in BETWEEN_VARIANTS:
+            variant = timers[name].blocked_autorange(min_run_time=seconds).median
+            after = timers["eager"].blocked_autorange(min_run_time=seconds).median
+            ratios[name].append((eager + after) / 2 / variant)
+            eager = after
+    return {name: statistics.median(r) for name, r in ratios.items()}
+
+
+def _under(context, model, fn):
+    with context():
+        return fn(model)
+
+
+def between_runs(repeats: int) -> None:
+    model, fn = bert_inference()
+    with torch.no_grad():
+        fn(torch.compile(model))  # the first compile in the process (inductor's loading) outside the figures
+    rows = []
+    for i in range(repeats):
+        r = torchmagic.compare(fn, model=model, variants=["eager", *BETWEEN_VARIANTS])
+        rows.append(({n: (r[n].speedup, r[n].ci) for n in BETWEEN_VARIANTS}, independent_estimates(model, fn)))
+        print(f"  run {i + 1:2d}: {r.rounds} rounds in {r.blocks} blocks, {r.seconds:.1f} s; " + "; ".join(
+            f"{n} {r[n].speedup:.3f} [{r[n].ci[0]:.3f}, {r[n].ci[1]:.3f}] vs {rows[-1][1][n]:.3f}"
+            for n in BETWEEN_VARIANTS), flush=True)
+    pairs = repeats * (repeats - 1) // 2
+    for n in BETWEEN_VARIANTS:
+        cis = [ours[n][1] for ours, _ in rows]
+        held = sum(low <= theirs[n] <= high for (low, high), (_, theirs) in zip(cis, rows))
+        overlapping = sum(cis[a][0] <= cis[b][1] and cis[b][0] <= cis[a][1]
+                          for a in range(repeats) for b in range(a + 1, repeats))
+        estimates = [ours[n][0] for ours, _ in rows]
+        widths = [(high - low) / s for (low, high), s in zip(cis, estimates)]
+        spread = statistics.stdev(estimates) / statistics.mean(estimates)
+        print(f"  {n:15s} held the interleaved estimate in {held}/{repeats}, intervals overlapping in "
+              f"{overlapping}/{pairs} pairs; run-to-run SD of the speedup {spread:.1%}, "
+              f"median width {statistics.median(widths):.1%}")
+
+
 def pin_malloc_thresholds() -> bool:
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -132,6 +202,16 @@ def pin_malloc_thresholds() -> bool:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--between-runs", action="store_true", help="part 5 alone")
+    parser.add_argument("--repeats", type=int, default=10, help="comparisons in part 5 (default 10)")
+    args = parser.parse_args()
+    if args.between_runs:  # as a notebook runs: torch's threads and malloc as they are
+        print(f"{machine_line()}; {torch.get_num_threads()} threads, malloc as it is")
+        print(f"\n5. between runs: BERT inference, {args.repeats} comparisons at default settings, each followed by "
+              "an interleaved blocked_autorange estimate")
+        between_runs(args.repeats)
+        return
     torch.set_num_threads(1)  # two threads on two busy cores make every timing tool noisy
     pinned = pin_malloc_thresholds()
     print(f"{machine_line()}; malloc thresholds {'pinned' if pinned else 'as they are (not glibc)'}")

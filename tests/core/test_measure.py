@@ -39,6 +39,45 @@ def test_paired_ratio_intervals_are_order_statistics_with_their_exact_coverage()
     assert 0.95 <= r.confidence < 0.96 and r.ci[0] < 2500.5 < r.ci[1] and r.ci[1] - r.ci[0] < 160
 
 
+def test_paired_ratio_over_blocks_takes_the_order_statistics_of_the_blocks_medians():
+    rounds = [1.0, 1.0, 2.0, 2.2, 3.0, 3.0, 4.0, 4.0, 5.0, 5.0, 6.0, 6.2]  # ratios over 1.0
+    r = paired_ratio(rounds, [1.0] * 12, blocks=[2] * 6)
+    assert r.ci == pytest.approx((1.0, 6.1)) and r.confidence == pytest.approx(1 - 2 / 64)
+    assert r.blocks == 6 and r.pairs == 12 and r.estimate == 3.5  # the estimate: the median over all rounds
+    assert paired_ratio(rounds, [1.0] * 12).ci == (2.0, 5.0)  # the same rounds taken one by one
+    five = paired_ratio(rounds, [1.0] * 12, blocks=[2, 2, 2, 2, 4])
+    assert five.ci is None and five.blocks == 5 and five.estimate == 3.5  # 5 blocks: no 95% interval
+    # blocks of unequal length can put every block's median on one side of the rounds' median: widened to hold it
+    uneven = paired_ratio([1.0] * 9 + [9.0] * 8, [1.0] * 17, blocks=[9] + [1] * 8)
+    assert uneven.estimate == 1.0 and uneven.ci == (1.0, 9.0)  # the blocks' alone: (9.0, 9.0)
+    for bad in ([2] * 5, [2] * 5 + [1, 1, 0]):
+        with pytest.raises(ValueError):
+            paired_ratio(rounds, [1.0] * 12, blocks=bad)
+
+
+def test_an_interval_over_blocks_holds_a_ratio_that_moves_from_run_to_run():
+    """What a run fixes for all its rounds (where its tensors landed, what ran before) moves its ratio, 3%
+    here, more than its rounds vary (1%): an interval over one run's rounds holds that run's ratio, not the
+    one runs scatter around; over blocks that each start afresh (each draws its own), it holds that one."""
+    import random
+
+    rng = random.Random(11)
+    trials, over_rounds, over_blocks = 2000, 0, 0
+    for _ in range(trials):
+        slow, fast = [], []
+        for _ in range(6):
+            fresh = rng.lognormvariate(0, 0.03)  # this block's start fixes it
+            for _ in range(4):
+                load = rng.lognormvariate(0, 0.2)  # shared within a round: cancels in the ratio
+                slow.append(2.0 * fresh * load * rng.lognormvariate(0, 0.01))
+                fast.append(load * rng.lognormvariate(0, 0.01))
+        one_by_one = paired_ratio(slow, fast).ci
+        by_block = paired_ratio(slow, fast, blocks=[4] * 6).ci
+        over_rounds += one_by_one[0] <= 2.0 <= one_by_one[1]
+        over_blocks += by_block[0] <= 2.0 <= by_block[1]
+    assert over_blocks / trials >= 0.95 and over_rounds / trials < 0.9  # 97% and 82%
+
+
 def test_paired_ratio_needs_paired_positive_rounds():
     with pytest.raises(ValueError):
         paired_ratio([1.0, 2.0], [1.0])
@@ -126,6 +165,45 @@ def test_rounds_stop_on_min_time_after_min_rounds():
     # contenders sharing rounds: every block lasts about as long as the slowest one's call
     assert balanced_calls([1e-5, 2e-3, 1e-2]) == [1000, 5, 1] and balanced_calls([1e-5, 1e-4]) == [100, 10]
     assert balanced_calls([1e-3, 5.0]) == [100, 1]  # a 5 s first run (a compile, no warm-up): 0.1 s blocks at most
+
+
+def test_rounds_fall_into_blocks_each_started_afresh():
+    from torchmagic.core.measure import BlockStart, Rounds
+
+    log = []
+
+    def contender(name, seconds=0.01):
+        return lambda: (log.append(name), (seconds, 1))[1]
+
+    start = BlockStart([lambda: log.append("warm a"), lambda: log.append("warm b")], refresh=lambda: log.append("fresh"))
+    rounds = Rounds([contender("a"), contender("b")], rounds=10, blocks=6, block_start=start)
+    rounds.run()
+    assert rounds.block_ends == [2, 3, 5, 7, 8, 10] and rounds.block_lengths(10) == [2, 1, 2, 2, 1, 2]
+    assert log[:7] == ["a", "b", "b", "a", "fresh", "warm a", "warm b"] and log[-1] != "warm b"
+    assert log.count("fresh") == 5 and log.count("warm a") == 5 and log.count("a") == 10
+    assert rounds.block_lengths(6) == [2, 1, 2, 1]  # rounds cut short: the last block counts with what it has
+    # until min_time: the first block runs min_rounds / blocks rounds and min_time / blocks seconds, the others as long
+    timed = Rounds([contender("a"), contender("b", 0.03)], min_time=0.12, min_rounds=3, blocks=3)
+    timed.run()
+    assert timed.block_ends == [4, 8, 12] and timed.done == 12
+    assert Rounds([contender("a")], min_rounds=10, blocks=6).fewest() == 12 and timed.fewest() == 3
+    assert Rounds([contender("a")], rounds=4, blocks=6).blocks == 4  # never more blocks than rounds
+
+
+def test_a_contender_whose_warm_up_fails_leaves_the_rotation():
+    from torchmagic.core.measure import BlockStart, Rounds
+
+    def broken():
+        raise RuntimeError("broken")
+
+    errors = []
+    rounds = Rounds([lambda: (0.01, 1), lambda: (0.01, 1)], rounds=6, blocks=3,
+                    block_start=BlockStart([lambda: None, broken]))
+    samples = rounds.run(on_error=lambda i, exc: errors.append((i, str(exc))))
+    assert errors == [(1, "broken")] and len(samples[0]) == 6 and len(samples[1]) == 2
+    alone = Rounds([lambda: (0.01, 1)], rounds=6, blocks=3, block_start=BlockStart([broken]))
+    alone.run(on_error=lambda i, exc: None)  # the last contender gone between blocks: the rounds end
+    assert alone.done == 2
 
 
 def test_timed_block_syncs_only_at_its_ends():

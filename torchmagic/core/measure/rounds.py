@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 # Blocks last at least this long, so the timer's and loop's own cost stays negligible.
 MIN_BLOCK_S = 1e-3
@@ -33,6 +35,15 @@ def balanced_calls(seconds_per_call: list[float]) -> list[int]:
     return [calls_per_block(s, block_s) for s in seconds_per_call]
 
 
+@dataclass(frozen=True)
+class BlockStart:
+    """What runs, untimed, before each block of rounds but the first: ``refresh`` (the allocator's cached
+    memory handed back, as between two runs), then each contender's ``warm_ups`` call."""
+
+    warm_ups: list[Callable[[], Any]]
+    refresh: Callable[[], None] | None = None
+
+
 class Rounds:
     """Per contender, the seconds per call of each round it completed (``samples``), kept as
     they come in, so an interrupted run still has what it measured.
@@ -41,47 +52,98 @@ class Rounds:
     With ``rounds``, exactly that many rounds; otherwise at least ``min_rounds`` and until
     every contender has spent ``min_time`` seconds in timed blocks.  A contender that raises
     is reported to ``on_error`` and leaves the rotation; the others go on.
+
+    The rounds fall into ``blocks`` of equal length (``block_ends``), so that an interval can be made over
+    the blocks' estimates: what stays the same for a whole run (the allocator's state, what ran before)
+    differs between blocks as it does between runs, where a single run's rounds all share it.
+    Before each block but the first, ``block_start`` (where given) runs untimed: each block then starts
+    the way a new run starts after its warm-up.
+    Without ``rounds``, the first block runs until ``min_rounds / blocks`` rounds and
+    ``min_time / blocks`` seconds, and the others run as many rounds as it did.
     """
 
     def __init__(self, contenders: list[Callable[[], tuple[float, int]]], *, rounds: int | None = None,
-                 min_time: float = 1.0, min_rounds: int = 10):
+                 min_time: float = 1.0, min_rounds: int = 10, blocks: int = 1, block_start: BlockStart | None = None):
         self.contenders = contenders
         self.rounds = rounds
         self.min_time = min_time
         self.min_rounds = min_rounds
+        self.blocks = max(1, min(blocks, rounds)) if rounds is not None else max(1, blocks)
+        self.block_start = block_start
         self.samples: list[list[float]] = [[] for _ in contenders]
         self.spent = [0.0] * len(contenders)
         self.done = 0
+        self.block_ends: list[int] = []   # the rounds done at each finished block's end
+        self._block_length: int | None = None
 
     def finished(self, active: list[int]) -> bool:
         if not active:
             return True
         if self.rounds is not None:
             return self.done >= self.rounds
-        return self.done >= self.min_rounds and min(self.spent[i] for i in active) >= self.min_time
+        return len(self.block_ends) >= self.blocks
+
+    def fewest(self) -> int:
+        """The fewest rounds a run until min_time can end after."""
+        return self.rounds if self.rounds is not None else math.ceil(self.min_rounds / self.blocks) * self.blocks
+
+    def block_lengths(self, rounds: int) -> list[int]:
+        """The lengths of the blocks within the first ``rounds`` rounds (a block cut short counts with what
+        it has): the blocks a paired interval is made over."""
+        ends = [end for end in self.block_ends if end < rounds] + [rounds]
+        return [b - a for a, b in zip([0] + ends, ends) if b > a]
 
     def run(self, on_round: Callable[[int], None] | None = None,
             on_error: Callable[[int, Exception], None] | None = None) -> list[list[float]]:
         __tracebackhide__ = True  # noqa: F841  (a contender's error is the user's)
         active = list(range(len(self.contenders)))
         while not self.finished(active):
+            if self.block_ends and self.block_ends[-1] == self.done and self.block_start is not None:
+                self._start_block(active, on_error)
+                if not active:
+                    break
             shift = self.done % len(active)
             for i in active[shift:] + active[:shift]:
-                failure = None
-                try:
-                    seconds, calls = self.contenders[i]()
-                except Exception as exc:  # noqa: BLE001  (the contender's code is the user's)
-                    if on_error is None:
-                        raise
-                    failure = exc
-                if failure is not None:  # handled outside the except block, so its frames can be freed
-                    active.remove(i)
-                    on_error(i, failure)
-                    del failure
-                    continue
-                self.samples[i].append(seconds / calls)
-                self.spent[i] += seconds
+                timed = self._call(i, self.contenders[i], active, on_error)
+                if timed is not None:
+                    seconds, calls = timed
+                    self.samples[i].append(seconds / calls)
+                    self.spent[i] += seconds
             self.done += 1
+            if active and self._block_ended(active):
+                self.block_ends.append(self.done)
             if on_round is not None:
                 on_round(self.done)
         return self.samples
+
+    def _start_block(self, active: list[int], on_error) -> None:
+        __tracebackhide__ = True  # noqa: F841
+        if self.block_start.refresh is not None:
+            self.block_start.refresh()
+        for i in list(active):
+            self._call(i, self.block_start.warm_ups[i], active, on_error)
+
+    def _block_ended(self, active: list[int]) -> bool:
+        length = self.done - (self.block_ends[-1] if self.block_ends else 0)
+        if self.rounds is not None:
+            return self.done >= round((len(self.block_ends) + 1) * self.rounds / self.blocks)
+        if self._block_length is None:
+            if length < math.ceil(self.min_rounds / self.blocks) or \
+                    min(self.spent[i] for i in active) < self.min_time / self.blocks:
+                return False
+            self._block_length = length
+        return length >= self._block_length
+
+    def _call(self, i: int, fn: Callable, active: list[int], on_error) -> Any:
+        __tracebackhide__ = True  # noqa: F841
+        failure = None
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001  (the contender's code is the user's)
+            if on_error is None:
+                raise
+            failure = exc
+        active.remove(i)  # outside the except block, so the failure's frames can be freed
+        on_error(i, failure)
+        del failure
+        return None

@@ -4,6 +4,7 @@ two contenders timed in the same rounds with its confidence interval."""
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import statistics
 from dataclasses import asdict, dataclass
@@ -37,12 +38,14 @@ class PairedRatio:
     """How many times larger one contender's figure is than another's, from rounds that ran both."""
 
     estimate: float                   # the median of the per-round ratios
-    ci: tuple[float, float] | None    # None with fewer than min_pairs(confidence) rounds
+    ci: tuple[float, float] | None    # None with fewer than min_pairs(confidence) rounds (blocks, where given)
     confidence: float | None          # the interval's exact coverage, at least the one asked for
     pairs: int
+    blocks: int | None = None         # the blocks of rounds the interval was made over; None: over the rounds
 
 
-def paired_ratio(numerator: list[float], denominator: list[float], *, confidence: float = 0.95) -> PairedRatio:
+def paired_ratio(numerator: list[float], denominator: list[float], *, confidence: float = 0.95,
+                 blocks: list[int] | None = None) -> PairedRatio:
     """The median of ``numerator[i] / denominator[i]`` and a distribution-free confidence interval
     for the true median ratio.
 
@@ -51,17 +54,32 @@ def paired_ratio(numerator: list[float], denominator: list[float], *, confidence
     of the ratios: with n independent rounds, the number of ratios below the true median is
     Binomial(n, 1/2), whatever the timing noise's distribution, so the coverage is exact (and
     is reported); no resampling, no normality.  At 95% it needs 6 rounds.
+
+    With ``blocks`` (the lengths of consecutive blocks of rounds), the interval is the same pair of order
+    statistics taken of the blocks' own median ratios instead: rounds of one run share what a run fixes
+    (the allocator's state, what ran before), so their interval holds that run's ratio, where the
+    blocks' (each started afresh) holds the ratio runs scatter around.  It needs 6 blocks; the estimate
+    stays the median over all rounds, and the interval is widened to hold it where needed.
     """
     if len(numerator) != len(denominator) or not numerator:
         raise ValueError("need the same, non-zero number of rounds on both sides")
     if not all(x > 0 for x in denominator) or not all(x >= 0 for x in numerator):
         raise ValueError("ratios of positive figures only")
-    ratios = sorted(a / b for a, b in zip(numerator, denominator))
+    if blocks is not None and (sum(blocks) != len(numerator) or min(blocks, default=0) < 1):
+        raise ValueError("blocks must be positive lengths that add up to the rounds")
+    per_round = [a / b for a, b in zip(numerator, denominator)]
+    ratios = sorted(per_round)
+    estimate = statistics.median(ratios)
+    if blocks is not None:
+        ends = list(itertools.accumulate(blocks))
+        ratios = sorted(statistics.median(per_round[end - length:end]) for end, length in zip(ends, blocks))
     n = len(ratios)
     k = _outer_order_statistics(n, confidence)
     if k is None:
-        return PairedRatio(statistics.median(ratios), None, None, n)
-    return PairedRatio(statistics.median(ratios), (ratios[k], ratios[n - 1 - k]), _coverage(n, k), n)
+        return PairedRatio(estimate, None, None, len(per_round), len(ratios) if blocks is not None else None)
+    low, high = ratios[k], ratios[n - 1 - k]
+    return PairedRatio(estimate, (min(low, estimate), max(high, estimate)), _coverage(n, k), len(per_round),
+                       n if blocks is not None else None)
 
 
 def min_pairs(confidence: float = 0.95) -> int:

@@ -28,7 +28,7 @@ class VariantResult:
     samples_s: list[float] = field(default_factory=list)   # one per round, in round order
     calls_per_sample: int = 1
     speedup: float | None = None        # median over rounds of eager's time / this variant's
-    ci: tuple[float, float] | None = None  # 95% CI of the speedup (order statistics of per-round ratios)
+    ci: tuple[float, float] | None = None  # 95% CI of the speedup (order statistics of the blocks' median ratios)
     first_call_s: float | None = None
     compile_s: float | None = None      # one-time cost: the first run (and any build) beyond a usual run
     compile_cache: str | None = None    # "cold", "warm disk cache" or "in memory" (compiled earlier)
@@ -100,6 +100,7 @@ class CompareResult(Result):
     device: DeviceInfo
     variants: list[VariantResult]
     rounds: int = 0
+    blocks: int = 1       # the blocks the rounds fell into (each started afresh), the intervals' units
     seconds: float = 0.0
     amp_dtype: str = "bfloat16"
     options: ComparedWith = field(default_factory=ComparedWith)

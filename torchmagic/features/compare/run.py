@@ -28,7 +28,7 @@ from ...core.devices.profiler import ensure_profiler_free
 from ...core.gc_pause import gc_paused
 from ...core.interrupts import deliver_pending, guards, uninterruptible
 from ...core.limits import describe_error
-from ...core.measure import Rounds, balanced_calls, timed_block, timed_call
+from ...core.measure import BlockStart, Rounds, balanced_calls, min_pairs, timed_block, timed_call
 from ...core.outcome import Outcome
 from ...core.render.format import fmt_bytes, fmt_s
 from ...core.settings import TorchSettings
@@ -42,6 +42,11 @@ from .summary import MeasuredVariant, record_compile, rounds_notes, summarise
 from .variants import CudaGraphs, Env, Variant, graph_steps
 
 PROGRESS_INTERVAL_S = 0.25
+# The timed rounds fall into this many blocks, each started afresh, and the speedup's interval is made over
+# their estimates: the fewest that give a distribution-free 95% interval.  One run's rounds share what the
+# run fixes (the allocator's state, what ran before), so an interval over them held the ratio of that run
+# only: repeated runs' intervals missed each other.
+BLOCKS = min_pairs()
 _INDUCTOR = "torch._inductor.compile_fx"  # imported by the first torch.compile() call in a process
 
 
@@ -127,7 +132,9 @@ class _Comparison:
                 for entry, calls in zip(measured, balanced_calls([e.call_s for e in measured])):
                     entry.calls = calls
                 rounds = Rounds([self._block(e) for e in measured], rounds=self.options.runs,
-                                min_time=self.options.min_time, min_rounds=self.options.min_rounds)
+                                min_time=self.options.min_time, min_rounds=self.options.min_rounds, blocks=BLOCKS,
+                                block_start=BlockStart([self._warm_up(e) for e in measured],
+                                                       refresh=self.device.empty_cache))
                 self._timed_rounds(rounds, measured)
             finished = True
         except BaseException as exc:  # noqa: BLE001  eager's own error or an interrupt: the caller re-raises it
@@ -142,7 +149,8 @@ class _Comparison:
             return run
         summarise(measured, rounds)
         run.result = CompareResult(label=label, device=self.device.describe(), variants=[e.out for e in self.entries],
-                                   rounds=rounds.done, seconds=time.perf_counter() - started,
+                                   rounds=rounds.done, blocks=len(rounds.block_lengths(rounds.done)),
+                                   seconds=time.perf_counter() - started,
                                    amp_dtype=str(self.env.amp_dtype).removeprefix("torch."),
                                    options=self.options.kept(),
                                    expectation_check=self.entries[-1].out.measured(self.options.expect)
@@ -203,7 +211,7 @@ class _Comparison:
         except Exception as exc:  # noqa: BLE001
             if variant.is_baseline:
                 raise  # the user's code fails on its own: show their traceback
-            entry.fail(self._failure_text(exc, variant))
+            entry.fail(_failure_text(exc, variant, self.recompile_limit))
             _forget(exc)
         if not entry.out.ok:  # outside the except block: the failed run's tensors can go now
             _release(self.device)
@@ -248,16 +256,20 @@ class _Comparison:
         call = self._runner(entry)
 
         def run_block() -> tuple[float, int]:
-            __tracebackhide__ = True  # noqa: F841
-            with entry.variant.around_call(entry.built, self.env):
-                before = compile_counts() if entry.variant.compiles else None
-                with gc_paused():
-                    seconds = timed_block(call, entry.calls, self.device)
-                if before is not None:
-                    entry.counts = entry.counts + (compile_counts() - before)
-            return seconds, entry.calls
+            with gc_paused():
+                return timed_block(call, entry.calls, self.device), entry.calls
 
-        return run_block
+        return _in_variant(entry, self.env, run_block)
+
+    def _warm_up(self, entry: MeasuredVariant) -> Callable[[], None]:
+        """One untimed run, after the allocator handed its cache back: what a new run's warm-up does."""
+        call = self._runner(entry)
+
+        def warm_up() -> None:
+            call()
+            self.device.synchronize()
+
+        return _in_variant(entry, self.env, warm_up)
 
     def _runner(self, entry: MeasuredVariant) -> Callable[[], Any]:
         call = _bound(self.fn, entry)
@@ -267,19 +279,10 @@ class _Comparison:
         """The CUDA graph pool the variant grew: allocated while its graphs were recorded (its first
         runs) and kept while they live, where its peak, read over one replay, sees nothing."""
         after = self.device.graph_pool_bytes()
-        if after is None:
-            return
-        out = entry.out
-        out.graph_pool_bytes = max(after - before, 0)
-        shared = [e.variant.name for e in self.entries if e is not entry and e.out.graph_pool_bytes is not None]
-        out.notes.append(f"CUDA graph pool: {fmt_bytes(out.graph_pool_bytes)}, allocated when its graphs were "
-                         "recorded and held while they live; a replay allocates nothing, so peak mem leaves it out"
-                         + (f" (one pool per device, shared with {', '.join(shared)}: this is what it added)"
-                            if shared else ""))
-        if skips:
-            out.notes.append(f"inductor left {skips} of its graphs without CUDA graphs (as it does for CPU tensors, "
-                             "mutated inputs, dynamic shapes and more; TORCH_LOGS=cudagraphs says why): those run "
-                             "as ordinary kernel launches")
+        if after is not None:
+            entry.out.graph_pool_bytes = max(after - before, 0)
+            shared = [e.variant.name for e in self.entries if e is not entry and e.out.graph_pool_bytes is not None]
+            entry.out.notes += graph_pool_notes(entry.out.graph_pool_bytes, shared, skips)
 
     @uninterruptible
     def _put_back(self, settings: TorchSettings, graphs: CudaGraphs, pools_at_start: int | None,
@@ -306,11 +309,11 @@ class _Comparison:
             entry = measured[i]
             if entry.variant.is_baseline:
                 raise exc
-            entry.fail(f"{self._failure_text(exc, entry.variant)} (in timed round {rounds.done + 1})")
+            entry.fail(f"{_failure_text(exc, entry.variant, self.recompile_limit)} (in timed round {rounds.done + 1})")
             _forget(exc)
             _release(self.device)
 
-        target = f"{rounds.rounds}" if rounds.rounds else f"at least {rounds.min_rounds}"
+        target = f"{rounds.rounds}" if rounds.rounds else f"at least {rounds.fewest()}"
         self.progress(f"timing: round 1 of {target}…")
         last = time.monotonic()
 
@@ -324,12 +327,6 @@ class _Comparison:
 
         rounds.run(on_round=on_round, on_error=on_error)
 
-    def _failure_text(self, exc: BaseException, variant: Variant) -> str:
-        if is_recompile_limit(exc):
-            return (f"dynamo hit its recompile limit ({self.recompile_limit}): what the compiled code was "
-                    "specialised on keeps changing; outside this comparison dynamo would silently run eager "
-                    "from here")
-        return _variant_failure_text(exc, variant)
 
 
 def advance_notes(options: CompareOptions, device: Device) -> list[str]:
@@ -357,6 +354,21 @@ def _amp_dtype(name: str | None, device: Device) -> torch.dtype:
     return device.low_precision().dtype or torch.bfloat16
 
 
+def _in_variant(entry: MeasuredVariant, env: Env, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` in the variant's context, its recompiles counted."""
+
+    def run() -> Any:
+        __tracebackhide__ = True  # noqa: F841
+        with entry.variant.around_call(entry.built, env):
+            before = compile_counts() if entry.variant.compiles else None
+            value = fn()
+            if before is not None:
+                entry.counts = entry.counts + (compile_counts() - before)
+        return value
+
+    return run
+
+
 def _bound(fn, entry: MeasuredVariant) -> Callable[[], Any]:
     def call():
         __tracebackhide__ = True  # noqa: F841
@@ -370,7 +382,10 @@ def _active_dropout(model) -> bool:
                                      for m in model.modules())
 
 
-def _variant_failure_text(exc: BaseException, variant: Variant) -> str:
+def _failure_text(exc: BaseException, variant: Variant, recompile_limit: int | None) -> str:
+    if is_recompile_limit(exc):
+        return (f"dynamo hit its recompile limit ({recompile_limit}): what the compiled code was specialised on "
+                "keeps changing; outside this comparison dynamo would silently run eager from here")
     if is_out_of_memory(exc):
         return "out of memory"
     message = describe_error(exc)
@@ -387,6 +402,18 @@ def _forget(exc: BaseException) -> None:
         seen.add(id(exc))
         exc.__traceback__ = None
         exc = exc.__context__ or exc.__cause__
+
+
+def graph_pool_notes(pool_bytes: int, shared: list[str], skips: int) -> list[str]:
+    """What a variant's CUDA graph pool holds, and the graphs inductor left without CUDA graphs."""
+    notes = [f"CUDA graph pool: {fmt_bytes(pool_bytes)}, allocated when its graphs were recorded and held while "
+             "they live; a replay allocates nothing, so peak mem leaves it out"
+             + (f" (one pool per device, shared with {', '.join(shared)}: this is what it added)" if shared else "")]
+    if skips:
+        notes.append(f"inductor left {skips} of its graphs without CUDA graphs (as it does for CPU tensors, mutated "
+                     "inputs, dynamic shapes and more; TORCH_LOGS=cudagraphs says why): those run as ordinary kernel "
+                     "launches")
+    return notes
 
 
 def _release_graphs(device: Device, graphs: CudaGraphs, pools_at_start: int | None) -> str | None:

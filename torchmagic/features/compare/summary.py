@@ -36,9 +36,10 @@ class MeasuredVariant:
 def rounds_notes(run: Outcome, rounds: Rounds, variants: int) -> list[str]:
     """What the timed rounds that ran can say: too few for an interval, or cut short."""
     notes = []
-    if 0 < rounds.done < min_pairs() and variants > 1:
-        notes.append(f"{rounds.done} rounds give no 95% confidence interval (it takes {min_pairs()}), so no "
-                     "variant is called faster or slower: the figures are a first look")
+    blocks = len(rounds.block_lengths(rounds.done))
+    if 0 < blocks < min_pairs() and variants > 1:
+        notes.append(f"{rounds.done} rounds in {blocks} blocks give no 95% confidence interval (it takes "
+                     f"{min_pairs()} blocks), so no variant is called faster or slower: the figures are a first look")
     if isinstance(run.error, KeyboardInterrupt):
         notes.append(f"interrupted after {rounds.done} rounds: the figures cover what ran")
     elif run.error is not None:
@@ -85,7 +86,7 @@ def summarise(measured: list[MeasuredVariant], rounds: Rounds) -> None:
         if n == 0:
             continue
         base_median, median = summarize(base[:n]).median, summarize(samples[:n]).median
-        ratio = paired_ratio(base[:n], samples[:n])
+        ratio = paired_ratio(base[:n], samples[:n], blocks=rounds.block_lengths(n))
         out.speedup, out.ci = ratio.estimate, ratio.ci
         if entry.variant.compiles or any(t.build for t in entry.variant.techniques):
             out.compile_s = max(out.first_call_s - out.median_s, 0.0)

@@ -71,9 +71,12 @@ def _named(v: VariantResult) -> str:
 
 
 def details(r: CompareResult) -> list[str]:
-    lines = [f"{r.rounds} interleaved rounds in {fmt_s(r.seconds)} on "
-             f"{r.device.name or r.device.kind}; medians per run; speedups are medians of "
-             f"per-round ratios, CIs from their order statistics; errors against fp32 eager's output (relative to its largest value)"]
+    blocks, of = ((f" in {r.blocks} blocks, each started afresh", "the blocks' median ratios") if r.blocks > 1
+                  else ("", "them"))
+    lines = [f"{r.rounds} interleaved rounds{blocks}, {fmt_s(r.seconds)} on "
+             f"{r.device.name or r.device.kind}; medians per run; speedups are medians of per-round ratios, "
+             f"CIs from the order statistics of {of}; errors against fp32 eager's output (relative to its "
+             "largest value)"]
     lines += r.notes
     for v in r.variants:
         if v.error:
