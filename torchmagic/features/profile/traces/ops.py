@@ -283,17 +283,15 @@ def _record_event(record: Record, plain: PlainFields) -> TraceEvent | None:
 def _record_details(args: Args, cat: str, name: str, plain: PlainFields) -> tuple | None:
     """What TraceEvent keeps of an op's or a [memory] record's args, as its checks keep them; None where not plain."""
     if cat == CPU_OP:
-        shapes, dtypes = plain.inputs(args.dims, "Input Dims"), plain.inputs(args.dtypes, "Input type")
-        concrete, flops = plain.inputs(args.concrete, "Concrete Inputs"), args.flops
-        if (shapes is None or dtypes is None or concrete is None or not -INT_LIMIT <= args.sequence < INT_LIMIT
-                or not 0 <= flops < INT_LIMIT):
+        inputs, flops = plain.op_inputs(args), args.flops
+        if inputs is None or not -INT_LIMIT <= args.sequence < INT_LIMIT or not 0 <= flops < INT_LIMIT:
             return None
-        return args.sequence, shapes, dtypes, concrete, flops, 0, (0, -1)
+        return args.sequence, *inputs, flops, 0, (0, -1)
     if name == "[memory]":
-        nbytes, device = args.nbytes, (args.device_type, args.device_id)
-        if not (-INT_LIMIT <= nbytes < INT_LIMIT and device[0] in _DEVICE_TYPES and -INT_LIMIT <= device[1] < INT_LIMIT):
+        nbytes, kind, index = args.nbytes, args.device_type, args.device_id
+        if not (-INT_LIMIT <= nbytes < INT_LIMIT and kind in _DEVICE_TYPES and -INT_LIMIT <= index < INT_LIMIT):
             return None
-        return -1, (), (), (), 0, nbytes, device
+        return -1, (), (), (), 0, nbytes, (kind, index)
     return _NO_DETAILS
 
 

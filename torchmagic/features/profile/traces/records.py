@@ -20,7 +20,7 @@ from .fields import INT_LIMIT, TEXT_CHARS, EventFields
 from .reader import TraceFileError
 
 EMPTY_LIST = Raw(b"[]")
-LISTS_KEPT = 1 << 16  # distinct strings, and input lists per key, remembered: past it, each is checked anew
+LISTS_KEPT = 1 << 16  # distinct strings, and ops' input lists, remembered: past it, each is checked anew
 
 
 class Args(msgspec.Struct, gc=False):
@@ -83,7 +83,7 @@ class PlainFields:
     def __init__(self, check: EventFields):
         self.check = check
         self._texts: dict[str | None, str] = {None: ""}  # strings found plain, as kept
-        self._lists: dict[str, dict[bytes, list]] = {"Input Dims": {}, "Input type": {}, "Concrete Inputs": {}}
+        self._inputs: dict[tuple[bytes, bytes, bytes], tuple[list, list, list]] = {}  # an op's input lists, as kept
 
     def times(self, record: Record) -> tuple[float, float] | None:
         """(ts, dur) in µs as ``EventFields.time`` reads them, or None."""
@@ -116,24 +116,27 @@ class PlainFields:
             return value if -INT_LIMIT < value < INT_LIMIT else None
         return self.text(value)
 
-    def inputs(self, raw: Raw, key: str) -> list | None:
-        """An op's ``Input Dims``, ``Input type`` or ``Concrete Inputs`` as the checked path keeps it: read and
-        checked once per distinct text; None where it refuses, cuts or leaves out what the list holds."""
-        seen = self._lists[key]
-        text = bytes(raw)
-        kept = seen.get(text)
-        if kept is not None:
-            return kept
+    def op_inputs(self, args: Args) -> tuple[list, list, list] | None:
+        """An op's ``Input Dims``, ``Input type`` and ``Concrete Inputs`` as the checked path keeps them: read
+        and checked once per distinct text; None where it refuses, cuts or leaves out what they hold."""
+        texts = bytes(args.dims), bytes(args.dtypes), bytes(args.concrete)
+        kept = self._inputs.get(texts)
+        if kept is None:
+            kept = self._checked_inputs(texts)
+            if kept is not None and len(self._inputs) < LISTS_KEPT:
+                self._inputs[texts] = kept
+        return kept
+
+    def _checked_inputs(self, texts: tuple[bytes, bytes, bytes]) -> tuple[list, list, list] | None:
         check = self.check
         counts = check.cut, check.dropped
         try:
-            value = json.loads(text)
-            kept = (check.shapes({key: value}, {}, 0) if key == "Input Dims" else check.texts({key: value}, key, {}, 0))
+            dims, dtypes, concrete = (json.loads(text) for text in texts)
+            kept = (check.shapes({"Input Dims": dims}, {}, 0), check.texts({"Input type": dtypes}, "Input type", {}, 0),
+                    check.texts({"Concrete Inputs": concrete}, "Concrete Inputs", {}, 0))
         except (ValueError, RecursionError, TypeError, TraceFileError):
             return None
-        if (check.cut, check.dropped) != counts:  # counted when the checked path reads it
+        if (check.cut, check.dropped) != counts:  # counted when the checked path reads them
             check.cut, check.dropped = counts
             return None
-        if len(seen) < LISTS_KEPT:
-            seen[text] = kept
         return kept
