@@ -83,3 +83,17 @@ def test_slices_read_typed_where_they_can(tmp_path, monkeypatch):
     path = _trace(tmp_path / "t.json", {217: ODD["external-id-fraction"]})
     kinds = [batch.records is not None for batch in sliced.SlicedTraceReader(path)]
     assert kinds.count(False) < 20 < kinds.count(True)
+
+
+def test_a_number_json_cannot_convert_beside_an_event_read_from_its_dict(tmp_path, monkeypatch):
+    """msgspec skips a key no report reads, whatever its number's length; where json then decodes that slice
+    for an event that is not plain, its refusal is the checked path's one line, naming the event."""
+    monkeypatch.setattr(sliced, "SLICE_CHARS", 60_000)  # the long number and the odd name in one slice
+    huge = _op(216)
+    huge["args"]["unread"] = 0
+    path = _trace(tmp_path / "t.json", {216: {"args": huge["args"]}, 217: ODD["name-not-ascii"]})
+    (tmp_path / "t.json").write_text((tmp_path / "t.json").read_text().replace('"unread": 0', '"unread": ' + "9" * 5000))
+    assert any(batch.records and len(batch.records) > 100 for batch in sliced.SlicedTraceReader(path))
+    typed = _report(path)
+    assert typed == _checked_only(path, monkeypatch)
+    assert "traceEvents[226]" in typed and "holds a number too long to read" in typed

@@ -8,15 +8,17 @@ exactly that text: its errors, skipped events and counts are the checked path's 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterator
 
-from .reader import SKIPPED, TraceReader
+from .reader import SKIPPED, TraceFileError, TraceReader
 from .records import Record, decode_slice
 
 SLICE_CHARS = 1 << 18  # text decoded at once: about 1,500 events (and as many records) held
 _BOUNDARY = re.compile(r"\}[ \t\n\r]*(?:,[ \t\n\r]*\{|\])")  # an event's end, then the next or the array's end
+_BETWEEN = re.compile(r"[ \t\n\r]*,?[ \t\n\r]*")  # between events in a slice's text
 _CUTS_TRIED = 64  # '}' tried from a slice's end before the slice goes to the checked path
 
 
@@ -24,16 +26,35 @@ class Batch:
     """Events read together: ``records`` decoded by the typed path (``first`` the index of the first) from
     ``text`` (a JSON array of them), or ``events`` (dicts, or any JSON value) read by the checked path, one a batch."""
 
-    __slots__ = ("first", "records", "_text", "_events")
+    __slots__ = ("first", "records", "_text", "_events", "_path")
 
-    def __init__(self, first: int, records: list[Record] | None, text: str | None, events: list | None = None):
-        self.first, self.records, self._text, self._events = first, records, text, events
+    def __init__(self, first: int, records: list[Record] | None, text: str | None, events: list | None = None,
+                 path: str = "trace"):
+        self.first, self.records, self._text, self._events, self._path = first, records, text, events, path
 
     def events(self) -> list:
         """The batch's events as the checked path decodes them (the same C scanner, the same values)."""
         if self._events is None:
-            self._events = json.loads(self._text)
+            try:
+                self._events = json.loads(self._text)
+            except (ValueError, RecursionError):
+                raise self._refusal() from None
         return self._events
+
+    def _refusal(self) -> TraceFileError:
+        """The checked path's error for the first event that json refuses where msgspec read it (a number of
+        more digits than Python converts, in a key the reports do not read)."""
+        decoder, text, at = json.JSONDecoder(), self._text, 1
+        for index in itertools.count(self.first):
+            where = f"an event (traceEvents[{index}])"
+            try:
+                at = decoder.raw_decode(text, _BETWEEN.match(text, at).end())[1]
+            except json.JSONDecodeError as exc:
+                return TraceFileError(self._path, f"is not a trace: invalid JSON in {where} ({exc.msg})")
+            except ValueError:
+                return TraceFileError(self._path, f"is not a trace: {where} holds a number too long to read")
+            except RecursionError:
+                return TraceFileError(self._path, f"is not a trace: {where} is nested too deeply")
 
 
 class SlicedTraceReader(TraceReader):
@@ -51,7 +72,7 @@ class SlicedTraceReader(TraceReader):
             text = None if cut is None else "[" + self._buf[self._pos:cut] + "]"
             records = None if text is None else decode_slice(text)
             if records is not None:
-                batch = Batch(self.index + 1, records, text)
+                batch = Batch(self.index + 1, records, text, path=self.path)
                 self.index += len(records)
                 self._pos = cut
                 last = self._expect(",]", "between events")
@@ -67,7 +88,7 @@ class SlicedTraceReader(TraceReader):
         while True:
             event, last = self._next_event()
             if event is not SKIPPED:
-                yield Batch(self.index, None, None, [event])
+                yield Batch(self.index, None, None, [event], self.path)
             if last == "]" or stop is None or self._offset + self._pos >= stop:
                 return last
 
