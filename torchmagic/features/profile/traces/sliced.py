@@ -76,6 +76,7 @@ class SlicedTraceReader(TraceReader):
                 self.index += len(records)
                 self._pos = cut
                 last = self._expect(",]", "between events")
+                self._peek()  # at the next event: the checked path decodes from there
                 yield batch
             else:
                 last = yield from self._checked(None if cut is None else self._offset + cut)
