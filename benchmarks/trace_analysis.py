@@ -18,8 +18,9 @@ HolisticTraceAnalysis; here from --hta-python, by default this interpreter) runs
 idle/compute/communication breakdown; it needs GPU kernels for that, so on a CPU trace its
 parse is what is measured, and its error is quoted.
 
-The floor: the fast, well-kept JSON decoders installed here (msgspec, orjson; optional, like HTA)
-parse the same file, whole, in the same kind of fresh process: ``msgspec-typed`` decodes each event
+The floor: the fast, well-kept JSON decoders installed here (msgspec, which torchmagic's reader now
+uses a slice at a time; orjson, optional, like HTA) parse the same file, whole, in the same kind of
+fresh process: ``msgspec-typed`` decodes each event
 into a typed record of the fields the operator report reads (name, category, times, thread, ids,
 shapes), the fastest parse there is of what the report needs; ``msgspec`` and ``orjson`` into dicts.
 The full report's time is then printed as a multiple of the fastest of them (issue 34: within 2x).

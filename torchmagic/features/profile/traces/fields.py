@@ -90,6 +90,10 @@ class EventFields:
             value = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
         return value if self._kept is None else self._kept.setdefault(value, value)
 
+    def kept(self, value: str) -> str:
+        """A string already checked, kept once where strings are shared."""
+        return value if self._kept is None else self._kept.setdefault(value, value)
+
     def name(self, ev: dict, index: int) -> str:
         return self.text(ev.get("name", ""), ev, index, "'name'")
 

@@ -30,10 +30,12 @@ from ..kineto import (CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, a
                               unread_device)
 from ..summarizer import TraceSummarizer
 from ..summary import TraceSummary
-from .fields import MAX_INPUTS, EventFields
+from .fields import INT_LIMIT, MAX_INPUTS, EventFields
 from .groups import StepGroups, group_starts
 from .rank import RankTrace
-from .reader import TraceReader, shown_path
+from .reader import shown_path
+from .records import NO_ARGS, Args, PlainFields, Record, external_of
+from .sliced import SlicedTraceReader
 
 OPS_EVENT_LIMIT = 300_000  # events held at once (a group of steps): about 220 MB, 6 s on the 2-core CPU machine
 HELD_EVENTS_CAP = 3        # times that: a group of steps heavier than the average holds more
@@ -226,21 +228,71 @@ class Seen:
 
 
 def _read_groups(trace: RankTrace, groups: StepGroups) -> Seen:
-    """Read the trace's timed events and [memory] records into their groups."""
+    """Read the trace's timed events and [memory] records into their groups: typed records where their
+    values are plain, the checked dicts where not."""
     seen = Seen()
-    reader = TraceReader(trace.path)
+    reader = SlicedTraceReader(trace.path)
     check = EventFields(trace.path, share=True)
-    for event in reader:
-        check.event(event, reader.index)
-        phase = event.get("ph")
-        if phase == "X" or (phase == "i" and event.get("name") == "[memory]"):
-            read = TraceEvent(event, check.args(event, reader.index), check, reader.index)
-            seen.note(read)
-            groups.add(read, read._start, read._start + read._dur, read._cat in DEVICE_ACTIVITIES,
-                       read._linked, read._correlation)
+    plain = PlainFields(check)
+    for batch in reader:
+        if batch.records is None:
+            _read_event(batch.events()[0], batch.first, check, seen, groups)
+            continue
+        for position, record in enumerate(batch.records):
+            phase = record.ph
+            if phase == "X" or (phase == "i" and record.name == "[memory]"):
+                read = _record_event(record, plain)
+                if read is None:
+                    _read_event(batch.events()[position], batch.first + position, check, seen, groups)
+                else:
+                    _keep(read, seen, groups)
     groups.settle()
     seen.meta, seen.dropped = reader.meta, check.dropped
     return seen
+
+
+def _read_event(event, index: int, check: EventFields, seen: Seen, groups: StepGroups) -> None:
+    """One event from its dict, each field checked as it is read."""
+    check.event(event, index)
+    phase = event.get("ph")
+    if phase == "X" or (phase == "i" and event.get("name") == "[memory]"):
+        _keep(TraceEvent(event, check.args(event, index), check, index), seen, groups)
+
+
+def _keep(read: TraceEvent, seen: Seen, groups: StepGroups) -> None:
+    seen.note(read)
+    groups.add(read, read._start, read._start + read._dur, read._cat in DEVICE_ACTIVITIES, read._linked,
+               read._correlation)
+
+
+def _record_event(record: Record, plain: PlainFields) -> TraceEvent | None:
+    """The TraceEvent of a typed record, as TraceEvent(its dict) makes it; None where a value is not plain."""
+    name, text, times, tid = plain.text(record.name), plain.text(record.cat), plain.times(record), plain.tid(record.tid)
+    args = record.args or NO_ARGS
+    if name is None or text is None or times is None or tid is None or not -INT_LIMIT <= args.correlation < INT_LIMIT:
+        return None
+    cat = activity(text, name)
+    details = _record_details(args, cat, name, plain)
+    if details is None:
+        return None
+    linked = cat in DEVICE_ACTIVITIES or is_runtime(cat)
+    return event_from_fields((name, cat, linked, round(times[0] * 1000), round(times[1] * 1000), tid,
+                              external_of(args), args.correlation, *details))
+
+
+def _record_details(args: Args, cat: str, name: str, plain: PlainFields) -> tuple | None:
+    """What TraceEvent keeps of an op's or a [memory] record's args, as its checks keep them; None where not plain."""
+    if cat == CPU_OP:
+        inputs, flops = plain.op_inputs(args), args.flops
+        if inputs is None or not -INT_LIMIT <= args.sequence < INT_LIMIT or not 0 <= flops < INT_LIMIT:
+            return None
+        return args.sequence, *inputs, flops, 0, (0, -1)
+    if name == "[memory]":
+        nbytes, kind, index = args.nbytes, args.device_type, args.device_id
+        if not (-INT_LIMIT <= nbytes < INT_LIMIT and kind in _DEVICE_TYPES and -INT_LIMIT <= index < INT_LIMIT):
+            return None
+        return -1, (), (), (), 0, nbytes, (kind, index)
+    return _NO_DETAILS
 
 
 def _summarize(groups: StepGroups, seen: Seen) -> TraceSummary:

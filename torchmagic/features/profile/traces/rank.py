@@ -24,10 +24,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from msgspec import UNSET
+
 from ..kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, HOST_BACKENDS, KERNEL, OPTIMIZER_PREFIXES,
                               STEP_PREFIX, USER_ANNOTATION, activity, is_backward_node, is_runtime)
 from ..intervals import IntervalSet
-from .fields import EventFields
+from .fields import INT_LIMIT, EventFields
+from .records import NO_ARGS, Args, PlainFields
+from .sliced import SlicedTraceReader
 
 MAX_KINDS = 256  # categories, collectives' names: any beyond are counted together
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
@@ -154,57 +158,73 @@ def window_of(windows: list[tuple[int | None, float, float]], starts: list[float
 
 
 def read_rank(events, path: str) -> RankTrace:
-    """Reduce a stream of trace events (dicts) to a RankTrace: each field checked as it is read
-    (fields.py), and what repeats kept once (a collective, a launch or a kernel seen again)."""
+    """Reduce a stream of trace events (dicts, or a SlicedTraceReader's batches) to a RankTrace: each field
+    checked as it is read (fields.py), and what repeats kept once (a collective, a launch or a kernel seen again)."""
     reading = _Reading(path)
-    out, check = reading.out, reading.check  # locals: the loop below runs once per event
-    first, last = float("inf"), float("-inf")
-    for position, ev in enumerate(events):
-        index = getattr(events, "index", position)  # the reader's: oversized events are not yielded
-        out.events += 1
-        check.event(ev, index)
-        if ev.get("ph") != "X":
-            continue
-        start = check.time(ev, index, "ts")
-        end = start + check.time(ev, index, "dur", 0.0)
-        name = check.name(ev, index)
-        cat = activity(check.text(ev.get("cat"), ev, index, "'cat'"), name)
-        args = check.args(ev, index)
-        counted = cat if cat in out.categories or len(out.categories) < MAX_KINDS else "(other)"
-        out.categories[counted] = out.categories.get(counted, 0) + 1
-        if start < first:
-            first = start
-        if end > last:
-            last = end
-        if cat == CPU_OP:
-            if name.startswith("c10d::"):  # c10d ops enqueue work, and may block on it
-                continue
-            if name == "record_param_comms":
-                _read_collective_sizes(out, args, check, ev, index)
-                continue
-            out.host_busy.add(start, end)
-            if is_backward_node(name):
-                out.backward.add(start, end)
-        elif cat == USER_ANNOTATION:
-            reading.annotation(name, start, end, ev, index, args)
-        elif cat == KERNEL:
-            op = collective_op(cat, name)
-            if op is None:
-                out.device_busy.add(start, end)
-                _correlated(out, args, start, end)
+    if isinstance(events, SlicedTraceReader):
+        plain = PlainFields(reading.check)
+        for batch in events:
+            if batch.records is None:
+                reading.event(batch.events()[0], batch.first)
             else:
-                out.device_comm.add(start, end)
-                reading.collective(False, op, start, end, args, check.hashable(ev.get("tid", 0), ev, index, "'tid'"))
-        elif cat in DEVICE_ACTIVITIES:
-            out.device_busy.add(start, end)
-            _correlated(out, args, start, end)
-        elif is_runtime(cat):
-            corr = _correlation(args)
-            if corr is not None and not (out.launch_corr and out.launch_corr[-1] == corr
-                                         and out.launch_ts[-1] == start):
-                out.launch_ts.append(start)
-                out.launch_corr.append(corr)
-    return reading.finished(first, last)
+                reading.records(batch, plain)
+    else:
+        for position, ev in enumerate(events):
+            reading.event(ev, getattr(events, "index", position))  # the reader's: oversized events are not yielded
+    return reading.finished()
+
+
+class _DictDetails:
+    """What an event says beyond its times, name and category, read from its dict (checked when read)."""
+
+    __slots__ = ("check", "ev", "index", "args")
+
+    def __init__(self, check: EventFields, ev: dict, index: int, args: dict):
+        self.check, self.ev, self.index, self.args = check, ev, index, args
+
+    def correlation(self) -> int | None:
+        return _correlation(self.args)
+
+    def finished(self) -> bool:
+        return _finished(self.args)
+
+    def thread(self) -> int | str:
+        return self.check.hashable(self.ev.get("tid", 0), self.ev, self.index, "'tid'")
+
+    def comm_sizes(self) -> tuple[str, int, str] | None:
+        return _collective_sizes(self.args, self.check, self.ev, self.index)
+
+
+class _RecordDetails:
+    """The same from a typed record, its values already found plain (records.py)."""
+
+    __slots__ = ("args", "tid", "sizes")
+
+    def __init__(self, args: Args, tid: int | str, sizes: tuple[str, int, str] | None):
+        self.args, self.tid, self.sizes = args, tid, sizes
+
+    def correlation(self) -> int | None:
+        corr = self.args.correlation
+        return corr if 0 < corr < 1 << 63 else None
+
+    def finished(self) -> bool:
+        return self.args.finished
+
+    def thread(self) -> int | str:
+        return self.tid
+
+    def comm_sizes(self) -> tuple[str, int, str] | None:
+        return self.sizes
+
+
+def _plain_sizes(args: Args, plain: PlainFields):
+    """record_param_comms' sizes from a record: None where there are none, False where not plain."""
+    if args.collective is UNSET or args.elements is UNSET:
+        return None
+    name, dtype = plain.text(args.collective), plain.text(args.dtype)
+    if name is None or dtype is None or not 0 <= args.elements < INT_LIMIT:
+        return False
+    return name, args.elements, dtype
 
 
 class _Reading:
@@ -215,8 +235,77 @@ class _Reading:
         self.out = RankTrace(path)
         self.check = EventFields(path)
         self.collectives: dict[tuple, Collective] = {}  # (host?, op, start, end, thread, finished) -> it
+        self.first, self.last = float("inf"), float("-inf")  # the first start and last end of timed events
 
-    def annotation(self, name: str, start: float, end: float, ev: dict, index: int, args: dict) -> None:
+    def event(self, ev, index: int) -> None:
+        """One event from its dict, each field checked as it is read."""
+        check = self.check
+        self.out.events += 1
+        check.event(ev, index)
+        if ev.get("ph") != "X":
+            return
+        start = check.time(ev, index, "ts")
+        end = start + check.time(ev, index, "dur", 0.0)
+        name = check.name(ev, index)
+        cat = activity(check.text(ev.get("cat"), ev, index, "'cat'"), name)
+        args = check.args(ev, index)
+        self.take(start, end, name, cat, _DictDetails(check, ev, index, args))
+
+    def records(self, batch, plain: PlainFields) -> None:
+        """A batch of typed records; one whose values are not plain is read from its dict instead."""
+        self.out.events += len(batch.records)
+        for position, record in enumerate(batch.records):
+            if record.ph != "X":
+                continue
+            times, name, cat = plain.times(record), plain.text(record.name), plain.text(record.cat)
+            tid = plain.tid(record.tid)
+            args = record.args or NO_ARGS
+            sizes = _plain_sizes(args, plain) if name == "record_param_comms" else None
+            if times is None or name is None or cat is None or tid is None or sizes is False:
+                self.out.events -= 1  # counted again there
+                self.event(batch.events()[position], batch.first + position)
+                continue
+            self.take(times[0], times[0] + times[1], name, activity(cat, name), _RecordDetails(args, tid, sizes))
+
+    def take(self, start: float, end: float, name: str, cat: str, details) -> None:
+        """A timed event's part in the reduction."""
+        out = self.out
+        counted = cat if cat in out.categories or len(out.categories) < MAX_KINDS else "(other)"
+        out.categories[counted] = out.categories.get(counted, 0) + 1
+        if start < self.first:
+            self.first = start
+        if end > self.last:
+            self.last = end
+        if cat == CPU_OP:
+            if name.startswith("c10d::"):  # c10d ops enqueue work, and may block on it
+                return
+            if name == "record_param_comms":
+                _add_collective_sizes(out, details.comm_sizes())
+                return
+            out.host_busy.add(start, end)
+            if is_backward_node(name):
+                out.backward.add(start, end)
+        elif cat == USER_ANNOTATION:
+            self.annotation(name, start, end, details)
+        elif cat == KERNEL:
+            op = collective_op(cat, name)
+            if op is None:
+                out.device_busy.add(start, end)
+                _correlated(out, details.correlation(), start, end)
+            else:
+                out.device_comm.add(start, end)
+                self.collective(False, op, start, end, details)
+        elif cat in DEVICE_ACTIVITIES:
+            out.device_busy.add(start, end)
+            _correlated(out, details.correlation(), start, end)
+        elif is_runtime(cat):
+            corr = details.correlation()
+            if corr is not None and not (out.launch_corr and out.launch_corr[-1] == corr
+                                         and out.launch_ts[-1] == start):
+                out.launch_ts.append(start)
+                out.launch_corr.append(corr)
+
+    def annotation(self, name: str, start: float, end: float, details) -> None:
         """A user annotation: a step, data loading, an optimizer's step, or a host backend's collective."""
         out = self.out
         if name.startswith(STEP_PREFIX):
@@ -230,23 +319,22 @@ class _Reading:
             out.optimizer.add(start, end)
         elif name.startswith(HOST_BACKENDS):
             out.host_comm.add(start, end)
-            self.collective(True, collective_op(USER_ANNOTATION, name), start, end, args,
-                            self.check.hashable(ev.get("tid", 0), ev, index, "'tid'"))
+            self.collective(True, collective_op(USER_ANNOTATION, name), start, end, details)
 
-    def collective(self, host: bool, op: str, start: float, end: float, args: dict, thread) -> None:
+    def collective(self, host: bool, op: str, start: float, end: float, details) -> None:
         """Keep a collective's execution, once."""
-        key = (host, op, start, end, thread, _finished(args))
+        key = (host, op, start, end, details.thread(), details.finished())
         if key not in self.collectives:
             self.collectives[key] = Collective(op, start, end - start, key[-1])
 
-    def finished(self, first: float, last: float) -> RankTrace:
-        """The RankTrace, once every event is read (``first`` start and ``last`` end of them all)."""
+    def finished(self) -> RankTrace:
+        """The RankTrace, once every event is read."""
         out = self.out
         out.host_collectives = [c for key, c in self.collectives.items() if key[0]]
         out.device_collectives = [c for key, c in self.collectives.items() if not key[0]]
         out.cut_strings = self.check.cut
-        if first <= last:
-            out.span = (first, last)
+        if self.first <= self.last:
+            out.span = (self.first, self.last)
         return out
 
 
@@ -256,10 +344,9 @@ def step_number(name: str) -> int | None:
     return int(tail) if tail.isascii() and tail.isdigit() and len(tail) <= 18 else None
 
 
-def _correlated(out: RankTrace, args: dict, start: float, end: float) -> None:
+def _correlated(out: RankTrace, corr: int | None, start: float, end: float) -> None:
     """Keep a compute kernel's run with the correlation id of the runtime call that launched it
     (once: the same kernel written again in a row is not kept again)."""
-    corr = _correlation(args)
     if corr is not None and not (out.kernel_corr and out.kernel_corr[-1] == corr and out.kernel_start[-1] == start):
         out.kernel_start.append(start)
         out.kernel_end.append(end)
@@ -276,13 +363,21 @@ def _finished(args: dict) -> bool:
     return args.get("finished", True) is not False
 
 
-def _read_collective_sizes(out: RankTrace, args: dict, check: EventFields, ev: dict, index: int) -> None:
-    """Sizes from a ``record_param_comms`` event (what NCCL and newer gloo traces carry)."""
+def _collective_sizes(args: dict, check: EventFields, ev: dict, index: int) -> tuple[str, int, str] | None:
+    """The collective's name, elements and dtype of a ``record_param_comms`` event (what NCCL and newer
+    gloo traces carry), or None."""
     if "Collective name" not in args or "In msg nelems" not in args:
-        return
+        return None
     name = check.text(args["Collective name"], ev, index, 'args["Collective name"]')
     elements = check.integer(args, "In msg nelems", 0, ev, index, low=0)
     dtype = check.text(args.get("dtype"), ev, index, 'args["dtype"]')
+    return name, elements, dtype
+
+
+def _add_collective_sizes(out: RankTrace, sizes: tuple[str, int, str] | None) -> None:
+    if sizes is None:
+        return
+    name, elements, dtype = sizes
     key = name.replace("_", "").lower()
     if key in out.comm_bytes or len(out.comm_bytes) < MAX_KINDS:
         out.comm_bytes[key] += elements * _DTYPE_BYTES.get(dtype, 0)

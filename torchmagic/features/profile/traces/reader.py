@@ -78,6 +78,7 @@ class TraceReader:
         self._pos = 0
         self._eof = False
         self._file = None
+        self._offset = 0  # characters dropped from the buffer's start
 
     # -- the buffer ------------------------------------------------------------------------
     def _open(self):
@@ -118,6 +119,7 @@ class TraceReader:
             return False
         self.bytes_read += len(chunk)
         if self._pos > len(self._buf) // 2:  # drop what was consumed, now and then
+            self._offset += self._pos
             self._buf, self._pos = self._buf[self._pos:], 0
         self._buf += chunk
         return True
@@ -218,13 +220,17 @@ class TraceReader:
         self._pos = end
         return value
 
+    def _array(self) -> Iterator[Any]:
+        """The traceEvents array's elements (its '[' read)."""
+        return self._events()
+
     # -- the structure ---------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
         raw, self._file = self._open()
         try:
             first = self._expect("{[", "at the start")
             if first == "[":
-                yield from self._events()
+                yield from self._array()
             else:
                 yield from self._object()
         finally:
@@ -244,7 +250,7 @@ class TraceReader:
                 if key == "traceEvents":
                     self._expect("[", "to open traceEvents")
                     found_events = True
-                    yield from self._events()
+                    yield from self._array()
                 else:
                     keep = META_CHARS if key is not SKIPPED and len(self.meta) < MAX_META_KEYS else -1
                     value = self._value(f"the value of {shown}", keep)
@@ -261,28 +267,32 @@ class TraceReader:
         if self._peek() == "]":
             self._pos += 1
             return
-        decode, separator = self._decoder.raw_decode, _SEPARATOR.match
         while True:
-            # the common case in one decode and one match; near the buffer's end, the careful path
-            buf = self._buf
-            try:
-                event, end = decode(buf, self._pos)
-            except (ValueError, RecursionError):
-                end = len(buf)
-            found = separator(buf, end) if end < len(buf) else None
-            if found is None or found.end() == len(buf):
-                event = self._value("an event", EVENT_CHARS, f" (traceEvents[{self.index + 1}])")
-                last = self._expect(",]", "between events")
-                self._peek()  # on to the next event: a failed decode costs a count of the buffer's lines
-            else:
-                self._pos, last = found.end(), found.group(1)
-            self.index += 1
-            if event is SKIPPED:
-                self.oversized += 1
-            else:
+            event, last = self._next_event()
+            if event is not SKIPPED:
                 yield event
             if last == "]":
                 return
+
+    def _next_event(self) -> tuple[Any, str]:
+        """The event at the cursor (``SKIPPED`` if too long to keep) and the separator after it."""
+        # the common case in one decode and one match; near the buffer's end, the careful path
+        buf = self._buf
+        try:
+            event, end = self._decoder.raw_decode(buf, self._pos)
+        except (ValueError, RecursionError):
+            end = len(buf)
+        found = _SEPARATOR.match(buf, end) if end < len(buf) else None
+        if found is None or found.end() == len(buf):
+            event = self._value("an event", EVENT_CHARS, f" (traceEvents[{self.index + 1}])")
+            last = self._expect(",]", "between events")
+            self._peek()  # on to the next event: a failed decode costs a count of the buffer's lines
+        else:
+            self._pos, last = found.end(), found.group(1)
+        self.index += 1
+        if event is SKIPPED:
+            self.oversized += 1
+        return event, last
 
 
 SKIPPED = object()  # a value too long to keep, stepped over

@@ -16,9 +16,10 @@ from .cross import find_straggler, match_collectives, representative_lanes, summ
 from .ops import too_big_to_table, too_uneven_to_table, trace_profile
 from .rank import RankTrace, read_rank
 from .fields import TEXT_CHARS, kind
-from .reader import EVENT_CHARS, TraceFileError, TraceReader, shown_path
+from .reader import EVENT_CHARS, TraceFileError, shown_path
 from .result import TraceAnalysis
 from .rules import cross_rank_findings
+from .sliced import SlicedTraceReader
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_IN_NAME = re.compile(r"rank[_-]?([0-9]{1,9})", re.IGNORECASE)
@@ -164,7 +165,7 @@ def _analyze(source, label: str | None, operators: bool) -> TraceAnalysis:
 
 
 def _read(path: str) -> RankTrace:
-    reader = TraceReader(path)
+    reader = SlicedTraceReader(path)
     trace = read_rank(reader, path)
     trace.bytes_read, trace.meta = reader.bytes_read, reader.meta
     info = reader.meta.get("distributedInfo")
