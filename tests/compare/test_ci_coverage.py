@@ -38,13 +38,13 @@ def test_timed_runs_and_the_peak_run_pause_the_cycle_collector_and_nothing_colle
     finally:
         callbacks.pop()
     assert gc.isenabled() == was
-    # eager runs: first, 2 warm-up, peak, 8 timed blocks, and an untimed run before each block of rounds but the
-    # first (8 rounds in 6 blocks: 5); the first, warm-ups and those with the collector on, the timed ones and the
-    # peak's off.  Calls per block: 2 or 3 on a quiet machine (blocks last as long as the slower variant's run), 1
-    # where a stall made the eager run look as slow: a timing, so only counted here, not asserted
+    # eager runs: first, 2 warm-up, peak, 8 timed blocks each led by an untimed call, and an untimed run before
+    # each block of rounds but the first (8 rounds in 6 blocks: 5); the first, warm-ups and those with the collector
+    # on, the blocks and the peak's off.  Calls per block: 2 or 3 on a quiet machine (blocks last as long as the
+    # slower variant's run), 1 where a stall made the eager run look as slow: a timing, so only counted here
     calls = r.baseline.calls_per_sample
     assert calls >= 1 and r.blocks == 6
-    assert len(net.gc_enabled) == 1 + 2 + 1 + 8 * calls + 5 and net.gc_enabled[:3] == [was] * 3
+    assert len(net.gc_enabled) == 1 + 2 + 1 + 8 * (1 + calls) + 5 and net.gc_enabled[:3] == [was] * 3
     assert net.gc_enabled[3:].count(True) == (5 if was else 0)
     assert 2 not in collected  # no full collection was asked for (one costs ~150 ms in a large process)
     assert r.rounds == 8

@@ -521,3 +521,31 @@ def test_the_advance_note_uses_the_devices_reason_and_names_every_autocast_varia
     assert advance_notes(options("amp"), _SlowLowPrecisionGpu()) == [
         ("amp: compute capability 6.1: no tensor cores, so float16 autocast is expected to run no faster than "
          "float32 here; measuring anyway")]
+
+
+def test_every_amp_call_pays_for_its_casts_as_a_step_of_a_loop_does():
+    """autocast keeps the bf16 copies of the weights it cast until its context closes; a block of calls in one
+    context found them cast after its first call (measured: 1 cast a call instead of 3), which no step of a
+    training loop, each in its own ``with autocast()``, ever does."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Casts(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count += func is torch.ops.aten._to_copy.default
+            return func(*args, **(kwargs or {}))
+
+    model, x, seen = nn.Linear(64, 64), torch.randn(8, 64), []
+
+    def step(m):
+        with Casts() as casts:
+            out = m(x)
+        seen.append((torch.is_autocast_enabled("cpu"), casts.count))
+        return out
+
+    r = torchmagic.compare(step, model=model, variants=["eager", "amp"], runs=6, warmup=1)
+    assert r["amp"].calls_per_sample > 1  # blocks of several calls, where the cache would show
+    assert {count for autocast, count in seen if autocast} == {3}  # the input, the weight and the bias, every call

@@ -361,3 +361,44 @@ def test_graph_pool_bytes_on_a_torch_whose_memory_snapshot_takes_no_argument(mon
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "memory_snapshot", snapshot_before_2_11)
     assert CudaDevice(0).graph_pool_bytes() == 4096
+
+
+SETTLE_CHECK = """
+import ctypes, sys
+from torchmagic.core.devices import CpuDevice
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+mallinfo2 = libc.mallinfo2
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+mallinfo2.restype = Info
+def mmapped(size):
+    before = mallinfo2().hblkhd
+    block = libc.malloc(size)
+    grown = mallinfo2().hblkhd - before
+    libc.free(block)
+    return grown >= size
+if sys.argv[1] == "settle":
+    CpuDevice().settle_allocator()
+print(mmapped(8 << 20), mmapped(24 << 20))
+"""
+
+
+def test_settling_the_allocator_serves_blocks_under_32_mib_from_the_heap_for_good():
+    """In a fresh process glibc mmaps an 8 MiB block (fresh pages, faulted on each use); after settle_allocator
+    neither it nor a 24 MiB one is: where a step's blocks come from no longer depends on what was freed last."""
+    import ctypes
+    import subprocess
+    import sys
+
+    try:
+        ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        pytest.skip("needs glibc 2.33+ (mallinfo2)")
+    run = [sys.executable, "-c", SETTLE_CHECK]
+    fresh = subprocess.run(run + ["fresh"], capture_output=True, text=True, check=True).stdout.split()
+    settled = subprocess.run(run + ["settle"], capture_output=True, text=True, check=True).stdout.split()
+    assert fresh == ["True", "True"] and settled == ["False", "False"]

@@ -6,7 +6,10 @@ warm up, and read its peak memory in one more run.  Then time all variants in in
 rounds, and summarise each (summary.py) with its median, IQR and its speedup over eager: the median of the
 per-round ratios, with a distribution-free CI.  The cycle collector is paused while a run is timed
 or its peak read, as timeit and torch.utils.benchmark do: a full collection in a large process
-takes longer than many a step, and whether one lands in a run is chance.
+takes longer than many a step, and whether one lands in a run is chance.  What a run used to fix for
+all its rounds is the same in every run: the host allocator settled (``settle_allocator``), a lead-in
+call before each short block, autocast's cast cache cleared after each call; and the rounds fall into
+blocks, each started afresh, the unit of the speedup's interval (docs/statistics.md).
 The model, its optimizers and torch's global settings are put back afterwards.
 """
 
@@ -47,6 +50,11 @@ PROGRESS_INTERVAL_S = 0.25
 # run fixes (the allocator's state, what ran before), so an interval over them held the ratio of that run
 # only: repeated runs' intervals missed each other.
 BLOCKS = min_pairs()
+# A variant's block of calls in a round starts with one untimed call where its calls are shorter than this: the
+# first call after another variant's finds the caches holding that variant's weights and activations (a few ms
+# on a CPU), which no step in a training loop pays.  Timed, it made a variant's speedup depend on how many
+# calls its blocks got (1.05-1.18x with two, 0.97-0.99x with one, for amp on BERT); longer calls dwarf it.
+LEAD_IN_MAX_S = 0.1
 _INDUCTOR = "torch._inductor.compile_fx"  # imported by the first torch.compile() call in a process
 
 
@@ -116,6 +124,7 @@ class _Comparison:
         settings = TorchSettings.capture()
         started = time.perf_counter()
         self.snapshot = Snapshot(self.state, self.device) if self.options.restore else None
+        self.device.settle_allocator()  # where a step's blocks come from must not change from run to run
         compiled = sum(v.compiles for v in self.options.variants)
         graphs = CudaGraphs(list(self.options.variants), self.env)
         pools_at_start = self.device.graph_pool_bytes() if graphs.active else None
@@ -254,9 +263,12 @@ class _Comparison:
 
     def _block(self, entry: MeasuredVariant) -> Callable[[], tuple[float, int]]:
         call = self._runner(entry)
+        lead_in = entry.call_s < LEAD_IN_MAX_S
 
         def run_block() -> tuple[float, int]:
             with gc_paused():
+                if lead_in:
+                    call()
                 return timed_block(call, entry.calls, self.device), entry.calls
 
         return _in_variant(entry, self.env, run_block)
@@ -273,6 +285,8 @@ class _Comparison:
 
     def _runner(self, entry: MeasuredVariant) -> Callable[[], Any]:
         call = _bound(self.fn, entry)
+        if entry.variant.autocasts:
+            call = _casting_afresh(call)
         return graph_steps(call) if entry.variant.uses_cuda_graphs(self.env) else call
 
     def _record_graph_pool(self, entry: MeasuredVariant, before: int, skips: int) -> None:
@@ -352,6 +366,21 @@ def _amp_dtype(name: str | None, device: Device) -> torch.dtype:
     if name is not None:
         return AMP_DTYPES[name]
     return device.low_precision().dtype or torch.bfloat16
+
+
+def _casting_afresh(call: Callable[[], Any]) -> Callable[[], Any]:
+    """Each call pays for its casts, as each step of a loop does: autocast keeps the low-precision copies of
+    the weights it cast until its context closes, and the variant's context spans a block of calls, so the
+    calls after a block's first found them cast (amp on BERT read 1.17x where interleaved blocked_autorange
+    runs, each in its own autocast context, read 1.10x)."""
+
+    def call_casting() -> Any:
+        __tracebackhide__ = True  # noqa: F841
+        value = call()
+        torch.clear_autocast_cache()  # (after a failed call, the variant's context closing clears it)
+        return value
+
+    return call_casting
 
 
 def _in_variant(entry: MeasuredVariant, env: Env, fn: Callable[[], Any]) -> Callable[[], Any]:
