@@ -138,6 +138,7 @@ def test_bad_settings_are_one_line_before_any_rank_starts(shell, line, message):
     assert_left_as_it_was(before)
 
 
+@pytest.mark.slow  # 4-11 s: the fast lane (-m "not slow") stays under 5 minutes
 def test_fresh_reads_each_trial_in_processes_started_for_it_and_counts_their_spread(shell):
     """--fresh: no rank is started again after running out, yet a process is started for every read,
     and the reads of one size in fresh processes (which vary: glibc's heap, the libraries' first use)

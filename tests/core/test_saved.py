@@ -36,6 +36,7 @@ def _results():
     yield torchmagic.loadertune(DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=8), workers=[0], batches=4)
 
 
+@pytest.mark.slow  # 4-11 s: the fast lane (-m "not slow") stays under 5 minutes
 def test_every_kind_of_result_comes_back_the_same(tmp_path):
     for i, result in enumerate(_results()):
         path = result.save(tmp_path / f"{i}.json.gz" if i % 2 else tmp_path / f"{i}.json")

@@ -52,6 +52,7 @@ def _reference_peak(step) -> int:
     return max(total for t, total in totals if start <= t <= end) - before
 
 
+@pytest.mark.slow  # 4-11 s: the fast lane (-m "not slow") stays under 5 minutes
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_flops_and_the_memory_peak_agree_with_torchs_own_counts(name):
     model, step = _training_step(name)

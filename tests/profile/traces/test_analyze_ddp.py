@@ -143,6 +143,7 @@ print("done on rank", dist.get_rank())
 '''
 
 
+@pytest.mark.slow  # 4-11 s: the fast lane (-m "not slow") stays under 5 minutes
 def test_a_ddp_cell_on_two_ranks_finds_the_straggler_and_leaves_no_process(shell):
     shell.user_ns["sample_wait"] = 0.0005
     before = child_pids()
@@ -157,6 +158,7 @@ def test_a_ddp_cell_on_two_ranks_finds_the_straggler_and_leaves_no_process(shell
     assert child_pids() <= before
 
 
+@pytest.mark.slow  # 4-11 s: the fast lane (-m "not slow") stays under 5 minutes
 def test_a_failing_rank_stops_the_others_and_shows_its_traceback(shell):
     before = child_pids()
     cell = ("%%torchprofile --ranks 2\nimport time, torch.distributed as dist\n"

@@ -56,6 +56,7 @@ def test_no_event_is_lost_in_a_real_gpu_trace(name):
     assert not any(n.startswith("Events lost") for n in r.notes)
 
 
+@pytest.mark.slow  # 4-11 s: the fast lane (-m "not slow") stays under 5 minutes
 @pytest.mark.parametrize("name", [GPU_TRACES[0], GPU_TRACES[-2]])
 def test_kernels_and_launches_taken_out_of_a_real_trace_are_counted_and_told(name, tmp_path):
     r = _profile(_edited(DATA / name, tmp_path / "edited.json.gz", kernels=3, launches=2))
