@@ -266,6 +266,7 @@ class _Comparison:
         lead_in = entry.call_s < LEAD_IN_MAX_S
 
         def run_block() -> tuple[float, int]:
+            __tracebackhide__ = True  # noqa: F841
             with gc_paused():
                 if lead_in:
                     call()
@@ -278,6 +279,7 @@ class _Comparison:
         call = self._runner(entry)
 
         def warm_up() -> None:
+            __tracebackhide__ = True  # noqa: F841
             call()
             self.device.synchronize()
 
