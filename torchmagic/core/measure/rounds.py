@@ -85,7 +85,10 @@ class Rounds:
 
     def fewest(self) -> int:
         """The fewest rounds a run until min_time can end after."""
-        return self.rounds if self.rounds is not None else math.ceil(self.min_rounds / self.blocks) * self.blocks
+        return self.rounds if self.rounds is not None else self._fewest_per_block() * self.blocks
+
+    def _fewest_per_block(self) -> int:
+        return math.ceil(self.min_rounds / self.blocks)
 
     def block_lengths(self, rounds: int) -> list[int]:
         """The lengths of the blocks within the first ``rounds`` rounds (a block cut short counts with what
@@ -128,7 +131,7 @@ class Rounds:
         if self.rounds is not None:
             return self.done >= round((len(self.block_ends) + 1) * self.rounds / self.blocks)
         if self._block_length is None:
-            if length < math.ceil(self.min_rounds / self.blocks) or \
+            if length < self._fewest_per_block() or \
                     min(self.spent[i] for i in active) < self.min_time / self.blocks:
                 return False
             self._block_length = length
