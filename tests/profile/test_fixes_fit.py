@@ -3,7 +3,6 @@ against a real cell's namespace; the DataLoader fix's worker and thread counts c
 measured times and the usable cores, never more workers than cores nor fewer than one thread."""
 
 import dataclasses
-import multiprocessing
 from collections import Counter
 
 import pytest
@@ -122,9 +121,9 @@ def test_the_loader_fix_fits_the_cores_and_says_what_the_trace_cannot_tell(cores
     best = 10.0 / max(10.0 - share * 10.0, share * 10.0 / workers)
     assert f"the step up to {best:.2f}x faster" in finding.fix
     exec(compile(finding.snippet, "<dataloader fix>", "exec"), namespace := _namespace())
-    batches = list(namespace["train_loader"])  # to the end: the iterator stops its workers there, not at collection
+    batches = list(namespace["train_loader"])
     assert batches[0][0].shape == (16, 8)
-    multiprocessing.active_children()  # reaps a worker torch terminated without waiting for it
+    _stop_workers(namespace, "train_loader")
     torch.set_num_threads(1)  # as conftest set it
 
 
@@ -240,6 +239,7 @@ def test_the_loader_fix_runs_for_a_loader_batched_by_its_own_batch_sampler():
     assert "batch_sampler=batches.batch_sampler" in finding.snippet and "drop_last" not in finding.snippet
     exec(finding.snippet, namespace)
     assert namespace["batches"].num_workers == 1 and len(list(namespace["batches"])) == 5
+    _stop_workers(namespace, "batches")
     torch.set_num_threads(1)
 
 
@@ -258,3 +258,10 @@ def test_the_evaluation_sync_fix_names_the_cells_objects_and_runs():
     assert "net.eval()" in finding.snippet and "for x, y in train_loader:" in finding.snippet
     exec(compile(finding.snippet, "<sync fix>", "exec"), namespace)
     assert namespace["net"].training and 0 <= namespace["accuracy"]
+
+
+def _stop_workers(namespace: dict, loader: str) -> None:
+    """Stop a persistent loader's workers now.  The namespace's functions hold it in a reference cycle, and a
+    worker iterator that the garbage collector ends waits 5 s per worker (its queues are cleared first, so the
+    workers never hear they should stop); dropping the loader's last reference ends them at once."""
+    del namespace[loader]
