@@ -103,6 +103,7 @@ def state(shell) -> dict:
         "optimizer": id(ns["opt"]),
         "threads": {t.ident for t in threading.enumerate()},
         "children": {p.pid for p in psutil.Process().children(recursive=True)},
+        "gc": (gc.isenabled(), gc.get_threshold(), gc.get_freeze_count()),
     }
 
 
@@ -116,6 +117,7 @@ def assert_unchanged(shell, before: dict, where: str) -> None:
         f"{where}: the model's weights changed"
     assert after["threads"] <= before["threads"], f"{where}: threads left behind"
     assert after["children"] <= before["children"], f"{where}: child processes left behind"
+    assert after["gc"] == before["gc"], f"{where}: the garbage collector's settings changed: {after['gc']}"
     again, _ = run(shell, "1 + 1")
     assert again.success and again.result == 2, f"{where}: the kernel no longer runs cells"
 
@@ -248,7 +250,7 @@ def test_fifty_faults_do_not_grow_memory(notebook, magic, fault):
     for _ in range(20 if fault == "sigint" else 5):
         _fault_once(shell, source, fault, rng)
     rss, objects, tensors = _rss(), len(gc.get_objects()), _live_tensors()
-    # autobatch: two full collections a run (1-1.6 s in this heap) and three runs of each trial's steps;
+    # autobatch: a full collection a run (0.5-0.8 s in this heap) and three runs of each trial's steps;
     # loadertune interrupted: its workers start again each time
     repeats = REPEATS // 6 if magic == "autobatch" else REPEATS // 2 if (magic, fault) == ("loadertune", "sigint") \
         else REPEATS

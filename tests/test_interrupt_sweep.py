@@ -132,7 +132,7 @@ def test_a_ctrl_c_at_torchmagics_lines_leaves_nothing_behind(notebook, magic, fr
         if magic not in RESTORING:  # the cell ran partly, as it would without the magic (its loss
             before["weights"] = []  # is unbounded: 600 steps take the weights to inf and NaN)
         assert_unchanged(shell, before, where)
-        assert gc.isenabled() and os.fstat(2).st_ino == fd2, where
+        assert gc.isenabled() and gc.get_freeze_count() == 0 and os.fstat(2).st_ino == fd2, where
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and not interrupts.is_guarded(), where
         assert torch.is_grad_enabled(), where
         history = {k for k in shell.user_ns if k.startswith("_i") or k.lstrip("_").isdigit()}  # IPython's In/Out

@@ -75,6 +75,7 @@ def _assert_clean(where):
     assert not torch.autograd._profiler_enabled(), f"{where}: the profiler is still on"
     assert _fd2() == FD2, f"{where}: fd 2 still redirected"
     assert gc.isenabled(), f"{where}: gc left off"
+    assert gc.get_freeze_count() == 0, f"{where}: objects left set aside from the collector"
     assert torch.is_grad_enabled(), f"{where}: grad mode left off"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, f"{where}: SIGINT handler not put back"
     assert not interrupts.is_guarded(), f"{where}: still guarded"
@@ -95,6 +96,10 @@ def _profile():
     torchmagic.profile(lambda: (x @ x).sum(), steps=1, warmup=0)
 
 
+def _autobatch():
+    torchmagic.autobatch(lambda bs: torch.ones(bs, 256).sum(), budget=2**20, max=64, device="cpu")
+
+
 def _measure_memory():
     torchmagic.measure_memory(lambda: torch.ones(1000).sum(), device="cpu")
 
@@ -110,6 +115,8 @@ RELEASES = {
     "guard exit": (interrupts.guarded.__exit__, _profile),
     "guard enter": (interrupts.guarded.__enter__, _profile),
     "gc pause exit": (gc_pause.gc_paused.release, _profile),
+    "heap set aside exit": (gc_pause.heap_set_aside.release, _autobatch),
+    "heap set aside enter": (gc_pause.heap_set_aside.acquire, _autobatch),
 }
 
 

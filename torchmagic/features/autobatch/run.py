@@ -11,6 +11,7 @@ from typing import Any
 
 from ...core.devices import Device, choose_device
 from ...core.devices.profiler import ensure_profiler_free
+from ...core.gc_pause import heap_set_aside
 from ...core.interrupts import deliver_pending, guards, uninterruptible
 from ...core.outcome import Outcome
 from ...core.render.format import fmt_bytes
@@ -73,14 +74,15 @@ def run_autobatch(step: Callable[[int], Any], options: AutobatchOptions = Autoba
     ensure_profiler_free()
     engine = LocalSearch(step, options, device or choose_device(), list(state), on_probe or (lambda probe: None))
     record = SearchRecord(label, options, device=engine.device.describe())
-    release(engine.device)
-    record.memory_before = engine.device.memory_in_use()
-    try:
-        engine.run(record)
-    except KeyboardInterrupt as exc:  # what ran so far (once the budget is read) goes with it
-        return Outcome(build_result(record) if record.how is not None else None, error=exc)
-    finally:
-        _put_back(engine.snapshot, engine.device)
+    with heap_set_aside():  # the collections after failed trials and at the end scan only what the search made
+        release(engine.device)
+        record.memory_before = engine.device.memory_in_use()
+        try:
+            engine.run(record)
+        except KeyboardInterrupt as exc:  # what ran so far (once the budget is read) goes with it
+            return Outcome(build_result(record) if record.how is not None else None, error=exc)
+        finally:
+            _put_back(engine.snapshot, engine.device)
     record.memory_after = engine.device.memory_in_use()
     return Outcome(build_result(record))
 
