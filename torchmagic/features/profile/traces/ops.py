@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 import operator
 import os
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from torch._C._autograd import DeviceType
@@ -28,18 +30,21 @@ from ..build import summary_fields
 from ..options import ProfileOptions
 from ..kineto import (CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, external_id, is_runtime,
                               unread_device)
+from ..events import DEVICE, MEMORY, OP, RUNTIME, Ev, event_kind
 from ..summarizer import TraceSummarizer
 from ..summary import TraceSummary
 from .fields import INT_LIMIT, MAX_INPUTS, EventFields
 from .groups import StepGroups, group_starts
 from .rank import RankTrace
 from .reader import shown_path
-from .records import NO_ARGS, Args, PlainFields, Record, external_of
+from .records import LISTS_KEPT, NO_ARGS, Args, PlainFields, Record
 from .sliced import SlicedTraceReader
 
 OPS_EVENT_LIMIT = 300_000  # events held at once (a group of steps): about 220 MB, 6 s on the 2-core CPU machine
 HELD_EVENTS_CAP = 3        # times that: a group of steps heavier than the average holds more
 _NO_DETAILS = (-1, (), (), (), 0, 0, (0, -1))
+_MEMORY = "[memory]"
+_NO_KIND = (None,) * 6
 _DEVICE_TYPES = frozenset(int(t) for t in DeviceType.__members__.values())
 
 
@@ -51,7 +56,7 @@ class TraceEvent:
     between themselves.  Categories are read as the current schema names them (kineto.py)."""
 
     __slots__ = ("_name", "_cat", "_linked", "_start", "_dur", "_tid", "_external", "_correlation", "_sequence",
-                 "_shapes", "_dtypes", "_concrete", "_flops", "_bytes", "_device")
+                 "_shapes", "_dtypes", "_concrete", "_flops", "_bytes", "_device", "_kind")
 
     def __init__(self, event: dict, args: dict, check: EventFields | None = None, index: int = 0):
         """``event`` with its ``args``, each field checked as ``check`` checks it (fields.py)."""
@@ -77,6 +82,7 @@ class TraceEvent:
             if self._device[0] not in _DEVICE_TYPES:
                 raise check.refuse(event, index, 'args["Device Type"]', f"is {self._device[0]}, not a device type "
                                    f"torch knows ({min(_DEVICE_TYPES)} to {max(_DEVICE_TYPES)})")
+        self._kind = event_kind(self._cat, self._name)  # the light record it makes (read_trace_events)
 
     def name(self):
         return self._name
@@ -138,8 +144,33 @@ def event_from_fields(values: tuple) -> TraceEvent:
     """The TraceEvent ``event_fields`` gave ``values`` of."""
     e = TraceEvent.__new__(TraceEvent)
     (e._name, e._cat, e._linked, e._start, e._dur, e._tid, e._external, e._correlation, e._sequence, e._shapes,
-     e._dtypes, e._concrete, e._flops, e._bytes, e._device) = values
+     e._dtypes, e._concrete, e._flops, e._bytes, e._device, e._kind) = values
     return e
+
+
+def read_trace_events(events: list[TraceEvent], trace_start_ns: int, out) -> tuple[list[Ev], list[Ev]]:
+    """events.read_events on TraceEvents, from the kind each was given as it was read: the same records,
+    their accessors' values read without calling them (a trace's events are neither async nor hidden)."""
+    cpu, device = [], []
+    t0 = trace_start_ns
+    out.event_count += len(events)
+    for e in events:
+        kind = e._kind
+        if kind is None:
+            continue
+        start = (e._start - t0) / 1000.0
+        if kind == MEMORY:
+            cpu.append(Ev(e._name, start, start, e._tid, MEMORY, e))
+            continue
+        ev = Ev(e._name, start, start + e._dur / 1000.0, e._tid, OP if kind == DEVICE else kind, e)
+        if kind == DEVICE:
+            ev.corr = e._external  # linked_correlation_id(): device events and runtime calls are linked
+            device.append(ev)
+            continue
+        if kind == RUNTIME:
+            ev.corr = e._external
+        cpu.append(ev)
+    return cpu, device
 
 
 def _literal(text):
@@ -229,24 +260,19 @@ class Seen:
 
 def _read_groups(trace: RankTrace, groups: StepGroups) -> Seen:
     """Read the trace's timed events and [memory] records into their groups: typed records where their
-    values are plain, the checked dicts where not."""
+    values are plain, the checked dicts where not (in the file's order either way)."""
     seen = Seen()
     reader = SlicedTraceReader(trace.path)
     check = EventFields(trace.path, share=True)
-    plain = PlainFields(check)
+    typed = _TypedRecords(PlainFields(check), groups)
     for batch in reader:
         if batch.records is None:
             _read_event(batch.events()[0], batch.first, check, seen, groups)
             continue
-        for position, record in enumerate(batch.records):
-            phase = record.ph
-            if phase == "X" or (phase == "i" and record.name == "[memory]"):
-                read = _record_event(record, plain)
-                if read is None:
-                    _read_event(batch.events()[position], batch.first + position, check, seen, groups)
-                else:
-                    _keep(read, seen, groups)
+        for position in typed.read(batch.records):
+            _read_event(batch.events()[position], batch.first + position, check, seen, groups)
     groups.settle()
+    typed.noted(seen)
     seen.meta, seen.dropped = reader.meta, check.dropped
     return seen
 
@@ -256,48 +282,102 @@ def _read_event(event, index: int, check: EventFields, seen: Seen, groups: StepG
     check.event(event, index)
     phase = event.get("ph")
     if phase == "X" or (phase == "i" and event.get("name") == "[memory]"):
-        _keep(TraceEvent(event, check.args(event, index), check, index), seen, groups)
+        read = TraceEvent(event, check.args(event, index), check, index)
+        seen.note(read)
+        groups.add(read, read._start, read._start + read._dur, read._cat in DEVICE_ACTIVITIES, read._linked,
+                   read._correlation)
 
 
-def _keep(read: TraceEvent, seen: Seen, groups: StepGroups) -> None:
-    seen.note(read)
-    groups.add(read, read._start, read._start + read._dur, read._cat in DEVICE_ACTIVITIES, read._linked,
-               read._correlation)
+class _TypedRecords:
+    """Typed records made the TraceEvents that TraceEvent(their dict) makes, and put in their groups; what
+    a record's name and category decide worked out once per distinct pair (``kinds``)."""
+
+    def __init__(self, plain: PlainFields, groups: StepGroups):
+        self.plain, self.groups = plain, groups
+        self.kinds: dict[tuple, tuple] = {}  # (name, cat) as written -> (name, cat, linked, device, role, kind)
+        self.start, self.shapes, self.flops, self.kernels, self.steps = math.inf, False, False, False, False
+
+    def read(self, records: list[Record]) -> Iterator[int]:
+        """Read a batch's records; yields, in order, the position of each whose values are not plain."""
+        kinds, plain, single, first = self.kinds, self.plain, self.groups.single(), self.start
+        make, cls = TraceEvent.__new__, TraceEvent  # TraceEvent as this module names it when reading
+        for position, record in enumerate(records):
+            phase = record.ph
+            if phase != "X" and (phase != "i" or record.name != "[memory]"):
+                continue
+            kind = kinds.get((record.name, record.cat)) or self._kind(record.name, record.cat)
+            ts, dur, tid, args = record.ts, record.dur, record.tid, record.args or NO_ARGS
+            if type(ts) is not float or not -math.inf < ts < math.inf or type(dur) is not float \
+                    or not 0 <= dur < math.inf:
+                ts, dur = plain.times(record) or (None, None)
+            if type(tid) is not int or not -INT_LIMIT < tid < INT_LIMIT:
+                tid = plain.tid(tid)
+            name, cat, linked, device, role, light = kind or _NO_KIND
+            details = _NO_DETAILS if role is None else _record_details(args, role, plain)
+            correlation = args.correlation
+            if kind is None or ts is None or tid is None or details is None \
+                    or not -INT_LIMIT <= correlation < INT_LIMIT:
+                yield position
+                continue
+            external = args.external
+            if external is None:
+                external = args.external_before_1_10 if args.external_before_1_10 is not None else 0
+            e = make(cls)
+            start, e._dur = round(ts * 1000), round(dur * 1000)
+            e._name, e._cat, e._linked, e._start, e._tid, e._external, e._correlation, e._kind = \
+                name, cat, linked, start, tid, external, correlation, light
+            (e._sequence, e._shapes, e._dtypes, e._concrete, e._flops, e._bytes, e._device) = details
+            if start < first:
+                first = self.start = start
+            if role is CPU_OP:
+                self.shapes = self.shapes or bool(e._shapes)
+                self.flops = self.flops or bool(e._flops)
+            if single is not None:
+                single.append(e)
+            else:
+                self.groups.add(e, start, start + e._dur, device, linked, correlation)
+
+    def _kind(self, raw_name: str | None, raw_cat: str | None) -> tuple | None:
+        """What a record's name and category say (None where either is not plain), as TraceEvent reads them."""
+        name, text = self.plain.text(raw_name), self.plain.text(raw_cat)
+        if name is None or text is None:
+            return None
+        cat = activity(text, name)
+        role = CPU_OP if cat == CPU_OP else _MEMORY if name == "[memory]" else None
+        kind = (name, cat, cat in DEVICE_ACTIVITIES or is_runtime(cat), cat in DEVICE_ACTIVITIES, role,
+                event_kind(cat, name))
+        # every record of a pair is kept (here or by the checked path) or refused: what it tells holds
+        self.kernels = self.kernels or cat in DEVICE_ACTIVITIES
+        self.steps = self.steps or (cat == USER_ANNOTATION and name.startswith(STEP_PREFIX))
+        if len(self.kinds) < LISTS_KEPT:
+            self.kinds[raw_name, raw_cat] = kind
+        return kind
+
+    def noted(self, seen: Seen) -> None:
+        """What the records told, added to what ``seen`` noted of the checked path's events."""
+        if self.start < math.inf and (seen.start is None or self.start < seen.start):
+            seen.start = self.start
+        seen.shapes, seen.flops = seen.shapes or self.shapes, seen.flops or self.flops
+        seen.kernels, seen.steps = seen.kernels or self.kernels, seen.steps or self.steps
 
 
-def _record_event(record: Record, plain: PlainFields) -> TraceEvent | None:
-    """The TraceEvent of a typed record, as TraceEvent(its dict) makes it; None where a value is not plain."""
-    name, text, times, tid = plain.text(record.name), plain.text(record.cat), plain.times(record), plain.tid(record.tid)
-    args = record.args or NO_ARGS
-    if name is None or text is None or times is None or tid is None or not -INT_LIMIT <= args.correlation < INT_LIMIT:
-        return None
-    cat = activity(text, name)
-    details = _record_details(args, cat, name, plain)
-    if details is None:
-        return None
-    linked = cat in DEVICE_ACTIVITIES or is_runtime(cat)
-    return event_from_fields((name, cat, linked, round(times[0] * 1000), round(times[1] * 1000), tid,
-                              external_of(args), args.correlation, *details))
-
-
-def _record_details(args: Args, cat: str, name: str, plain: PlainFields) -> tuple | None:
+def _record_details(args: Args, role: str, plain: PlainFields) -> tuple | None:
     """What TraceEvent keeps of an op's or a [memory] record's args, as its checks keep them; None where not plain."""
-    if cat == CPU_OP:
+    if role is CPU_OP:
         inputs, flops = plain.op_inputs(args), args.flops
         if inputs is None or not -INT_LIMIT <= args.sequence < INT_LIMIT or not 0 <= flops < INT_LIMIT:
             return None
         return args.sequence, *inputs, flops, 0, (0, -1)
-    if name == "[memory]":
-        nbytes, kind, index = args.nbytes, args.device_type, args.device_id
-        if not (-INT_LIMIT <= nbytes < INT_LIMIT and kind in _DEVICE_TYPES and -INT_LIMIT <= index < INT_LIMIT):
-            return None
-        return -1, (), (), (), 0, nbytes, (kind, index)
-    return _NO_DETAILS
+    nbytes, kind, index = args.nbytes, args.device_type, args.device_id
+    if not (-INT_LIMIT <= nbytes < INT_LIMIT and kind in _DEVICE_TYPES and -INT_LIMIT <= index < INT_LIMIT):
+        return None
+    return -1, (), (), (), 0, nbytes, (kind, index)
 
 
 def _summarize(groups: StepGroups, seen: Seen) -> TraceSummary:
     """The groups summarised one after the other into one summary."""
-    summarizer = TraceSummarizer(seen.start, shapes=seen.shapes, flops=seen.flops, compact=groups.count > 1)
+    summarizer = TraceSummarizer(seen.start, shapes=seen.shapes, flops=seen.flops, compact=groups.count > 1,
+                                 read=read_trace_events)
     for index in range(groups.count):
         events = groups.group(index)
         if not seen.steps:  # one group: one step, on the thread that ran most ops
