@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from torch._C._autograd import DeviceType
 
 from ....core.devices import DeviceInfo
+from ....core.gc_pause import gc_paused
 from ....core.devices.cuda import tensor_core_precision
 
 from ..result import ProfileResult
@@ -224,7 +225,8 @@ def operator_summary(trace: RankTrace, limit: int) -> tuple[TraceSummary, Seen] 
     """The trace's summary over all its steps, read in groups of about ``limit`` events, and what the reading
     saw; None if a group holds over ``HELD_EVENTS_CAP`` times that, or the trace no timed event."""
     with StepGroups(trace, group_starts(trace, limit), event_fields, event_from_fields) as groups:
-        seen = _read_groups(trace, groups)
+        with gc_paused():  # the events held (a group's) are in no cycle: the GC's passes would only cost time
+            seen = _read_groups(trace, groups)
         if max(groups.events) > HELD_EVENTS_CAP * limit or seen.start is None:
             return None
         return _summarize(groups, seen), seen

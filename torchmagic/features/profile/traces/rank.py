@@ -26,6 +26,7 @@ from typing import Any
 
 from msgspec import UNSET
 
+from ....core.gc_pause import gc_paused
 from ..kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, HOST_BACKENDS, KERNEL, OPTIMIZER_PREFIXES,
                               PYTHON_FUNCTION, STEP_PREFIX, USER_ANNOTATION, activity, is_backward_node, is_runtime)
 from ..intervals import IntervalSet
@@ -161,16 +162,17 @@ def read_rank(events, path: str) -> RankTrace:
     """Reduce a stream of trace events (dicts, or a SlicedTraceReader's batches) to a RankTrace: each field
     checked as it is read (fields.py), and what repeats kept once (a collective, a launch or a kernel seen again)."""
     reading = _Reading(path)
-    if isinstance(events, SlicedTraceReader):
-        plain = PlainFields(reading.check)
-        for batch in events:
-            if batch.records is None:
-                reading.event(batch.events()[0], batch.first)
-            else:
-                reading.records(batch, plain)
-    else:
-        for position, ev in enumerate(events):
-            reading.event(ev, getattr(events, "index", position))  # the reader's: oversized events are not yielded
+    with gc_paused():  # each slice makes thousands of objects, none in a cycle: the GC's passes would only cost time
+        if isinstance(events, SlicedTraceReader):
+            plain = PlainFields(reading.check)
+            for batch in events:
+                if batch.records is None:
+                    reading.event(batch.events()[0], batch.first)
+                else:
+                    reading.records(batch, plain)
+        else:
+            for position, ev in enumerate(events):
+                reading.event(ev, getattr(events, "index", position))  # the reader's: oversized events not yielded
     return reading.finished()
 
 
