@@ -1,11 +1,12 @@
 """One rank's operator-level report from its trace file, as ``%%torchprofile`` gives it.
 
-The trace's events are read again and handed, one adapter object each, to the summary and rules
-``%%torchprofile`` runs on the profiler's own events (profile/trace.py, profile/rules/): the same
-categories, operator table and findings, over every step.  Unlike the cross-rank pass this holds events
-(about 0.75 KB each), so it is done for a job of one rank; a trace of more than ``OPS_EVENT_LIMIT`` events
-is read once into groups of consecutive steps of about that many events each, spilled to a private
-temporary folder (groups.py), and summarised one group at a time into one summary (summarizer.py).
+The trace's events are handed, one adapter object each, to the summary and rules ``%%torchprofile``
+runs on the profiler's own events (profile/trace.py, profile/rules/): the same categories, operator table
+and findings, over every step.  Unlike the cross-rank pass this holds events (about 0.75 KB each), so it
+is done for a job of one rank: in the per-rank pass's own reading of the file where the trace is held at
+once (``AlongsideReading``), else in a second reading; a trace of more than ``OPS_EVENT_LIMIT`` events is
+read into groups of consecutive steps of about that many events each, spilled to a private temporary
+folder (groups.py), and summarised one group at a time into one summary (summarizer.py).
 """
 
 from __future__ import annotations
@@ -37,12 +38,15 @@ from ..summary import TraceSummary
 from .fields import INT_LIMIT, MAX_INPUTS, EventFields
 from .groups import StepGroups, group_starts
 from .rank import RankTrace
-from .reader import shown_path
+from .reader import TraceFileError, shown_path
 from .records import LISTS_KEPT, NO_ARGS, Args, PlainFields, Record
 from .sliced import SlicedTraceReader
 
 OPS_EVENT_LIMIT = 300_000  # events held at once (a group of steps): about 220 MB, 6 s on the 2-core CPU machine
 HELD_EVENTS_CAP = 3        # times that: a group of steps heavier than the average holds more
+# bytes on disk per event: a bigger file most likely holds over OPS_EVENT_LIMIT events (kineto's average about
+# 200 B a plain event), so reading its operators alongside the per-rank pass would only be given up
+ALONGSIDE_BYTES_PER_EVENT = 256
 _NO_DETAILS = (-1, (), (), (), 0, 0, (0, -1))
 _MEMORY = "[memory]"
 _NO_KIND = (None,) * 6
@@ -183,11 +187,12 @@ def _literal(text):
         return None
 
 
-def trace_profile(trace: RankTrace) -> ProfileResult | None:
-    """The operator-level report of one rank's trace, over all its steps, in one more reading pass (rank.py
-    read it already: its event count and steps say how to group the steps, about ``OPS_EVENT_LIMIT`` events
-    a group, summarised one group at a time); None if a group holds far more (steps of very uneven size)."""
-    read = operator_summary(trace, OPS_EVENT_LIMIT)
+def trace_profile(trace: RankTrace, alongside: AlongsideReading | None = None) -> ProfileResult | None:
+    """The operator-level report of one rank's trace, over all its steps: from what ``alongside`` read with
+    the per-rank pass where that holds the trace, else in one more reading pass (rank.py read it already: its
+    event count and steps say how to group the steps, about ``OPS_EVENT_LIMIT`` events a group, summarised one
+    group at a time); None if a group holds far more (steps of very uneven size)."""
+    read = operator_summary(trace, OPS_EVENT_LIMIT, alongside)
     if read is None:
         return None
     summary, seen = read
@@ -221,9 +226,15 @@ def too_big_to_table(trace: RankTrace) -> str | None:
     return None
 
 
-def operator_summary(trace: RankTrace, limit: int) -> tuple[TraceSummary, Seen] | None:
+def operator_summary(trace: RankTrace, limit: int,
+                     alongside: AlongsideReading | None = None) -> tuple[TraceSummary, Seen] | None:
     """The trace's summary over all its steps, read in groups of about ``limit`` events, and what the reading
-    saw; None if a group holds over ``HELD_EVENTS_CAP`` times that, or the trace no timed event."""
+    saw; None if a group holds over ``HELD_EVENTS_CAP`` times that, or the trace no timed event.  What
+    ``alongside`` read with the per-rank pass is taken where it holds the whole trace."""
+    held = alongside.held(trace.meta) if alongside is not None else None
+    if held is not None:
+        groups, seen = held
+        return None if seen.start is None else (_summarize(groups, seen), seen)
     with StepGroups(trace, group_starts(trace, limit), event_fields, event_from_fields) as groups:
         with gc_paused():  # the events held (a group's) are in no cycle: the GC's passes would only cost time
             seen = _read_groups(trace, groups)
@@ -261,22 +272,76 @@ class Seen:
 
 
 def _read_groups(trace: RankTrace, groups: StepGroups) -> Seen:
-    """Read the trace's timed events and [memory] records into their groups: typed records where their
-    values are plain, the checked dicts where not (in the file's order either way)."""
-    seen = Seen()
+    """Read the trace's timed events and [memory] records into their groups."""
     reader = SlicedTraceReader(trace.path)
-    check = EventFields(trace.path, share=True)
-    typed = _TypedRecords(PlainFields(check), groups)
+    reading = _OpsReading(trace.path, groups)
     for batch in reader:
+        reading.batch(batch)
+    return reading.finished(reader.meta)
+
+
+class _OpsReading:
+    """The operator pass's reading of a trace's batches into ``groups``: typed records where their values are
+    plain, the checked dicts where not (in the file's order either way), and what it saw (``seen``)."""
+
+    def __init__(self, path: str, groups: StepGroups):
+        self.seen, self.groups, self.check = Seen(), groups, EventFields(path, share=True)
+        self.typed = _TypedRecords(PlainFields(self.check), groups)
+
+    def batch(self, batch) -> None:
+        check, seen, groups = self.check, self.seen, self.groups
         if batch.records is None:
             _read_event(batch.events()[0], batch.first, check, seen, groups)
-            continue
-        for position in typed.read(batch.records):
+            return
+        for position in self.typed.read(batch.records):
             _read_event(batch.events()[position], batch.first + position, check, seen, groups)
-    groups.settle()
-    typed.noted(seen)
-    seen.meta, seen.dropped = reader.meta, check.dropped
-    return seen
+
+    def finished(self, meta: dict) -> Seen:
+        self.groups.settle()
+        self.typed.noted(self.seen)
+        self.seen.meta, self.seen.dropped = meta, self.check.dropped
+        return self.seen
+
+
+def alongside_reading(path: str) -> AlongsideReading | None:
+    """An AlongsideReading of the trace at ``path``, or None for a file too big to be likely held at once."""
+    try:
+        size = os.stat(path).st_size
+    except (OSError, ValueError):
+        return None  # the per-rank pass says why it cannot read it
+    return AlongsideReading(path) if size <= OPS_EVENT_LIMIT * ALONGSIDE_BYTES_PER_EVENT else None
+
+
+class AlongsideReading:
+    """The operator pass's reading done as the per-rank pass reads the file (rank.read_rank's ``also``), for
+    a trace of at most ``OPS_EVENT_LIMIT`` events (one group, held as it is read): one reading of the file.  Past the
+    limit it gives up, letting its events go, and the operator pass reads the file again; an error its checks
+    raise is kept, to be raised where the operator pass would raise it."""
+
+    def __init__(self, path: str):
+        self.limit, self.events, self.error = OPS_EVENT_LIMIT, 0, None  # the limit trace_profile groups by
+        self.groups: StepGroups | None = StepGroups(RankTrace(path), [], event_fields, event_from_fields)
+        self.reading: _OpsReading | None = _OpsReading(path, self.groups)
+
+    def __call__(self, batch) -> None:
+        """Read one of the per-rank pass's batches, once it has."""
+        self.events += 1 if batch.records is None else len(batch.records)  # as RankTrace.events counts them
+        if self.events > self.limit:
+            self.groups = self.reading = self.error = None
+        elif self.reading is not None:
+            try:
+                self.reading.batch(batch)
+            except TraceFileError as exc:
+                self.error, self.groups, self.reading = exc, None, None
+
+    def held(self, meta: dict) -> tuple[StepGroups, Seen] | None:
+        """The trace's events in one group, and what the reading saw (``meta``: the file's other keys); None
+        where it gave up."""
+        if self.error is not None:
+            raise self.error
+        if self.reading is None:
+            return None
+        return self.groups, self.reading.finished(meta)
 
 
 def _read_event(event, index: int, check: EventFields, seen: Seen, groups: StepGroups) -> None:

@@ -158,9 +158,10 @@ def window_of(windows: list[tuple[int | None, float, float]], starts: list[float
     return windows[i] if i >= 0 and t < windows[i][2] else None
 
 
-def read_rank(events, path: str) -> RankTrace:
+def read_rank(events, path: str, also=None) -> RankTrace:
     """Reduce a stream of trace events (dicts, or a SlicedTraceReader's batches) to a RankTrace: each field
-    checked as it is read (fields.py), and what repeats kept once (a collective, a launch or a kernel seen again)."""
+    checked as it is read (fields.py), and what repeats kept once (a collective, a launch or a kernel seen again).
+    ``also``: called with each batch once it is read (another reading done in the same pass)."""
     reading = _Reading(path)
     with gc_paused():  # each slice makes thousands of objects, none in a cycle: the GC's passes would only cost time
         if isinstance(events, SlicedTraceReader):
@@ -170,6 +171,8 @@ def read_rank(events, path: str) -> RankTrace:
                     reading.event(batch.events()[0], batch.first)
                 else:
                     reading.records(batch, plain)
+                if also is not None:
+                    also(batch)
         else:
             for position, ev in enumerate(events):
                 reading.event(ev, getattr(events, "index", position))  # the reader's: oversized events not yielded
