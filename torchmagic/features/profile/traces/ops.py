@@ -386,7 +386,7 @@ class _TypedRecords:
                     or not -INT_LIMIT <= correlation < INT_LIMIT:
                 yield position
                 continue
-            external = args.external
+            external = args.external  # kineto.external_id: ``External id``, else the name torch 1.8-1.9 wrote
             if external is None:
                 external = args.external_before_1_10 if args.external_before_1_10 is not None else 0
             e = make(cls)

@@ -69,13 +69,6 @@ def decode_slice(text: str) -> list[Record] | None:
         return None
 
 
-def external_of(args: Args) -> int:
-    """kineto.external_id on a record's args: ``External id``, else the name torch 1.8-1.9 wrote."""
-    if args.external is not None:
-        return args.external
-    return args.external_before_1_10 if args.external_before_1_10 is not None else 0
-
-
 class PlainFields:
     """A record's values where the checked path (``EventFields``) keeps them as they are, else None: a value
     to refuse, cut or replace sends that event through the checked path, which says what it says of it."""
