@@ -16,6 +16,7 @@ import dataclasses
 import math
 import operator
 import os
+import stat
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -305,11 +306,28 @@ class _OpsReading:
 
 def alongside_reading(path: str) -> AlongsideReading | None:
     """An AlongsideReading of the trace at ``path``, or None for a file too big to be likely held at once."""
-    try:
-        size = os.stat(path).st_size
+    size = _text_size(path)
+    return AlongsideReading(path) if size is not None and size <= OPS_EVENT_LIMIT * ALONGSIDE_BYTES_PER_EVENT else None
+
+
+def _text_size(path: str) -> int | None:
+    """The trace's size in bytes, a gzipped one's as its trailer says (modulo 4 GiB: a hint); None where it
+    is not a regular file that opens (the per-rank pass says why it cannot read it)."""
+    try:  # O_NONBLOCK: a FIFO opens at once (and is not read)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except (OSError, ValueError):
-        return None  # the per-rank pass says why it cannot read it
-    return AlongsideReading(path) if size <= OPS_EVENT_LIMIT * ALONGSIDE_BYTES_PER_EVENT else None
+        return None
+    with os.fdopen(fd, "rb") as file:
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            if info.st_size < 18 or file.read(2) != b"\x1f\x8b":  # 18: gzip's header and trailer
+                return info.st_size
+            file.seek(-4, os.SEEK_END)
+            return int.from_bytes(file.read(4), "little")
+        except OSError:
+            return None
 
 
 class AlongsideReading:
