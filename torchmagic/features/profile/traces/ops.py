@@ -384,7 +384,8 @@ class _TypedRecords:
 
     def read(self, records: list[Record]) -> Iterator[int]:
         """Read a batch's records; yields, in order, the position of each whose values are not plain."""
-        kinds, plain, single, first = self.kinds, self.plain, self.groups.single(), self.start
+        kinds, plain, single, first, inputs_kept = self.kinds, self.plain, self.groups.single(), self.start, \
+            self.plain.inputs
         make, cls = TraceEvent.__new__, TraceEvent  # TraceEvent as this module names it when reading
         for position, record in enumerate(records):
             phase = record.ph
@@ -398,7 +399,14 @@ class _TypedRecords:
             if type(tid) is not int or not -INT_LIMIT < tid < INT_LIMIT:
                 tid = plain.tid(tid)
             name, cat, linked, device, role, light = kind or _NO_KIND
-            details = _NO_DETAILS if role is None else _record_details(args, role, plain)
+            if role is CPU_OP:  # what TraceEvent keeps of an op's args, as its checks keep them; None where not plain
+                inputs = inputs_kept.get((bytes(args.dims), bytes(args.dtypes), bytes(args.concrete))) \
+                    or plain.op_inputs(args)
+                sequence, flops = args.sequence, args.flops
+                details = None if inputs is None or not -INT_LIMIT <= sequence < INT_LIMIT \
+                    or not 0 <= flops < INT_LIMIT else (sequence, *inputs, flops, 0, (0, -1))
+            else:
+                details = _NO_DETAILS if role is None else _memory_details(args)
             correlation = args.correlation
             if kind is None or ts is None or tid is None or details is None \
                     or not -INT_LIMIT <= correlation < INT_LIMIT:
@@ -446,13 +454,8 @@ class _TypedRecords:
         seen.kernels, seen.steps = seen.kernels or self.kernels, seen.steps or self.steps
 
 
-def _record_details(args: Args, role: str, plain: PlainFields) -> tuple | None:
-    """What TraceEvent keeps of an op's or a [memory] record's args, as its checks keep them; None where not plain."""
-    if role is CPU_OP:
-        inputs, flops = plain.op_inputs(args), args.flops
-        if inputs is None or not -INT_LIMIT <= args.sequence < INT_LIMIT or not 0 <= flops < INT_LIMIT:
-            return None
-        return args.sequence, *inputs, flops, 0, (0, -1)
+def _memory_details(args: Args) -> tuple | None:
+    """What TraceEvent keeps of a [memory] record's args, as its checks keep them; None where not plain."""
     nbytes, kind, index = args.nbytes, args.device_type, args.device_id
     if not (-INT_LIMIT <= nbytes < INT_LIMIT and kind in _DEVICE_TYPES and -INT_LIMIT <= index < INT_LIMIT):
         return None
