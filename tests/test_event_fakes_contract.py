@@ -169,9 +169,10 @@ def _methods(cls) -> set[str]:
 
 def test_the_package_reads_only_what_kineto_events_have(read):
     everything = set().union(*read.values())
-    # the recording saw the CPU, GPU and memory paths
+    # the recording saw the CPU, GPU and memory paths (traces/ops.py reads a typed record's flops as it makes
+    # the adapter, not through flops(): no path of this run calls it)
     assert {"name", "start_ns", "shapes", "dtypes", "linked_correlation_id", "device_resource_id",
-            "correlation_id", "nbytes", "device_type", "flops"} <= everything
+            "correlation_id", "nbytes", "device_type"} <= everything
     missing = {name for name in everything if not hasattr(_KinetoEvent, name) and name not in LATER_TORCH}
     assert not missing, f"the package reads what torch's kineto events do not have: {sorted(missing)}"
 

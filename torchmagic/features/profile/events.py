@@ -8,6 +8,7 @@ from .kineto import CPU_OP, DEVICE_ACTIVITIES, PYTHON_FUNCTION, USER_ANNOTATION,
 
 # event kinds
 OP, ANNOTATION, PYTHON, RUNTIME, MEMORY = range(5)
+DEVICE = 5  # read as an OP, in the device's list
 _CPU_KINDS = {CPU_OP: OP, USER_ANNOTATION: ANNOTATION, PYTHON_FUNCTION: PYTHON}
 # the profiler's own bookkeeping around record_function ranges
 _SKIPPED_NAMES = frozenset({"profiler::_record_function_enter", "profiler::_record_function_enter_new",
@@ -27,6 +28,21 @@ class Ev:
         self.kind, self.raw, self.corr = kind, raw, 0
 
 
+def event_kind(activity: str, name: str) -> int | None:
+    """The kind of light record an event of ``activity`` named ``name`` becomes (DEVICE: a device's, read
+    as an OP apart from the CPU's), or None where the summary leaves such events out."""
+    kind = _CPU_KINDS.get(activity)
+    if kind is None:
+        if activity in DEVICE_ACTIVITIES:
+            return DEVICE
+        if name == "[memory]":
+            return MEMORY
+        if not is_runtime(activity):
+            return None  # profiler overhead markers, GPU-side annotations, sync records
+        kind = RUNTIME  # a CUDA/HIP runtime or driver call, linked to the op that made it
+    return None if name in _SKIPPED_NAMES else kind
+
+
 def read_events(events, trace_start_ns, out) -> tuple[list[Ev], list[Ev]]:
     """Convert raw events to light records, CPU and device apart (counting each in ``out.event_count``)."""
     cpu, device = [], []
@@ -41,22 +57,20 @@ def read_events(events, trace_start_ns, out) -> tuple[list[Ev], list[Ev]]:
             # torch 2.13's Python tracer sometimes returns a garbled name for its own frames
             # (seen: torch/profiler/_cupti_monitor.py); such an event is not the user's
             continue
-        kind = _CPU_KINDS.get(activity)
+        kind = event_kind(activity, name)
         if kind is None:
-            if activity in DEVICE_ACTIVITIES:
-                start = (e.start_ns() - t0) / 1000.0
-                ev = Ev(name, start, start + e.duration_ns() / 1000.0, e.device_resource_id(), OP, e)
-                ev.corr = e.linked_correlation_id()
-                device.append(ev)
-                continue
-            if name == "[memory]":
-                start = (e.start_ns() - t0) / 1000.0
-                cpu.append(Ev(name, start, start, e.start_thread_id(), MEMORY, e))
-                continue
-            if not is_runtime(activity):
-                continue  # profiler overhead markers, GPU-side annotations, sync records
-            kind = RUNTIME  # a CUDA/HIP runtime or driver call, linked to the op that made it
-        if name in _SKIPPED_NAMES or e.is_async() or is_hidden(e):
+            continue
+        if kind == DEVICE:
+            start = (e.start_ns() - t0) / 1000.0
+            ev = Ev(name, start, start + e.duration_ns() / 1000.0, e.device_resource_id(), OP, e)
+            ev.corr = e.linked_correlation_id()
+            device.append(ev)
+            continue
+        if kind == MEMORY:
+            start = (e.start_ns() - t0) / 1000.0
+            cpu.append(Ev(name, start, start, e.start_thread_id(), MEMORY, e))
+            continue
+        if e.is_async() or is_hidden(e):
             continue
         start = (e.start_ns() - t0) / 1000.0
         ev = Ev(name, start, start + e.duration_ns() / 1000.0, e.start_thread_id(), kind, e)

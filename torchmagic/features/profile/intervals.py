@@ -150,9 +150,12 @@ class IntervalSet:
 
     def minus(self, other: IntervalSet) -> IntervalSet:
         """This union less ``other``'s."""
+        # ``other``'s pairs, read by index again and again, made tuples once (for the time of the subtraction)
+        pieces = list(subtract(_Pairs(*self.merged()), list(zip(*other.merged()))))
+        # sorted, each of some length, none touching the next (both unions are): add() would keep each as it is
         result = IntervalSet()
-        for start, end in subtract(_Pairs(*self.merged()), _Pairs(*other.merged())):
-            result.add(start, end)
+        result._starts = array("d", [start for start, _ in pieces])
+        result._ends = array("d", [end for _, end in pieces])
         return result
 
     def union(self, *others: IntervalSet) -> IntervalSet:

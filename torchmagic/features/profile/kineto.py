@@ -14,6 +14,7 @@ Timestamps are microseconds in both (``displayTimeUnit`` only tells a viewer how
 
 from __future__ import annotations
 
+import functools
 import re
 
 STEP_PREFIX = "ProfilerStep#"
@@ -77,6 +78,7 @@ def _is_op(name: str) -> bool:
     return "::" in name or bool(_AUTOGRAD_NODE.match(name))
 
 
+@functools.lru_cache(maxsize=4096)  # read per op: a trace repeats a few hundred names
 def is_backward_node(name: str) -> bool:
     """An autograd node's run in backward: ``autograd::engine::evaluate_function: MmBackward0`` since
     torch 1.10; the node itself (``MmBackward``, ``torch::autograd::AccumulateGrad``) before."""

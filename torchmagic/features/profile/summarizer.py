@@ -29,8 +29,10 @@ from .timeline import bound_timeline
 class TraceSummarizer:
     """One summary built from groups of events, each group a run of consecutive steps (in time order)."""
 
-    def __init__(self, trace_start_ns: int, *, shapes: bool = False, flops: bool = False, compact: bool = False):
-        self.out = TraceSummary()
+    def __init__(self, trace_start_ns: int, *, shapes: bool = False, flops: bool = False, compact: bool = False,
+                 read=read_events):
+        """``read``: events.read_events, or a function of the same result for one adapter's events."""
+        self.out, self.read = TraceSummary(), read
         if compact:  # per kernel and per Python op: 8 bytes each rather than a float object and its pointer
             self.out.kernel_us, self.out.launch_delay_us = array("d"), array("d")
             self.out.python_op_us, self.out.python_gap_us = array("d"), array("d")
@@ -57,7 +59,7 @@ class TraceSummarizer:
 
     def _add(self, events, python_calls, last: bool) -> None:
         out = self.out
-        cpu, device = read_events(events, self.trace_start_ns, out)
+        cpu, device = self.read(events, self.trace_start_ns, out)
         for name, start_ns, end_ns, tid in python_calls:
             out.event_count += 1
             start = (start_ns - self.trace_start_ns) / 1000.0

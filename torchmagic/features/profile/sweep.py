@@ -86,14 +86,14 @@ class Sweep:
         self.fp32_call_of_corr: dict[int, OpCall] = {}  # an fp32 matmul's correlation id -> its call
 
     def run(self, evs: list[Ev], lane: str) -> None:
-        out = self.out
+        out, close, marker_of, flop_counts = self.out, self._close, self.marker_index.get, self.flop_counts
         self.last_python = None
         evs.sort(key=lambda ev: (ev.start, -ev.end))
         # An open event: [ev, child_us, phase, in_sync, in_copy, step, top, frame, under_op, library]
         stack: list[list] = []
         for ev in evs:
             while stack and stack[-1][0].end <= ev.start:
-                self._close(stack.pop(), lane)
+                close(stack.pop(), lane)
             parent = stack[-1] if stack else None
             if ev.kind == MEMORY:
                 _memory(out, self.memory, self.windows, ev, parent)
@@ -105,7 +105,7 @@ class Sweep:
             else:
                 parent[1] += ev.end - ev.start
                 _, _, phase, in_sync, in_copy, step, top, frame, under_op, library = parent
-            marker = self.marker_index.get(id(ev))
+            marker = marker_of(id(ev))
             if marker is not None:
                 step, top = marker, None
             elif parent is None:
@@ -126,8 +126,8 @@ class Sweep:
                         out.optimizer_names.add(name.split("#", 1)[1].split(".", 1)[0])
                     elif own_phase == DATA and step is not None:
                         self.data_intervals.append((ev.start, ev.end))
-            if self.flop_counts is not None:
-                self.flop_counts.opened(ev, parent[0] if parent is not None else None, ev.kind == OP)
+            if flop_counts is not None:
+                flop_counts.opened(ev, parent[0] if parent is not None else None, ev.kind == OP)
             if kind == PYTHON and is_user_frame(name):
                 frame, library = name, None
             elif kind == PYTHON and frame is not None and library is None and is_library_frame(name):
@@ -237,7 +237,9 @@ class Sweep:
             return  # outside the profiled steps (profiler start and stop)
         out, name, kind = self.out, ev.name, ev.kind
         dur = ev.end - ev.start
-        self_us = max(dur - child_us, 0.0)
+        self_us = dur - child_us
+        if self_us < 0.0:  # as max(self_us, 0.0) keeps it
+            self_us = 0.0
         is_step = top is None  # only a step marker has a step but no bar above it
         one_time = self.one_time.get(id(ev)) if kind == RUNTIME else None
         if one_time is not None:
@@ -249,9 +251,10 @@ class Sweep:
             out.one_time_us[one_time] = out.one_time_us.get(one_time, 0.0) + self_us
         out.category_us[category] += self_us
         if top is not None:
-            top.cats[category] = top.cats.get(category, 0.0) + self_us
+            cats = top.cats
+            cats[category] = cats.get(category, 0.0) + self_us
             if top is ev:
-                dominant = max(ev.cats, key=ev.cats.get)
+                dominant = max(cats, key=cats.get)
                 out.timeline.append(Span(lane, ev.start, dur, dominant, name))
                 self.bars[lane].append((ev.start, ev.end))
         if kind == PYTHON or is_step:

@@ -86,8 +86,16 @@ class StepGroups(HeldScope):
                 self._put(later, record)
                 self.copies += 1
 
+    def single(self) -> list | None:
+        """With one group, its list of events, which a reader may append to directly (``settle`` counts
+        them); None with several."""
+        return self.held[0] if self.count == 1 else None
+
     def settle(self) -> None:
         """Put the kernels read so far in their launch's group (all launches are read)."""
+        if self.count == 1:
+            self.events[0] = len(self.held[0])
+            return
         ranges = sorted((*seen, group) for group, seen in enumerate(self.launches) if seen)
         for batch in itertools.chain(self._batches(DEFERRED), [self.deferred]):  # kernels may be most events
             for group, correlation, values in batch:

@@ -1,25 +1,30 @@
 """One rank's operator-level report from its trace file, as ``%%torchprofile`` gives it.
 
-The trace's events are read again and handed, one adapter object each, to the summary and rules
-``%%torchprofile`` runs on the profiler's own events (profile/trace.py, profile/rules/): the same
-categories, operator table and findings, over every step.  Unlike the cross-rank pass this holds events
-(about 0.75 KB each), so it is done for a job of one rank; a trace of more than ``OPS_EVENT_LIMIT`` events
-is read once into groups of consecutive steps of about that many events each, spilled to a private
-temporary folder (groups.py), and summarised one group at a time into one summary (summarizer.py).
+The trace's events are handed, one adapter object each, to the summary and rules ``%%torchprofile``
+runs on the profiler's own events (profile/trace.py, profile/rules/): the same categories, operator table
+and findings, over every step.  Unlike the cross-rank pass this holds events (about 0.75 KB each), so it
+is done for a job of one rank: in the per-rank pass's own reading of the file where the trace is held at
+once (``AlongsideReading``), else in a second reading; a trace of more than ``OPS_EVENT_LIMIT`` events is
+read into groups of consecutive steps of about that many events each, spilled to a private temporary
+folder (groups.py), and summarised one group at a time into one summary (summarizer.py).
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 import operator
 import os
+import stat
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from torch._C._autograd import DeviceType
 
 from ....core.devices import DeviceInfo
+from ....core.gc_pause import gc_paused
 from ....core.devices.cuda import tensor_core_precision
 
 from ..result import ProfileResult
@@ -28,18 +33,24 @@ from ..build import summary_fields
 from ..options import ProfileOptions
 from ..kineto import (CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, external_id, is_runtime,
                               unread_device)
+from ..events import DEVICE, MEMORY, OP, RUNTIME, Ev, event_kind
 from ..summarizer import TraceSummarizer
 from ..summary import TraceSummary
 from .fields import INT_LIMIT, MAX_INPUTS, EventFields
 from .groups import StepGroups, group_starts
 from .rank import RankTrace
-from .reader import shown_path
-from .records import NO_ARGS, Args, PlainFields, Record, external_of
+from .reader import TraceFileError, shown_path
+from .records import LISTS_KEPT, NO_ARGS, Args, PlainFields, Record
 from .sliced import SlicedTraceReader
 
 OPS_EVENT_LIMIT = 300_000  # events held at once (a group of steps): about 220 MB, 6 s on the 2-core CPU machine
 HELD_EVENTS_CAP = 3        # times that: a group of steps heavier than the average holds more
+# bytes on disk per event: a bigger file most likely holds over OPS_EVENT_LIMIT events (kineto's average about
+# 200 B a plain event), so reading its operators alongside the per-rank pass would only be given up
+ALONGSIDE_BYTES_PER_EVENT = 256
 _NO_DETAILS = (-1, (), (), (), 0, 0, (0, -1))
+_MEMORY = "[memory]"
+_NO_KIND = (None,) * 6
 _DEVICE_TYPES = frozenset(int(t) for t in DeviceType.__members__.values())
 
 
@@ -51,7 +62,7 @@ class TraceEvent:
     between themselves.  Categories are read as the current schema names them (kineto.py)."""
 
     __slots__ = ("_name", "_cat", "_linked", "_start", "_dur", "_tid", "_external", "_correlation", "_sequence",
-                 "_shapes", "_dtypes", "_concrete", "_flops", "_bytes", "_device")
+                 "_shapes", "_dtypes", "_concrete", "_flops", "_bytes", "_device", "_kind")
 
     def __init__(self, event: dict, args: dict, check: EventFields | None = None, index: int = 0):
         """``event`` with its ``args``, each field checked as ``check`` checks it (fields.py)."""
@@ -77,6 +88,7 @@ class TraceEvent:
             if self._device[0] not in _DEVICE_TYPES:
                 raise check.refuse(event, index, 'args["Device Type"]', f"is {self._device[0]}, not a device type "
                                    f"torch knows ({min(_DEVICE_TYPES)} to {max(_DEVICE_TYPES)})")
+        self._kind = event_kind(self._cat, self._name)  # the light record it makes (read_trace_events)
 
     def name(self):
         return self._name
@@ -138,8 +150,33 @@ def event_from_fields(values: tuple) -> TraceEvent:
     """The TraceEvent ``event_fields`` gave ``values`` of."""
     e = TraceEvent.__new__(TraceEvent)
     (e._name, e._cat, e._linked, e._start, e._dur, e._tid, e._external, e._correlation, e._sequence, e._shapes,
-     e._dtypes, e._concrete, e._flops, e._bytes, e._device) = values
+     e._dtypes, e._concrete, e._flops, e._bytes, e._device, e._kind) = values
     return e
+
+
+def read_trace_events(events: list[TraceEvent], trace_start_ns: int, out) -> tuple[list[Ev], list[Ev]]:
+    """events.read_events on TraceEvents, from the kind each was given as it was read: the same records,
+    their accessors' values read without calling them (a trace's events are neither async nor hidden)."""
+    cpu, device = [], []
+    t0 = trace_start_ns
+    out.event_count += len(events)
+    for e in events:
+        kind = e._kind
+        if kind is None:
+            continue
+        start = (e._start - t0) / 1000.0
+        if kind == MEMORY:
+            cpu.append(Ev(e._name, start, start, e._tid, MEMORY, e))
+            continue
+        ev = Ev(e._name, start, start + e._dur / 1000.0, e._tid, OP if kind == DEVICE else kind, e)
+        if kind == DEVICE:
+            ev.corr = e._external  # linked_correlation_id(): device events and runtime calls are linked
+            device.append(ev)
+            continue
+        if kind == RUNTIME:
+            ev.corr = e._external
+        cpu.append(ev)
+    return cpu, device
 
 
 def _literal(text):
@@ -151,11 +188,12 @@ def _literal(text):
         return None
 
 
-def trace_profile(trace: RankTrace) -> ProfileResult | None:
-    """The operator-level report of one rank's trace, over all its steps, in one more reading pass (rank.py
-    read it already: its event count and steps say how to group the steps, about ``OPS_EVENT_LIMIT`` events
-    a group, summarised one group at a time); None if a group holds far more (steps of very uneven size)."""
-    read = operator_summary(trace, OPS_EVENT_LIMIT)
+def trace_profile(trace: RankTrace, alongside: AlongsideReading | None = None) -> ProfileResult | None:
+    """The operator-level report of one rank's trace, over all its steps: from what ``alongside`` read with
+    the per-rank pass where that holds the trace, else in one more reading pass (rank.py read it already: its
+    event count and steps say how to group the steps, about ``OPS_EVENT_LIMIT`` events a group, summarised one
+    group at a time); None if a group holds far more (steps of very uneven size)."""
+    read = operator_summary(trace, OPS_EVENT_LIMIT, alongside)
     if read is None:
         return None
     summary, seen = read
@@ -189,11 +227,18 @@ def too_big_to_table(trace: RankTrace) -> str | None:
     return None
 
 
-def operator_summary(trace: RankTrace, limit: int) -> tuple[TraceSummary, Seen] | None:
+def operator_summary(trace: RankTrace, limit: int,
+                     alongside: AlongsideReading | None = None) -> tuple[TraceSummary, Seen] | None:
     """The trace's summary over all its steps, read in groups of about ``limit`` events, and what the reading
-    saw; None if a group holds over ``HELD_EVENTS_CAP`` times that, or the trace no timed event."""
+    saw; None if a group holds over ``HELD_EVENTS_CAP`` times that, or the trace no timed event.  What
+    ``alongside`` read with the per-rank pass is taken where it holds the whole trace."""
+    held = alongside.held(trace.meta) if alongside is not None else None
+    if held is not None:
+        groups, seen = held
+        return None if seen.start is None else (_summarize(groups, seen), seen)
     with StepGroups(trace, group_starts(trace, limit), event_fields, event_from_fields) as groups:
-        seen = _read_groups(trace, groups)
+        with gc_paused():  # the events held (a group's) are in no cycle: the GC's passes would only cost time
+            seen = _read_groups(trace, groups)
         if max(groups.events) > HELD_EVENTS_CAP * limit or seen.start is None:
             return None
         return _summarize(groups, seen), seen
@@ -228,27 +273,93 @@ class Seen:
 
 
 def _read_groups(trace: RankTrace, groups: StepGroups) -> Seen:
-    """Read the trace's timed events and [memory] records into their groups: typed records where their
-    values are plain, the checked dicts where not."""
-    seen = Seen()
+    """Read the trace's timed events and [memory] records into their groups."""
     reader = SlicedTraceReader(trace.path)
-    check = EventFields(trace.path, share=True)
-    plain = PlainFields(check)
+    reading = _OpsReading(trace.path, groups)
     for batch in reader:
+        reading.batch(batch)
+    return reading.finished(reader.meta)
+
+
+class _OpsReading:
+    """The operator pass's reading of a trace's batches into ``groups``: typed records where their values are
+    plain, the checked dicts where not (in the file's order either way), and what it saw (``seen``)."""
+
+    def __init__(self, path: str, groups: StepGroups):
+        self.seen, self.groups, self.check = Seen(), groups, EventFields(path, share=True)
+        self.typed = _TypedRecords(PlainFields(self.check), groups)
+
+    def batch(self, batch) -> None:
+        check, seen, groups = self.check, self.seen, self.groups
         if batch.records is None:
             _read_event(batch.events()[0], batch.first, check, seen, groups)
-            continue
-        for position, record in enumerate(batch.records):
-            phase = record.ph
-            if phase == "X" or (phase == "i" and record.name == "[memory]"):
-                read = _record_event(record, plain)
-                if read is None:
-                    _read_event(batch.events()[position], batch.first + position, check, seen, groups)
-                else:
-                    _keep(read, seen, groups)
-    groups.settle()
-    seen.meta, seen.dropped = reader.meta, check.dropped
-    return seen
+            return
+        for position in self.typed.read(batch.records):
+            _read_event(batch.events()[position], batch.first + position, check, seen, groups)
+
+    def finished(self, meta: dict) -> Seen:
+        self.groups.settle()
+        self.typed.noted(self.seen)
+        self.seen.meta, self.seen.dropped = meta, self.check.dropped
+        return self.seen
+
+
+def alongside_reading(path: str) -> AlongsideReading | None:
+    """An AlongsideReading of the trace at ``path``, or None for a file too big to be likely held at once."""
+    size = _text_size(path)
+    return AlongsideReading(path) if size is not None and size <= OPS_EVENT_LIMIT * ALONGSIDE_BYTES_PER_EVENT else None
+
+
+def _text_size(path: str) -> int | None:
+    """The trace's size in bytes, a gzipped one's as its trailer says (modulo 4 GiB: a hint); None where it
+    is not a regular file that opens (the per-rank pass says why it cannot read it)."""
+    try:  # O_NONBLOCK: a FIFO opens at once (and is not read)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError):
+        return None
+    with os.fdopen(fd, "rb") as file:
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            if info.st_size < 18 or file.read(2) != b"\x1f\x8b":  # 18: gzip's header and trailer
+                return info.st_size
+            file.seek(-4, os.SEEK_END)
+            return int.from_bytes(file.read(4), "little")
+        except OSError:
+            return None
+
+
+class AlongsideReading:
+    """The operator pass's reading done as the per-rank pass reads the file (rank.read_rank's ``also``), for
+    a trace of at most ``OPS_EVENT_LIMIT`` events (one group, held as it is read): one reading of the file.  Past the
+    limit it gives up, letting its events go, and the operator pass reads the file again; an error its checks
+    raise is kept, to be raised where the operator pass would raise it."""
+
+    def __init__(self, path: str):
+        self.limit, self.events, self.error = OPS_EVENT_LIMIT, 0, None  # the limit trace_profile groups by
+        self.groups: StepGroups | None = StepGroups(RankTrace(path), [], event_fields, event_from_fields)
+        self.reading: _OpsReading | None = _OpsReading(path, self.groups)
+
+    def __call__(self, batch) -> None:
+        """Read one of the per-rank pass's batches, once it has."""
+        self.events += 1 if batch.records is None else len(batch.records)  # as RankTrace.events counts them
+        if self.events > self.limit:
+            self.groups = self.reading = self.error = None
+        elif self.reading is not None:
+            try:
+                self.reading.batch(batch)
+            except TraceFileError as exc:
+                self.error, self.groups, self.reading = exc, None, None
+
+    def held(self, meta: dict) -> tuple[StepGroups, Seen] | None:
+        """The trace's events in one group, and what the reading saw (``meta``: the file's other keys); None
+        where it gave up."""
+        if self.error is not None:
+            raise self.error
+        if self.reading is None:
+            return None
+        return self.groups, self.reading.finished(meta)
 
 
 def _read_event(event, index: int, check: EventFields, seen: Seen, groups: StepGroups) -> None:
@@ -256,48 +367,105 @@ def _read_event(event, index: int, check: EventFields, seen: Seen, groups: StepG
     check.event(event, index)
     phase = event.get("ph")
     if phase == "X" or (phase == "i" and event.get("name") == "[memory]"):
-        _keep(TraceEvent(event, check.args(event, index), check, index), seen, groups)
+        read = TraceEvent(event, check.args(event, index), check, index)
+        seen.note(read)
+        groups.add(read, read._start, read._start + read._dur, read._cat in DEVICE_ACTIVITIES, read._linked,
+                   read._correlation)
 
 
-def _keep(read: TraceEvent, seen: Seen, groups: StepGroups) -> None:
-    seen.note(read)
-    groups.add(read, read._start, read._start + read._dur, read._cat in DEVICE_ACTIVITIES, read._linked,
-               read._correlation)
+class _TypedRecords:
+    """Typed records made the TraceEvents that TraceEvent(their dict) makes, and put in their groups; what
+    a record's name and category decide worked out once per distinct pair (``kinds``)."""
 
+    def __init__(self, plain: PlainFields, groups: StepGroups):
+        self.plain, self.groups = plain, groups
+        self.kinds: dict[tuple, tuple] = {}  # (name, cat) as written -> (name, cat, linked, device, role, kind)
+        self.start, self.shapes, self.flops, self.kernels, self.steps = math.inf, False, False, False, False
 
-def _record_event(record: Record, plain: PlainFields) -> TraceEvent | None:
-    """The TraceEvent of a typed record, as TraceEvent(its dict) makes it; None where a value is not plain."""
-    name, text, times, tid = plain.text(record.name), plain.text(record.cat), plain.times(record), plain.tid(record.tid)
-    args = record.args or NO_ARGS
-    if name is None or text is None or times is None or tid is None or not -INT_LIMIT <= args.correlation < INT_LIMIT:
-        return None
-    cat = activity(text, name)
-    details = _record_details(args, cat, name, plain)
-    if details is None:
-        return None
-    linked = cat in DEVICE_ACTIVITIES or is_runtime(cat)
-    return event_from_fields((name, cat, linked, round(times[0] * 1000), round(times[1] * 1000), tid,
-                              external_of(args), args.correlation, *details))
+    def read(self, records: list[Record]) -> Iterator[int]:
+        """Read a batch's records; yields, in order, the position of each whose values are not plain."""
+        kinds, plain, single, first, inputs_kept = self.kinds, self.plain, self.groups.single(), self.start, \
+            self.plain.inputs
+        make, cls = TraceEvent.__new__, TraceEvent  # TraceEvent as this module names it when reading
+        for position, record in enumerate(records):
+            phase = record.ph
+            if phase != "X" and (phase != "i" or record.name != "[memory]"):
+                continue
+            kind = kinds.get((record.name, record.cat)) or self._kind(record.name, record.cat)
+            ts, dur, tid, args = record.ts, record.dur, record.tid, record.args or NO_ARGS
+            if type(ts) is not float or not -math.inf < ts < math.inf or type(dur) is not float \
+                    or not 0 <= dur < math.inf:
+                ts, dur = plain.times(record) or (None, None)
+            if type(tid) is not int or not -INT_LIMIT < tid < INT_LIMIT:
+                tid = plain.tid(tid)
+            name, cat, linked, device, role, light = kind or _NO_KIND
+            if role is CPU_OP:  # what TraceEvent keeps of an op's args, as its checks keep them; None where not plain
+                inputs = inputs_kept.get((bytes(args.dims), bytes(args.dtypes), bytes(args.concrete))) \
+                    or plain.op_inputs(args)
+                sequence, flops = args.sequence, args.flops
+                details = None if inputs is None or not -INT_LIMIT <= sequence < INT_LIMIT \
+                    or not 0 <= flops < INT_LIMIT else (sequence, *inputs, flops, 0, (0, -1))
+            else:
+                details = _NO_DETAILS if role is None else _memory_details(args)
+            correlation = args.correlation
+            if kind is None or ts is None or tid is None or details is None \
+                    or not -INT_LIMIT <= correlation < INT_LIMIT:
+                yield position
+                continue
+            external = args.external  # kineto.external_id: ``External id``, else the name torch 1.8-1.9 wrote
+            if external is None:
+                external = args.external_before_1_10 if args.external_before_1_10 is not None else 0
+            e = make(cls)
+            start, e._dur = round(ts * 1000), round(dur * 1000)
+            e._name, e._cat, e._linked, e._start, e._tid, e._external, e._correlation, e._kind = \
+                name, cat, linked, start, tid, external, correlation, light
+            (e._sequence, e._shapes, e._dtypes, e._concrete, e._flops, e._bytes, e._device) = details
+            if start < first:
+                first = self.start = start
+            if role is CPU_OP:
+                self.shapes = self.shapes or bool(e._shapes)
+                self.flops = self.flops or bool(e._flops)
+            if single is not None:
+                single.append(e)
+            else:
+                self.groups.add(e, start, start + e._dur, device, linked, correlation)
 
-
-def _record_details(args: Args, cat: str, name: str, plain: PlainFields) -> tuple | None:
-    """What TraceEvent keeps of an op's or a [memory] record's args, as its checks keep them; None where not plain."""
-    if cat == CPU_OP:
-        inputs, flops = plain.op_inputs(args), args.flops
-        if inputs is None or not -INT_LIMIT <= args.sequence < INT_LIMIT or not 0 <= flops < INT_LIMIT:
+    def _kind(self, raw_name: str | None, raw_cat: str | None) -> tuple | None:
+        """What a record's name and category say (None where either is not plain), as TraceEvent reads them."""
+        name, text = self.plain.text(raw_name), self.plain.text(raw_cat)
+        if name is None or text is None:
             return None
-        return args.sequence, *inputs, flops, 0, (0, -1)
-    if name == "[memory]":
-        nbytes, kind, index = args.nbytes, args.device_type, args.device_id
-        if not (-INT_LIMIT <= nbytes < INT_LIMIT and kind in _DEVICE_TYPES and -INT_LIMIT <= index < INT_LIMIT):
-            return None
-        return -1, (), (), (), 0, nbytes, (kind, index)
-    return _NO_DETAILS
+        cat = activity(text, name)
+        role = CPU_OP if cat == CPU_OP else _MEMORY if name == "[memory]" else None
+        kind = (name, cat, cat in DEVICE_ACTIVITIES or is_runtime(cat), cat in DEVICE_ACTIVITIES, role,
+                event_kind(cat, name))
+        # every record of a pair is kept (here or by the checked path) or refused: what it tells holds
+        self.kernels = self.kernels or cat in DEVICE_ACTIVITIES
+        self.steps = self.steps or (cat == USER_ANNOTATION and name.startswith(STEP_PREFIX))
+        if len(self.kinds) < LISTS_KEPT:
+            self.kinds[raw_name, raw_cat] = kind
+        return kind
+
+    def noted(self, seen: Seen) -> None:
+        """What the records told, added to what ``seen`` noted of the checked path's events."""
+        if self.start < math.inf and (seen.start is None or self.start < seen.start):
+            seen.start = self.start
+        seen.shapes, seen.flops = seen.shapes or self.shapes, seen.flops or self.flops
+        seen.kernels, seen.steps = seen.kernels or self.kernels, seen.steps or self.steps
+
+
+def _memory_details(args: Args) -> tuple | None:
+    """What TraceEvent keeps of a [memory] record's args, as its checks keep them; None where not plain."""
+    nbytes, kind, index = args.nbytes, args.device_type, args.device_id
+    if not (-INT_LIMIT <= nbytes < INT_LIMIT and kind in _DEVICE_TYPES and -INT_LIMIT <= index < INT_LIMIT):
+        return None
+    return -1, (), (), (), 0, nbytes, (kind, index)
 
 
 def _summarize(groups: StepGroups, seen: Seen) -> TraceSummary:
     """The groups summarised one after the other into one summary."""
-    summarizer = TraceSummarizer(seen.start, shapes=seen.shapes, flops=seen.flops, compact=groups.count > 1)
+    summarizer = TraceSummarizer(seen.start, shapes=seen.shapes, flops=seen.flops, compact=groups.count > 1,
+                                 read=read_trace_events)
     for index in range(groups.count):
         events = groups.group(index)
         if not seen.steps:  # one group: one step, on the thread that ran most ops

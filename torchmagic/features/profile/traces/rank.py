@@ -26,11 +26,12 @@ from typing import Any
 
 from msgspec import UNSET
 
+from ....core.gc_pause import gc_paused
 from ..kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, HOST_BACKENDS, KERNEL, OPTIMIZER_PREFIXES,
-                              STEP_PREFIX, USER_ANNOTATION, activity, is_backward_node, is_runtime)
+                              PYTHON_FUNCTION, STEP_PREFIX, USER_ANNOTATION, activity, is_backward_node, is_runtime)
 from ..intervals import IntervalSet
 from .fields import INT_LIMIT, EventFields
-from .records import NO_ARGS, Args, PlainFields
+from .records import LISTS_KEPT, NO_ARGS, Args, PlainFields
 from .sliced import SlicedTraceReader
 
 MAX_KINDS = 256  # categories, collectives' names: any beyond are counted together
@@ -157,20 +158,24 @@ def window_of(windows: list[tuple[int | None, float, float]], starts: list[float
     return windows[i] if i >= 0 and t < windows[i][2] else None
 
 
-def read_rank(events, path: str) -> RankTrace:
+def read_rank(events, path: str, also=None) -> RankTrace:
     """Reduce a stream of trace events (dicts, or a SlicedTraceReader's batches) to a RankTrace: each field
-    checked as it is read (fields.py), and what repeats kept once (a collective, a launch or a kernel seen again)."""
+    checked as it is read (fields.py), and what repeats kept once (a collective, a launch or a kernel seen again).
+    ``also``: called with each batch once it is read (another reading done in the same pass)."""
     reading = _Reading(path)
-    if isinstance(events, SlicedTraceReader):
-        plain = PlainFields(reading.check)
-        for batch in events:
-            if batch.records is None:
-                reading.event(batch.events()[0], batch.first)
-            else:
-                reading.records(batch, plain)
-    else:
-        for position, ev in enumerate(events):
-            reading.event(ev, getattr(events, "index", position))  # the reader's: oversized events are not yielded
+    with gc_paused():  # each slice makes thousands of objects, none in a cycle: the GC's passes would only cost time
+        if isinstance(events, SlicedTraceReader):
+            plain = PlainFields(reading.check)
+            for batch in events:
+                if batch.records is None:
+                    reading.event(batch.events()[0], batch.first)
+                else:
+                    reading.records(batch, plain)
+                if also is not None:
+                    also(batch)
+        else:
+            for position, ev in enumerate(events):
+                reading.event(ev, getattr(events, "index", position))  # the reader's: oversized events not yielded
     return reading.finished()
 
 
@@ -236,6 +241,7 @@ class _Reading:
         self.check = EventFields(path)
         self.collectives: dict[tuple, Collective] = {}  # (host?, op, start, end, thread, finished) -> it
         self.first, self.last = float("inf"), float("-inf")  # the first start and last end of timed events
+        self.kinds: dict[tuple, tuple] = {}  # a record's (name, cat) as written -> what _kind makes of them
 
     def event(self, ev, index: int) -> None:
         """One event from its dict, each field checked as it is read."""
@@ -254,18 +260,36 @@ class _Reading:
     def records(self, batch, plain: PlainFields) -> None:
         """A batch of typed records; one whose values are not plain is read from its dict instead."""
         self.out.events += len(batch.records)
+        kinds, take = self.kinds, self.take
         for position, record in enumerate(batch.records):
             if record.ph != "X":
                 continue
-            times, name, cat = plain.times(record), plain.text(record.name), plain.text(record.cat)
-            tid = plain.tid(record.tid)
-            args = record.args or NO_ARGS
+            kind = kinds.get((record.name, record.cat)) or self._kind(record.name, record.cat, plain)
+            ts, dur, tid, args = record.ts, record.dur, record.tid, record.args or NO_ARGS
+            if type(ts) is not float or not -math.inf < ts < math.inf or type(dur) is not float \
+                    or not 0 <= dur < math.inf:
+                ts, dur = plain.times(record) or (None, None)
+            if type(tid) is not int or not -INT_LIMIT < tid < INT_LIMIT:
+                tid = plain.tid(tid)
+            name, cat, detailed = kind or (None, None, False)
             sizes = _plain_sizes(args, plain) if name == "record_param_comms" else None
-            if times is None or name is None or cat is None or tid is None or sizes is False:
+            if kind is None or ts is None or tid is None or sizes is False:
                 self.out.events -= 1  # counted again there
                 self.event(batch.events()[position], batch.first + position)
                 continue
-            self.take(times[0], times[0] + times[1], name, activity(cat, name), _RecordDetails(args, tid, sizes))
+            take(ts, ts + dur, name, cat, _RecordDetails(args, tid, sizes) if detailed else None)
+
+    def _kind(self, raw_name: str | None, raw_cat: str | None, plain: PlainFields) -> tuple | None:
+        """A record's name and category as kept, its current-schema category, and whether ``take`` reads its
+        details (not an op's, but record_param_comms's); None where the name or category is not plain."""
+        name, cat = plain.text(raw_name), plain.text(raw_cat)
+        if name is None or cat is None:
+            return None
+        cat = activity(cat, name)
+        kind = name, cat, cat not in (CPU_OP, PYTHON_FUNCTION) or name == "record_param_comms"
+        if len(self.kinds) < LISTS_KEPT:
+            self.kinds[raw_name, raw_cat] = kind
+        return kind
 
     def take(self, start: float, end: float, name: str, cat: str, details) -> None:
         """A timed event's part in the reduction."""

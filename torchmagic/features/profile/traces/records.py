@@ -69,13 +69,6 @@ def decode_slice(text: str) -> list[Record] | None:
         return None
 
 
-def external_of(args: Args) -> int:
-    """kineto.external_id on a record's args: ``External id``, else the name torch 1.8-1.9 wrote."""
-    if args.external is not None:
-        return args.external
-    return args.external_before_1_10 if args.external_before_1_10 is not None else 0
-
-
 class PlainFields:
     """A record's values where the checked path (``EventFields``) keeps them as they are, else None: a value
     to refuse, cut or replace sends that event through the checked path, which says what it says of it."""
@@ -83,7 +76,8 @@ class PlainFields:
     def __init__(self, check: EventFields):
         self.check = check
         self._texts: dict[str | None, str] = {None: ""}  # strings found plain, as kept
-        self._inputs: dict[tuple[bytes, bytes, bytes], tuple[list, list, list]] = {}  # an op's input lists, as kept
+        # an op's input lists as kept, by their texts (Input Dims, Input type, Concrete Inputs): read where it is hot
+        self.inputs: dict[tuple[bytes, bytes, bytes], tuple[list, list, list]] = {}
 
     def times(self, record: Record) -> tuple[float, float] | None:
         """(ts, dur) in µs as ``EventFields.time`` reads them, or None."""
@@ -120,11 +114,11 @@ class PlainFields:
         """An op's ``Input Dims``, ``Input type`` and ``Concrete Inputs`` as the checked path keeps them: read
         and checked once per distinct text; None where it refuses, cuts or leaves out what they hold."""
         texts = bytes(args.dims), bytes(args.dtypes), bytes(args.concrete)
-        kept = self._inputs.get(texts)
+        kept = self.inputs.get(texts)
         if kept is None:
             kept = self._checked_inputs(texts)
-            if kept is not None and len(self._inputs) < LISTS_KEPT:
-                self._inputs[texts] = kept
+            if kept is not None and len(self.inputs) < LISTS_KEPT:
+                self.inputs[texts] = kept
         return kept
 
     def _checked_inputs(self, texts: tuple[bytes, bytes, bytes]) -> tuple[list, list, list] | None:

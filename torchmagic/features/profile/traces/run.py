@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from ....core.render.format import fmt_s
 from ..kineto import timing_note, unread_note
 from .cross import find_straggler, match_collectives, representative_lanes, summarize_rank
-from .ops import too_big_to_table, too_uneven_to_table, trace_profile
+from .ops import AlongsideReading, alongside_reading, too_big_to_table, too_uneven_to_table, trace_profile
 from .rank import RankTrace, read_rank
 from .fields import TEXT_CHARS, kind
 from .reader import EVENT_CHARS, TraceFileError, shown_path
@@ -97,7 +97,8 @@ def _too_many(what: str) -> str:
 
 def analyze_traces(source, *, label: str | None = None, operators: bool = True) -> TraceAnalysis:
     """Read every trace of ``source`` and compare its ranks; with ``operators``, a job of one rank
-    also gets its operator table and findings (a second pass over the file).  A file that is not a
+    also gets its operator table and findings (read with the per-rank pass, or in a second one for a trace
+    too big to hold at once).  A file that is not a
     trace raises TraceFileError, whose traceback holds none of the frames that found it."""
     __tracebackhide__ = True  # noqa: F841
     try:
@@ -108,7 +109,10 @@ def analyze_traces(source, *, label: str | None = None, operators: bool = True) 
 
 def _analyze(source, label: str | None, operators: bool) -> TraceAnalysis:
     started = time.perf_counter()
-    traces = [_read(path) for path in trace_files(source)]
+    paths = trace_files(source)
+    # one rank: its operator pass reads the file with the per-rank pass (where it holds the trace at once)
+    alongside = alongside_reading(paths[0]) if operators and len(paths) == 1 else None
+    traces = [_read(path, alongside) for path in paths]
     notes = _number_ranks(traces)
     for trace in traces:
         notes.extend(note if len(traces) == 1 else f"{shown_path(os.path.basename(trace.path))}: {note}"
@@ -152,7 +156,7 @@ def _analyze(source, label: str | None, operators: bool) -> TraceAnalysis:
         if skipped:
             notes.append(skipped)
         else:
-            profile = trace_profile(traces[0])
+            profile = trace_profile(traces[0], alongside)
             if profile is None:
                 notes.append(too_uneven_to_table())
     return TraceAnalysis(
@@ -164,9 +168,9 @@ def _analyze(source, label: str | None, operators: bool) -> TraceAnalysis:
         analysis_s=time.perf_counter() - started)
 
 
-def _read(path: str) -> RankTrace:
+def _read(path: str, alongside: AlongsideReading | None = None) -> RankTrace:
     reader = SlicedTraceReader(path)
-    trace = read_rank(reader, path)
+    trace = read_rank(reader, path, alongside)
     trace.bytes_read, trace.meta = reader.bytes_read, reader.meta
     info = reader.meta.get("distributedInfo")
     if isinstance(info, dict):
