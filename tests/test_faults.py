@@ -103,7 +103,8 @@ def state(shell) -> dict:
         "optimizer": id(ns["opt"]),
         "threads": {t.ident for t in threading.enumerate()},
         "children": {p.pid for p in psutil.Process().children(recursive=True)},
-        "gc": (gc.isenabled(), gc.get_threshold(), gc.get_freeze_count()),
+        "gc": (gc.isenabled(), gc.get_threshold()),
+        "frozen": gc.get_freeze_count(),  # objects set aside from the collector: fewer as they are freed
     }
 
 
@@ -118,6 +119,7 @@ def assert_unchanged(shell, before: dict, where: str) -> None:
     assert after["threads"] <= before["threads"], f"{where}: threads left behind"
     assert after["children"] <= before["children"], f"{where}: child processes left behind"
     assert after["gc"] == before["gc"], f"{where}: the garbage collector's settings changed: {after['gc']}"
+    assert after["frozen"] <= before["frozen"], f"{where}: {after['frozen'] - before['frozen']} more objects frozen"
     again, _ = run(shell, "1 + 1")
     assert again.success and again.result == 2, f"{where}: the kernel no longer runs cells"
 

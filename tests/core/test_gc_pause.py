@@ -43,6 +43,7 @@ def test_objects_the_process_froze_itself_stay_frozen_and_are_not_taken_back():
         theirs = gc.get_freeze_count()
         seen = []
         _search(lambda bs: seen.append(gc.get_freeze_count()) or torch.ones(bs, 256).sum())
-        assert set(seen) == {theirs} and gc.get_freeze_count() == theirs
+        # none unfrozen, none added (the count only falls, as frozen objects are freed)
+        assert theirs // 2 < min(seen) and max(seen) <= theirs and theirs // 2 < gc.get_freeze_count() <= theirs
     finally:
         gc.unfreeze()
