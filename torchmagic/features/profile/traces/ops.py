@@ -392,12 +392,7 @@ class _TypedRecords:
             if phase != "X" and (phase != "i" or record.name != "[memory]"):
                 continue
             kind = kinds.get((record.name, record.cat)) or self._kind(record.name, record.cat)
-            ts, dur, tid, args = record.ts, record.dur, record.tid, record.args or NO_ARGS
-            if type(ts) is not float or not -math.inf < ts < math.inf or type(dur) is not float \
-                    or not 0 <= dur < math.inf:
-                ts, dur = plain.times(record) or (None, None)
-            if type(tid) is not int or not -INT_LIMIT < tid < INT_LIMIT:
-                tid = plain.tid(tid)
+            (ts, dur, tid), args = plain.when(record), record.args or NO_ARGS
             name, cat, linked, device, role, light = kind or _NO_KIND
             if role is CPU_OP:  # what TraceEvent keeps of an op's args, as its checks keep them; None where not plain
                 inputs = inputs_kept.get((bytes(args.dims), bytes(args.dtypes), bytes(args.concrete))) \

@@ -265,12 +265,7 @@ class _Reading:
             if record.ph != "X":
                 continue
             kind = kinds.get((record.name, record.cat)) or self._kind(record.name, record.cat, plain)
-            ts, dur, tid, args = record.ts, record.dur, record.tid, record.args or NO_ARGS
-            if type(ts) is not float or not -math.inf < ts < math.inf or type(dur) is not float \
-                    or not 0 <= dur < math.inf:
-                ts, dur = plain.times(record) or (None, None)
-            if type(tid) is not int or not -INT_LIMIT < tid < INT_LIMIT:
-                tid = plain.tid(tid)
+            (ts, dur, tid), args = plain.when(record), record.args or NO_ARGS
             name, cat, detailed = kind or (None, None, False)
             sizes = _plain_sizes(args, plain) if name == "record_param_comms" else None
             if kind is None or ts is None or tid is None or sizes is False:

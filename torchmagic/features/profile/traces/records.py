@@ -105,6 +105,17 @@ class PlainFields:
             self._texts[value] = kept
         return kept
 
+    def when(self, record: Record) -> tuple[float | None, float | None, int | str | None]:
+        """(ts, dur, tid) as ``times`` and ``tid`` read them (None for what is not plain): the common case,
+        finite float times and an int thread, without their calls (read for every event)."""
+        ts, dur, tid = record.ts, record.dur, record.tid
+        if type(ts) is not float or not -math.inf < ts < math.inf or type(dur) is not float \
+                or not 0 <= dur < math.inf:
+            ts, dur = self.times(record) or (None, None)
+        if type(tid) is not int or not -INT_LIMIT < tid < INT_LIMIT:
+            tid = self.tid(tid)
+        return ts, dur, tid
+
     def tid(self, value: int | str) -> int | str | None:
         if type(value) is int:
             return value if -INT_LIMIT < value < INT_LIMIT else None
