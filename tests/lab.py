@@ -6,6 +6,7 @@ Python: no browser is downloaded.  Nothing here reaches past localhost.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -80,6 +81,41 @@ def jupyterlab(root: Path, timeout: float = 120.0):
             proc.kill()
             proc.wait()
         log.close()
+
+
+def _api(base: str, token: str, path: str, body: dict | None = None) -> dict | list:
+    request = urllib.request.Request(
+        f"{base}/api/{path}?token={token}", method="POST" if body is not None else "GET",
+        data=None if body is None else json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def start_notebook_kernel(base: str, token: str, notebook: str, timeout: float = 600.0) -> str:
+    """Start the notebook's session and kernel through the server's REST API and wait until the kernel
+    answers; return its id.  JupyterLab then opens the notebook on that kernel: left to start one itself
+    while a fresh venv's first kernel is still importing, it can time out, offer "Select Kernel" and
+    replace the kernel (shutting the old one down with the cells it had queued: CI, 2026-11-28)."""
+    session = _api(base, token, "sessions", {"path": notebook, "name": notebook, "type": "notebook",
+                                             "kernel": {"name": "python3"}})
+    kernel = session["kernel"]["id"]
+    # the kernel's REST state stays "starting" until a client talks to it: ask it for kernel_info directly
+    from jupyter_client import BlockingKernelClient
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    client = BlockingKernelClient(connection_file=str(Path(jupyter_runtime_dir()) / f"kernel-{kernel}.json"))
+    client.load_connection_file()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=timeout)
+    finally:
+        client.stop_channels()
+    return kernel
+
+
+def notebook_kernels(base: str, token: str) -> list[str]:
+    """The ids of the kernels the server's sessions hold now."""
+    return [s["kernel"]["id"] for s in _api(base, token, "sessions") if s.get("kernel")]
 
 
 @contextmanager

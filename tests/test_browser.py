@@ -17,7 +17,7 @@ import nbformat
 import pytest
 
 from .frontend_notebook import LONG_PROFILE, MAGICS, magic_marker, write_notebook
-from .lab import chromium_page, find_chromium, jupyterlab
+from .lab import chromium_page, find_chromium, jupyterlab, notebook_kernels, start_notebook_kernel
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
@@ -64,14 +64,12 @@ def _run_all(page) -> None:
 
 
 def _close_dialogs(page, seen: list[str]) -> None:
+    """Dismissed, never accepted: the notebook's kernel is already running (start_notebook_kernel), and
+    accepting "Select Kernel" would replace it."""
     dialog = page.locator(".jp-Dialog")
     while dialog.count():
-        text = dialog.first.inner_text().strip()
-        seen.append(text)
-        if "Select Kernel" in text:  # the notebook's own kernel is the default choice
-            dialog.first.locator(".jp-mod-accept").click()
-        else:
-            page.keyboard.press("Escape")
+        seen.append(dialog.first.inner_text().strip())
+        page.keyboard.press("Escape")
         dialog.first.wait_for(state="detached", timeout=5_000)
 
 
@@ -165,14 +163,18 @@ def test_each_magic_renders_its_report_and_a_reopened_notebook_still_shows_it(tm
     headlines = {}
 
     with jupyterlab(tmp_path) as (base, token), chromium_page(chromium) as (page, errors):
+        kernel = start_notebook_kernel(base, token, notebook.name)
         url = f"{base}/lab/tree/{notebook.name}?token={token}"
         page.goto(url)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
         _run_all(page)
 
+        def diagnose():
+            return f"kernels: started {kernel}, now {notebook_kernels(base, token)}\n" + _diagnosis(page, tmp_path, errors)
+
         for name, spec in {**MAGICS, **LONG_PROFILE}.items():
             cell = _cell(page, name)
-            _wait_done(cell, lambda: _diagnosis(page, tmp_path, errors))
+            _wait_done(cell, diagnose)
             shown = "\n".join(cell.locator(".jp-OutputArea-output").all_inner_texts())
             assert "Traceback" not in shown, f"{name} raised:\n{shown}"
             reports = cell.locator(".tm-report")
@@ -182,7 +184,7 @@ def test_each_magic_renders_its_report_and_a_reopened_notebook_still_shows_it(tm
             cell.scroll_into_view_if_needed()
             cell.screenshot(path=str(ARTIFACTS / f"{name}.png"))
             _check_tabs(name, spec, reports.first, cell)
-        verified = _run_verify_button(_cell(page, "torchprofile"), lambda: _diagnosis(page, tmp_path, errors))
+        verified = _run_verify_button(_cell(page, "torchprofile"), diagnose)
         assert "%%torchprofile" in verified and "Traceback" not in verified, verified
 
         page.click(".lm-MenuBar-itemLabel:text-is('File')")
@@ -190,6 +192,7 @@ def test_each_magic_renders_its_report_and_a_reopened_notebook_still_shows_it(tm
         page.wait_for_selector(".jp-mod-dirty", state="detached", timeout=30_000)
         page.screenshot(path=str(ARTIFACTS / "notebook.png"), full_page=True)
         assert errors == [], "the browser logged errors:\n" + "\n".join(errors)
+        assert notebook_kernels(base, token) == [kernel], "JupyterLab replaced the notebook's kernel"
         page.click(".lm-MenuBar-itemLabel:text-is('Kernel')")
         page.click(".lm-Menu-itemLabel:text-is('Shut Down Kernel')")
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", state="detached",
