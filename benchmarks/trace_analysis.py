@@ -20,7 +20,10 @@ parse is what is measured, and its error is quoted.
 
 The floor: the fast, well-kept JSON decoders installed here (msgspec, which torchmagic's reader now
 uses a slice at a time; orjson, optional, like HTA) parse the same file, whole, in the same kind of
-fresh process: ``msgspec-typed`` decodes each event
+fresh process, with Python's cycle collector paused as torchmagic's reader pauses it (left on, it walks
+the millions of objects being made, again and again: msgspec's typed parse of 250 MB took 1.6 s with it
+and 0.55 s without, on the AVX512 EPYC, 2026-11-28; figures before that day compared against the slower
+parse): ``msgspec-typed`` decodes each event
 into a typed record of the fields the operator report reads (name, category, times, thread, ids,
 shapes), the fastest parse there is of what the report needs; ``msgspec`` and ``orjson`` into dicts.
 The full report's time is then printed as a multiple of the fastest of them (issue 34: within 2x).
@@ -69,7 +72,8 @@ def rss_mb():
         return next(int(l.split()[1]) for l in f if l.startswith("VmRSS")) / 1024
 tool, path = sys.argv[1], sys.argv[2]
 if tool in ("msgspec", "msgspec-typed", "orjson"):
-    import gzip
+    import gc, gzip
+    gc.disable()  # as torchmagic's reader pauses it: the parse at its best
     def read_bytes():
         with open(path, "rb") as f:
             data = f.read()
