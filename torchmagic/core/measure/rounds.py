@@ -2,7 +2,9 @@
 
 One sample is one block of calls timed together (device synchronised at its ends), divided
 by the calls in it, as torch.utils.benchmark's blocked_autorange does; the order within a
-round rotates, so no contender always follows the same neighbour.
+round rotates, so each contender leads a round in turn.  A rotation keeps neighbours, and which
+variants share the rounds moves each one's time by a few percent (docs/statistics.md); an order in which
+each follows each other equally often moved it no nearer blocked_autorange's figure, so the rotation stays.
 """
 
 from __future__ import annotations
