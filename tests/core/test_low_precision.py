@@ -36,3 +36,16 @@ def test_a_call_that_cannot_be_rebuilt_is_left_out(monkeypatch):
     good = OpCall("aten::mm", ((64, 64), (64, 64)), ("float", "float"), (None, None))
     retimed = call_ratios(CpuDevice(), [*bogus, good], torch.bfloat16, budget_s=10.0)
     assert list(retimed) == [good]
+
+
+def test_autocasts_own_cost_is_timed_once_a_process_per_device_threads_and_dtype(monkeypatch):
+    """Every %%torchprofile's amp estimate reads it: timed anew it was 40-60 ms of a small profile's analysis."""
+    monkeypatch.setattr(low_precision, "_measured", {})
+    timed = []
+    real_time = low_precision._time
+    monkeypatch.setattr(low_precision, "_time", lambda fn, device: timed.append(fn) or real_time(fn, device))
+    first = low_precision.autocast_op_cost_us(CpuDevice(), torch.bfloat16)
+    assert len(timed) == 2 and first >= 0.0  # with autocast and without
+    assert low_precision.autocast_op_cost_us(CpuDevice(), torch.bfloat16) == first and len(timed) == 2
+    low_precision.autocast_op_cost_us(CpuDevice(), torch.float16)
+    assert len(timed) == 4  # another dtype is timed on its own
