@@ -7,8 +7,8 @@ Each trace is the tiled DDP rank of ``benchmarks.trace_analysis``.  The columns 
 duration, thread, name and category, read from the typed records of the reader's slices; each event's parent
 is found without a loop (sorted by thread, start and end descending, an event's depth is how many earlier
 events of its thread are still open; its parent the last earlier event one level up), its children's time
-subtracted with one scatter.  Every op row is checked against ``torchmagic.analyze``'s (calls exactly, times
-to 0.05 µs).  What it leaves out, which the real sweep does: events that are not properly nested (a child
+subtracted with one scatter.  Every op row is checked against torchmagic's operator pass (``operator_summary``,
+as ``torchmagic.analyze`` runs it): calls exactly, times to 0.05 µs.  What it leaves out, which the real sweep does: events that are not properly nested (a child
 that outlives its parent), zero-length events sharing a start, steps, categories, launches and kernels.
 """
 
@@ -24,11 +24,13 @@ import torch
 from benchmarks.machine import machine_line
 from benchmarks.trace_analysis import make_template, write_tiled
 from torchmagic.core.gc_pause import gc_paused
+from torchmagic.features.profile.kineto import CPU_OP, DEVICE_ACTIVITIES, UNREAD_ON_PURPOSE
 from torchmagic.features.profile.traces.ops import OPS_EVENT_LIMIT, operator_summary
 from torchmagic.features.profile.traces.rank import read_rank
 from torchmagic.features.profile.traces.sliced import SlicedTraceReader
 
-DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
+# what the operator pass does not sweep as host events: the device's, and what it sets aside unread
+NOT_HOST = DEVICE_ACTIVITIES | UNREAD_ON_PURPOSE
 
 
 def host_columns(path: str) -> tuple[dict[str, torch.Tensor], dict, dict]:
@@ -38,7 +40,7 @@ def host_columns(path: str) -> tuple[dict[str, torch.Tensor], dict, dict]:
     for batch in SlicedTraceReader(path):
         if batch.records is None:
             continue
-        host = [r for r in batch.records if r.ph == "X" and r.cat not in DEVICE_CATEGORIES]
+        host = [r for r in batch.records if r.ph == "X" and r.cat not in NOT_HOST]
         ts += [r.ts for r in host]
         dur += [r.dur for r in host]
         tid += [threads.setdefault(r.tid, len(threads)) for r in host]
@@ -75,7 +77,7 @@ def self_times(start: torch.Tensor, length: torch.Tensor, thread: torch.Tensor) 
 
 def columnar_table(path: str) -> dict[str, tuple[int, float, float]]:
     columns, names, categories = host_columns(path)
-    ops = columns["category"] == categories.get("cpu_op", -1)
+    ops = columns["category"] == categories.get(CPU_OP, -1)
     name, k = columns["name"][ops], len(names)
     self_ns = self_times(columns["start"], columns["length"], columns["thread"])[ops]
     calls = torch.bincount(name, minlength=k)
