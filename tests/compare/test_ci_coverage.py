@@ -3,6 +3,7 @@ ratio is known, with noise and load injected, it holds the truth at least 90% of
 
 import gc
 import random
+import statistics
 import pytest
 
 import torchmagic
@@ -12,18 +13,25 @@ from ..workloads import SPIN_TWICE, Spinner, iterations_per_second
 
 @pytest.mark.slow
 def test_the_interval_holds_a_known_ratio_at_least_90_percent_of_the_time():
+    """Coverage is a proportion, so it is judged in two stages: 54 hits in 60 trials passes; fewer, and 60
+    more trials are run and 108 in 120 passes.  With the intervals' nominal 96.9% (six blocks) the test fails
+    once in over 10,000 runs, at 95% once in 250, and it passes an interval that covers 85% once in 5
+    (binomial sums; one stage of 60 failed 3% of runs at 95%, as one CI run under load did)."""
     rng, rate = random.Random(0), iterations_per_second()
     net = Spinner(rng, rate)
-    trials, hits, misses = 60, 0, []
-    for _ in range(trials):
-        r = torchmagic.compare(lambda m: m(), model=net, variants=["eager", SPIN_TWICE], runs=10, warmup=1)
-        twice = r["twice"]
-        assert twice.ci[0] <= twice.speedup <= twice.ci[1]
-        if twice.ci[0] <= 0.5 <= twice.ci[1]:
-            hits += 1
-        else:
-            misses.append((round(twice.speedup, 3), tuple(round(c, 3) for c in twice.ci)))
-    assert hits / trials >= 0.9, f"covered 0.5 in {hits} of {trials}; missed: {misses}"
+    estimates, misses = [], []
+    for trials, needed in ((60, 54), (120, 108)):
+        while len(estimates) < trials:
+            r = torchmagic.compare(lambda m: m(), model=net, variants=["eager", SPIN_TWICE], runs=10, warmup=1)
+            twice = r["twice"]
+            assert twice.ci[0] <= twice.speedup <= twice.ci[1]
+            estimates.append(twice.speedup)
+            if not twice.ci[0] <= 0.5 <= twice.ci[1]:
+                misses.append((round(twice.speedup, 3), tuple(round(c, 3) for c in twice.ci)))
+        if trials - len(misses) >= needed:
+            return
+    pytest.fail(f"covered 0.5 in {trials - len(misses)} of {trials} (median estimate "
+                f"{statistics.median(estimates):.4f}); missed: {misses}")
 
 
 def test_timed_runs_and_the_peak_run_pause_the_cycle_collector_and_nothing_collects():
