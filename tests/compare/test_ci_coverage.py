@@ -2,6 +2,7 @@
 ratio is known, with noise and load injected, it holds the truth at least 90% of the time."""
 
 import gc
+import os
 import random
 import statistics
 import pytest
@@ -13,14 +14,16 @@ from ..workloads import SPIN_TWICE, Spinner, iterations_per_second
 
 @pytest.mark.slow
 def test_the_interval_holds_a_known_ratio_at_least_90_percent_of_the_time():
-    """Coverage is a proportion, so it is judged in two stages: 54 hits in 60 trials passes; fewer, and 60
-    more trials are run and 108 in 120 passes.  With the intervals' nominal 96.9% (six blocks) the test fails
-    once in over 10,000 runs, at 95% once in 250, and it passes an interval that covers 85% once in 5
-    (binomial sums; one stage of 60 failed 3% of runs at 95%, as one CI run under load did)."""
+    """Coverage is a proportion, so it is judged in stages: 54 hits in 60 trials passes; fewer, and the
+    trials go on to 120 (108 hits pass), then to 300 (270).  The intervals' nominal coverage is 96.9% (six
+    blocks); measured on the AVX512 EPYC, 97.8% quiet and 95-99% with three bursty CPU hogs.  Binomial sums
+    (the stages run under the same load, so a load that lowers coverage lowers it in all): at 95% the test
+    fails once in over 10,000 runs, at 93% once in 130, and it passes an interval that covers 85% once in
+    5, 88% about half the time (one stage of 60 failed 3% of runs at 95%, as one CI run under load did)."""
     rng, rate = random.Random(0), iterations_per_second()
     net = Spinner(rng, rate)
     estimates, misses = [], []
-    for trials, needed in ((60, 54), (120, 108)):
+    for trials, needed in ((60, 54), (120, 108), (300, 270)):
         while len(estimates) < trials:
             r = torchmagic.compare(lambda m: m(), model=net, variants=["eager", SPIN_TWICE], runs=10, warmup=1)
             twice = r["twice"]
@@ -30,8 +33,11 @@ def test_the_interval_holds_a_known_ratio_at_least_90_percent_of_the_time():
                 misses.append((round(twice.speedup, 3), tuple(round(c, 3) for c in twice.ci)))
         if trials - len(misses) >= needed:
             return
+    above = sum(speedup > 0.5 for speedup, _ in misses)
     pytest.fail(f"covered 0.5 in {trials - len(misses)} of {trials} (median estimate "
-                f"{statistics.median(estimates):.4f}); missed: {misses}")
+                f"{statistics.median(estimates):.4f}; {above} of the {len(misses)} misses above 0.5; load average "
+                f"{os.getloadavg()[0]:.1f}; spin rate {iterations_per_second() / rate:.2f}x the start's); "
+                f"missed: {misses}")
 
 
 def test_timed_runs_and_the_peak_run_pause_the_cycle_collector_and_nothing_collects():
