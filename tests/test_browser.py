@@ -43,24 +43,30 @@ def _browser_or_skip() -> str:
     return chromium
 
 
+_STARTED = "() => !document.querySelector('.jp-CodeCell .jp-InputPrompt').textContent.includes('[ ]')"
+
+
 def _run_all(page) -> None:
     """Run > Run All Cells, retried until the first cell is queued (the menu can race the kernel's start,
-    and on a loaded machine a dialog JupyterLab opens meanwhile can cover the menu: it is closed, and said)."""
+    and on a loaded machine a dialog JupyterLab opens meanwhile can cover the menu: it is closed, and said).
+    A retry first looks whether the last click took after all (a slow browser showed it late): clicking
+    again would run every cell twice."""
     dialogs = []
-    for _ in range(5):
-        _close_dialogs(page, dialogs)
+    for attempt in range(5):
         try:
+            _close_dialogs(page, dialogs)
+            if attempt and page.evaluate(_STARTED):
+                break
             page.click(".lm-MenuBar-itemLabel:text-is('Run')", timeout=10_000)
             page.click(".lm-Menu-itemLabel:text-is('Run All Cells')", timeout=10_000)
-            page.wait_for_function(
-                "() => !document.querySelector('.jp-CodeCell .jp-InputPrompt').textContent.includes('[ ]')",
-                timeout=10_000)
-            if dialogs:
-                print("closed JupyterLab dialogs before running:", *dialogs, sep="\n")
-            return
+            page.wait_for_function(_STARTED, timeout=20_000)
+            break
         except Exception:
             page.keyboard.press("Escape")
-    raise AssertionError("JupyterLab never started running the notebook; dialogs it showed: " + repr(dialogs))
+    else:
+        raise AssertionError("JupyterLab never started running the notebook; dialogs it showed: " + repr(dialogs))
+    if dialogs:
+        print("closed JupyterLab dialogs before running:", *dialogs, sep="\n")
 
 
 def _close_dialogs(page, seen: list[str]) -> None:
@@ -70,7 +76,7 @@ def _close_dialogs(page, seen: list[str]) -> None:
     while dialog.count():
         seen.append(dialog.first.inner_text().strip())
         page.keyboard.press("Escape")
-        dialog.first.wait_for(state="detached", timeout=5_000)
+        dialog.first.wait_for(state="detached", timeout=15_000)
 
 
 def _cell(page, name: str):
