@@ -73,7 +73,9 @@ def test_one_rank_running_out_part_way_restarts_every_rank_instead_of_hanging(sh
     started = time.perf_counter()
     result, captured = run(shell, cell)
     assert result.success, (result.error_in_exec, captured.stderr[-2000:])
-    assert time.perf_counter() - started < 150  # each failed trial cost a restart, not gloo's 30-minute timeout
+    # each failed trial cost a restart, not gloo's 30-minute timeout: ~600 s lets a loaded machine restart
+    # 2 ranks after each failed trial, and one timeout (1800 s) still fails
+    assert time.perf_counter() - started < 600
     found = shell.user_ns["found"]
     assert found.batch_size == 288 and found.global_batch_size == 576
     failed = [t for t in found.trials if not t.ran]
