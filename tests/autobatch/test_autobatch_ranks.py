@@ -15,7 +15,7 @@ from torchmagic.features.autobatch.footprint import FOOTPRINT_RUNS, agree
 from torchmagic.features.autobatch.search import TRIAL_STEPS
 
 from ..conftest import run
-from ..processes import assert_left_as_it_was, process_state
+from ..processes import assert_left_as_it_was, process_state, record_rank_starts
 
 DDP_SETUP = '''import torch, torch.nn as nn, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -129,14 +129,17 @@ def test_a_step_that_fails_on_one_rank_shows_its_frames_and_stops_the_others(she
     ("%%autobatch --ranks 2 step\nx = (", "%%autobatch: the code has a syntax error (above); nothing ran"),
     ("%%autobatch --ranks 2 -- f(BS\nx = 2", "%%autobatch: the expression after -- is not Python: '(' was never closed"),
 ])
-def test_bad_settings_are_one_line_before_any_rank_starts(shell, line, message):
+def test_bad_settings_are_one_line_before_any_rank_starts(shell, line, message, monkeypatch):
     shell.run_cell("def local_fn():\n    pass\nx = 1")
     before = process_state()
+    starts = record_rank_starts(monkeypatch)
     started = time.perf_counter()
     _, captured = run(shell, line)
     shown = (captured.stdout + captured.stderr).strip().splitlines()[-1]
     assert shown.startswith("UsageError: %") and message in shown, shown
-    assert time.perf_counter() - started < 1 and shell.user_ns["x"] == 1
+    assert starts == [] and shell.user_ns["x"] == 1  # no rank, nor the cell, ran
+    # a backstop against slow work before the refusal, which takes milliseconds: 10 s passes a loaded machine
+    assert time.perf_counter() - started < 10
     assert_left_as_it_was(before)
 
 
