@@ -27,6 +27,21 @@ def child_pids() -> set[int]:
     return pids
 
 
+def record_rank_starts(monkeypatch) -> list:
+    """Every start of ranks (RankProcesses.acquire: their folder, then their processes) is recorded and
+    refused instead: a refusal test asserts the list stays empty, which no machine's load can change."""
+    from torchmagic.core.ranks import processes
+
+    started = []
+
+    def refused(self):
+        started.append(self.ranks)
+        raise RuntimeError("test: ranks were started")
+
+    monkeypatch.setattr(processes.RankProcesses, "acquire", refused)
+    return started
+
+
 def process_state() -> tuple:
     import psutil
 

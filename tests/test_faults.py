@@ -137,6 +137,16 @@ def notebook(shell):
     shell.user_ns["fault"] = None
 
 
+@pytest.fixture
+def plain_tracebacks(notebook):
+    """Plain tracebacks: the rich ones cache every source file they show (torch's, for an interrupt
+    landing there), megabytes that would read as our leak.  The mode is put back however the test ends."""
+    mode = notebook.InteractiveTB.mode
+    notebook.run_line_magic("xmode", "Plain")
+    yield notebook
+    notebook.run_line_magic("xmode", mode)
+
+
 def _interrupt_after(seconds: float) -> threading.Timer:
     timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
@@ -238,15 +248,12 @@ def _fault_once(shell, source: str, fault: str, rng: random.Random) -> None:
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize("fault", ["raise", "oom", "sigint"])
 @pytest.mark.parametrize("magic", MAGICS)
-def test_fifty_faults_do_not_grow_memory(notebook, magic, fault):
+def test_fifty_faults_do_not_grow_memory(plain_tracebacks, magic, fault):
     """A leak of one step's tensors per fault would show as megabytes, or as live tensors, over
     50 repetitions (8 for autobatch, 25 for loadertune interrupted: more than the 5 tensors allowed)."""
-    shell, source = notebook, MAGICS[magic]
+    shell, source = plain_tracebacks, MAGICS[magic]
     shell.user_ns["fault"] = "slow" if fault == "sigint" else fault
     rng = random.Random(1)
-    # Plain tracebacks: the rich ones cache every source file they show (torch's, for an interrupt
-    # landing there), megabytes that would read as our leak
-    shell.run_line_magic("xmode", "Plain")
     # warm-up: first-use caches, lazily imported modules, and IPython's cache of the source files
     # its tracebacks show (an interrupt lands in a different file each time, for a while)
     for _ in range(20 if fault == "sigint" else 5):
@@ -261,7 +268,6 @@ def test_fifty_faults_do_not_grow_memory(notebook, magic, fault):
     grown_rss = _rss() - rss
     grown_objects = len(gc.get_objects()) - objects
     grown_tensors = _live_tensors() - tensors
-    shell.run_line_magic("xmode", "Context")
     where = f"{magic}, {repeats} x {fault}"
     assert grown_rss < 16 * MiB, f"{where}: RSS grew {grown_rss / MiB:.1f} MiB"
     assert grown_tensors <= 5, f"{where}: {grown_tensors} more live tensors"

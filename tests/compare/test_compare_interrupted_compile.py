@@ -145,28 +145,45 @@ FRESH = LINKED + textwrap.dedent("""
 """)
 
 
+def _cache_env(cache) -> dict:
+    return {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), "TORCHINDUCTOR_VEC_ISA_OK": "1"}
+
+
+def _ctrl_c_in_the_linker(cache) -> dict:
+    """The scenario in a fresh process whose inductor cache is ``cache``: what it saw."""
+    os.makedirs(cache)
+    script = f"CELL = {CELL!r}\nLINKED = {LINKED!r}\n" + INTERRUPTED_IN_THE_LINKER
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env=_cache_env(cache), start_new_session=True, check=False)  # its own process group
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the linker in /proc")
 def test_a_ctrl_c_that_kills_the_linker_leaves_no_partial_file_for_any_process(tmp_path):
     """The C++ compile's linker is stopped mid-write by the process group's SIGINT, as in a notebook:
     the empty .so it leaves used to fail every later compile of that graph ("file too short")."""
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "TORCHINDUCTOR_VEC_ISA_OK": "1"}
-    script = f"CELL = {CELL!r}\nLINKED = {LINKED!r}\n" + INTERRUPTED_IN_THE_LINKER
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=ROOT,
-                          env=env, start_new_session=True, check=False)  # its own process group, to signal whole
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    for cache in (tmp_path / "first", tmp_path / "second"):
+        seen = _ctrl_c_in_the_linker(cache)
+        if seen["killed"] or cache.name == "second":
+            break
+        # The watcher looks for the linker with the .so open every ms; on a loaded machine it can miss that
+        # window (the compile then ends whole): no Ctrl-C landed, so nothing was tested.  The scenario runs
+        # once more, in a cache of its own; a second miss, or any other failure, still fails.
+        print("the Ctrl-C missed the linker; running again. The first attempt:",
+              {key: value for key, value in seen.items() if key != "shown"})
     assert seen["killed"] and seen["interrupted"] == "KeyboardInterrupt", seen
     shown = seen["shown"]
     removed = [line for line in shown.splitlines() if line.startswith("interrupted compile: removed the partial file")]
-    assert len(removed) >= 1 and all(str(tmp_path) in line for line in removed), shown
+    assert len(removed) >= 1 and all(str(cache) in line for line in removed), shown
     assert "site-packages" not in shown and len(shown.splitlines()) < 30, shown
     assert seen["again"] and seen["numerics_ok"], seen  # the same graph compiles again in that process
 
-    binaries = [os.path.join(root, name) for root, _, names in os.walk(tmp_path) for name in names
+    binaries = [os.path.join(root, name) for root, _, names in os.walk(cache) for name in names
                 if name.endswith((".so", ".o"))]
     assert binaries and not [path for path in binaries if is_partial(path)]
     fresh = subprocess.run([sys.executable, "-c", FRESH], capture_output=True, text=True, timeout=600, cwd=ROOT,
-                           env=env, check=False)
+                           env=_cache_env(cache), check=False)
     assert fresh.returncode == 0 and "compiled" in fresh.stdout, fresh.stderr[-3000:]
 
 

@@ -37,6 +37,15 @@ def make_batch(n):
 '''
 
 
+@pytest.fixture(autouse=True)
+def _threads_put_back():
+    """The fixes exec'd here call torch.set_num_threads (14 or 7): put back what the test found (conftest's
+    1) even when it fails part-way, or every later test in the session runs on that many threads."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 def _namespace():
     namespace = {}
     exec(CELL, namespace)
@@ -96,7 +105,6 @@ def test_every_rules_snippet_names_the_cells_objects_and_runs(fp16, optimizer):
         if rule == "dataloader":
             assert isinstance(ran["train_loader"], DataLoader) and ran["train_loader"].batch_size == 16
             assert ran["train_loader"].num_workers == 1 and torch.get_num_threads() == 1  # 3 ms of 10 ms
-    torch.set_num_threads(1)  # as conftest set it
 
 
 @pytest.mark.slow  # each case starts the loader's workers it recommends
@@ -124,7 +132,6 @@ def test_the_loader_fix_fits_the_cores_and_says_what_the_trace_cannot_tell(cores
     batches = list(namespace["train_loader"])
     assert batches[0][0].shape == (16, 8)
     _stop_workers(namespace, "train_loader")
-    torch.set_num_threads(1)  # as conftest set it
 
 
 @pytest.mark.parametrize("ci, faster", [((1.2, 1.5), True), ((0.8, 1.02), False)])
@@ -240,7 +247,6 @@ def test_the_loader_fix_runs_for_a_loader_batched_by_its_own_batch_sampler():
     exec(finding.snippet, namespace)
     assert namespace["batches"].num_workers == 1 and len(list(namespace["batches"])) == 5
     _stop_workers(namespace, "batches")
-    torch.set_num_threads(1)
 
 
 def test_the_evaluation_sync_fix_names_the_cells_objects_and_runs():

@@ -17,7 +17,9 @@ from torch.utils.data import DataLoader, Dataset
 parser = argparse.ArgumentParser()
 parser.add_argument("out")
 parser.add_argument("--slow-rank", type=int, default=1)
-parser.add_argument("--sample-wait", type=float, default=0.0005)  # seconds per sample on the slow rank
+# seconds per sample on the slow rank: 32 x 2 ms = 64 ms a step, a signal a preemption of a few ms on a
+# loaded machine cannot drown (6 steps: ~0.3 s more than 0.5 ms a sample)
+parser.add_argument("--sample-wait", type=float, default=0.002)
 args = parser.parse_args()
 
 dist.init_process_group("gloo")
