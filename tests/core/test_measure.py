@@ -165,9 +165,6 @@ def test_rounds_stop_on_min_time_after_min_rounds():
     # contenders sharing rounds: every block lasts about as long as the slowest one's call
     assert balanced_calls([1e-5, 2e-3, 1e-2]) == [1000, 5, 1] and balanced_calls([1e-5, 1e-4]) == [100, 10]
     assert balanced_calls([1e-3, 5.0]) == [100, 1]  # a 5 s first run (a compile, no warm-up): 0.1 s blocks at most
-    # the nearest whole number of calls: a hair under half the slowest's time is two calls, not three
-    assert balanced_calls([1e-3, 2.05e-3]) == [2, 1] and balanced_calls([1e-3, 2.6e-3]) == [3, 1]
-    assert balanced_calls([0.0, float("nan"), 2e-3]) == [1, 1, 1]
 
 
 def test_rounds_fall_into_blocks_each_started_afresh():

@@ -32,12 +32,9 @@ def balanced_calls(seconds_per_call: list[float]) -> list[int]:
     """Calls per block for contenders that share rounds, so that every block lasts about as long
     as the slowest contender's single call: each then gets the same seconds of timing per round
     (a round of unequal blocks gives the slow one most of the time, as blocked_autorange run per
-    contender never would), and a load that comes and goes meets every block for as long.
-
-    The calls are the nearest whole number, not the next one up (MIN_BLOCK_S aside): a contender at a
-    hair under half the slowest's time got three calls, a block half as long again as the other's."""
+    contender never would), and a load that comes and goes meets every block for as long."""
     block_s = min(max([s for s in seconds_per_call if math.isfinite(s)], default=0.0), MAX_BALANCED_BLOCK_S)
-    return [max(calls_per_block(s), round(block_s / s)) if 0 < s < math.inf else 1 for s in seconds_per_call]
+    return [calls_per_block(s, block_s) for s in seconds_per_call]
 
 
 @dataclass(frozen=True)
