@@ -4,7 +4,8 @@ import torch
 torch.manual_seed(0)
 # One intra-op thread: with two OpenMP threads on a 2-core machine, any other busy process
 # (a DataLoader worker, a parallel job) makes every small matmul spin in a barrier for ms,
-# which distorts the time shares the rules read.  Tests never assert absolute times.
+# which distorts the time shares the rules read.  Tests assert no absolute times but backstops many
+# times what the work takes (a hang, or work done before a refusal), which a loaded machine passes.
 torch.set_num_threads(1)
 
 
