@@ -17,7 +17,7 @@
    top of the machine's own; the 95% interval should hold 0.5 in at least 90% of comparisons.
 5. Between runs, on a real model (Hugging Face BERT from a small config, inference): amp, inference_mode
    and compile against eager, ``--repeats`` comparisons; after each, an independent interleaved
-   estimate (``blocked_autorange`` on eager and the variant in turn, 0.1 s each, 16 times, the variant
+   estimate (``blocked_autorange`` on eager and the variant in turn, 0.1 s each, 48 times, the variant
    over its two eager neighbours).  How often each interval holds that estimate (target 9 in 10) and
    the median of all runs' such estimates (the best one of the truth), and how many pairs of the
    repeated runs' intervals overlap.  ``python -m benchmarks.compare_accuracy --between-runs``
@@ -46,6 +46,7 @@ from benchmarks.machine import machine_line
 import torchmagic
 from tests.workloads import SPIN_TWICE, Spinner, iterations_per_second
 from torchmagic import Technique, Variant
+from torchmagic.core.measure import PairedRatio, paired_ratio
 
 REPEATS = 5
 
@@ -131,6 +132,7 @@ def coverage(trials: int = 100) -> tuple[int, list[float]]:
 
 
 BETWEEN_VARIANTS = ("amp", "inference_mode", "compile")
+PAIRS = 48  # of the reference's interleaved blocked_autorange estimates, per variant
 
 
 def bert_inference():
@@ -142,9 +144,10 @@ def bert_inference():
     return workload.model.eval(), (lambda m: m(input_ids=ids).logits)
 
 
-def independent_estimates(model, fn, pairs: int = 16, seconds: float = 0.1) -> dict[str, float]:
+def independent_estimates(model, fn, pairs: int = PAIRS, seconds: float = 0.1) -> dict[str, PairedRatio]:
     """Each variant's speedup by blocked_autorange, interleaved: eager, variant, eager, ... ``pairs`` times,
-    each variant time against the mean of its two eager neighbours; the median of those ratios."""
+    each variant time against the mean of its two eager neighbours; the median of those ratios, with the
+    distribution-free 95% interval of those pairs (how precise the reference itself is)."""
     compiled = torch.compile(model)
     calls = {"eager": lambda: fn(model), "compile": lambda: fn(compiled)}
     contexts = {"amp": lambda: torch.autocast("cpu", dtype=torch.bfloat16), "inference_mode": torch.inference_mode}
@@ -152,15 +155,16 @@ def independent_estimates(model, fn, pairs: int = 16, seconds: float = 0.1) -> d
         calls[name] = (lambda c: lambda: _under(c, model, fn))(context)
     timers = {name: Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads())
               for name, call in calls.items()}
-    ratios: dict[str, list[float]] = {name: [] for name in BETWEEN_VARIANTS}
+    eagers: dict[str, list[float]] = {name: [] for name in BETWEEN_VARIANTS}
+    variants: dict[str, list[float]] = {name: [] for name in BETWEEN_VARIANTS}
     for _ in range(pairs):
         eager = timers["eager"].blocked_autorange(min_run_time=seconds).median
         for name in BETWEEN_VARIANTS:
-            variant = timers[name].blocked_autorange(min_run_time=seconds).median
+            variants[name].append(timers[name].blocked_autorange(min_run_time=seconds).median)
             after = timers["eager"].blocked_autorange(min_run_time=seconds).median
-            ratios[name].append((eager + after) / 2 / variant)
+            eagers[name].append((eager + after) / 2)
             eager = after
-    return {name: statistics.median(r) for name, r in ratios.items()}
+    return {name: paired_ratio(eagers[name], variants[name]) for name in BETWEEN_VARIANTS}
 
 
 def _under(context, model, fn):
@@ -168,32 +172,36 @@ def _under(context, model, fn):
         return fn(model)
 
 
-def between_runs(repeats: int) -> None:
+def between_runs(repeats: int, pairs: int = PAIRS) -> None:
     model, fn = bert_inference()
     with torch.no_grad():
         fn(torch.compile(model))  # the first compile in the process (inductor's loading) outside the figures
     rows = []
     for i in range(repeats):
         r = torchmagic.compare(fn, model=model, variants=["eager", *BETWEEN_VARIANTS])
-        rows.append(({n: (r[n].speedup, r[n].ci) for n in BETWEEN_VARIANTS}, independent_estimates(model, fn)))
+        rows.append(({n: (r[n].speedup, r[n].ci) for n in BETWEEN_VARIANTS}, independent_estimates(model, fn, pairs)))
         print(f"  run {i + 1:2d}: {r.rounds} rounds in {r.blocks} blocks, {r.seconds:.1f} s; " + "; ".join(
-            f"{n} {r[n].speedup:.3f} [{r[n].ci[0]:.3f}, {r[n].ci[1]:.3f}] vs {rows[-1][1][n]:.3f}"
-            for n in BETWEEN_VARIANTS), flush=True)
-    pairs = repeats * (repeats - 1) // 2
+            f"{n} {r[n].speedup:.3f} [{r[n].ci[0]:.3f}, {r[n].ci[1]:.3f}] vs {rows[-1][1][n].estimate:.3f} "
+            f"[{rows[-1][1][n].ci[0]:.3f}, {rows[-1][1][n].ci[1]:.3f}]" for n in BETWEEN_VARIANTS), flush=True)
+    runs_paired = repeats * (repeats - 1) // 2
     for n in BETWEEN_VARIANTS:
         cis = [ours[n][1] for ours, _ in rows]
-        held = sum(low <= theirs[n] <= high for (low, high), (_, theirs) in zip(cis, rows))
-        pooled = statistics.median(theirs[n] for _, theirs in rows)
+        references = [theirs[n] for _, theirs in rows]
+        held = sum(low <= ref.estimate <= high for (low, high), ref in zip(cis, references))
+        met = sum(low <= ref.ci[1] and ref.ci[0] <= high for (low, high), ref in zip(cis, references))
+        pooled = statistics.median(ref.estimate for ref in references)
         held_pooled = sum(low <= pooled <= high for low, high in cis)
         overlapping = sum(cis[a][0] <= cis[b][1] and cis[b][0] <= cis[a][1]
                           for a in range(repeats) for b in range(a + 1, repeats))
         estimates = [ours[n][0] for ours, _ in rows]
         widths = [(high - low) / s for (low, high), s in zip(cis, estimates)]
+        their_widths = [(ref.ci[1] - ref.ci[0]) / ref.estimate for ref in references]
         spread = statistics.stdev(estimates) / statistics.mean(estimates)
-        print(f"  {n:15s} held the interleaved estimate in {held}/{repeats}, their median ({pooled:.3f}) in "
-              f"{held_pooled}/{repeats}; intervals overlapping in "
-              f"{overlapping}/{pairs} pairs; run-to-run SD of the speedup {spread:.1%}, "
-              f"median width {statistics.median(widths):.1%}")
+        their_spread = statistics.stdev(ref.estimate for ref in references) / statistics.mean(estimates)
+        print(f"  {n:15s} held the interleaved estimate in {held}/{repeats} (met its own interval in {met}), their "
+              f"median ({pooled:.3f}) in {held_pooled}/{repeats}; intervals overlapping in {overlapping}/{runs_paired} "
+              f"pairs; run-to-run SD of the speedup {spread:.1%} (the reference's {their_spread:.1%}), median width "
+              f"{statistics.median(widths):.1%} (the reference's {statistics.median(their_widths):.1%})")
 
 
 def pin_malloc_thresholds() -> bool:
@@ -209,12 +217,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--between-runs", action="store_true", help="part 5 alone")
     parser.add_argument("--repeats", type=int, default=10, help="comparisons in part 5 (default 10)")
+    parser.add_argument("--pairs", type=int, default=PAIRS,
+                        help=f"interleaved pairs in part 5's reference estimate (default {PAIRS})")
     args = parser.parse_args()
     if args.between_runs:  # as a notebook runs: torch's threads and malloc as they are
         print(f"{machine_line()}; {torch.get_num_threads()} threads, malloc as it is")
         print(f"\n5. between runs: BERT inference, {args.repeats} comparisons at default settings, each followed by "
               "an interleaved blocked_autorange estimate")
-        between_runs(args.repeats)
+        between_runs(args.repeats, args.pairs)
         return
     torch.set_num_threads(1)  # two threads on two busy cores make every timing tool noisy
     pinned = pin_malloc_thresholds()

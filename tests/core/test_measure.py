@@ -162,8 +162,8 @@ def test_rounds_stop_on_min_time_after_min_rounds():
     rounds.run()
     assert rounds.done == 10  # the faster contender needs 10 blocks of 10 ms
     assert calls_per_block(1e-5) == 100 and calls_per_block(0.5) == 1 and calls_per_block(0) == 1
-    # contenders sharing rounds: every block lasts about as long as the slowest one's call
-    assert balanced_calls([1e-5, 2e-3, 1e-2]) == [1000, 5, 1] and balanced_calls([1e-5, 1e-4]) == [100, 10]
+    # contenders sharing rounds: every block lasts about as long as the slowest one's call, and at least 25 ms
+    assert balanced_calls([1e-5, 2e-3, 5e-2]) == [5000, 25, 1] and balanced_calls([1e-5, 1e-4]) == [2500, 250]
     assert balanced_calls([1e-3, 5.0]) == [100, 1]  # a 5 s first run (a compile, no warm-up): 0.1 s blocks at most
 
 

@@ -16,6 +16,11 @@ from typing import Any
 
 # Blocks last at least this long, so the timer's and loop's own cost stays negligible.
 MIN_BLOCK_S = 1e-3
+# Balanced blocks last at least this long.  A variant's block starts with ~10 ms of untimed calls (the calls just
+# after another variant's run slow: compare/run.py); a block 2.5 times that keeps the untimed part of a round near
+# 30%, so a comparison's seconds of timing cost less wall time (BERT, four variants: 6.3-8.3 s against 9.4-11 s with
+# 10 ms blocks, which also read compile 1-2% further from blocked_autorange; docs/statistics.md).
+MIN_BALANCED_BLOCK_S = 0.025
 # Balanced blocks last at most this long: a run slower than that (or a first run, timed with the
 # compile in it when there is no warm-up) gets a block of its own, and the others stay short.
 MAX_BALANCED_BLOCK_S = 0.1
@@ -32,8 +37,10 @@ def balanced_calls(seconds_per_call: list[float]) -> list[int]:
     """Calls per block for contenders that share rounds, so that every block lasts about as long
     as the slowest contender's single call: each then gets the same seconds of timing per round
     (a round of unequal blocks gives the slow one most of the time, as blocked_autorange run per
-    contender never would), and a load that comes and goes meets every block for as long."""
-    block_s = min(max([s for s in seconds_per_call if math.isfinite(s)], default=0.0), MAX_BALANCED_BLOCK_S)
+    contender never would), and a load that comes and goes meets every block for as long; at least
+    MIN_BALANCED_BLOCK_S, so the transient after a switch is a small part of each."""
+    slowest = max([s for s in seconds_per_call if math.isfinite(s)], default=0.0)
+    block_s = min(max(slowest, MIN_BALANCED_BLOCK_S), MAX_BALANCED_BLOCK_S)
     return [calls_per_block(s, block_s) for s in seconds_per_call]
 
 

@@ -7,8 +7,8 @@ rounds, and summarise each (summary.py) with its median, IQR and its speedup ove
 per-round ratios, with a distribution-free CI.  The cycle collector is paused while a run is timed
 or its peak read, as timeit and torch.utils.benchmark do: a full collection in a large process
 takes longer than many a step, and whether one lands in a run is chance.  What a run used to fix for
-all its rounds is the same in every run: the host allocator settled (``settle_allocator``), a lead-in
-call before each short block, autocast's cast cache cleared after each call; and the rounds fall into
+all its rounds is the same in every run: the host allocator settled (``settle_allocator``), 10 ms of
+untimed calls before each short block, autocast's cast cache cleared after each call; and the rounds fall into
 blocks, each started afresh, the unit of the speedup's interval (docs/statistics.md).
 The model, its optimizers and torch's global settings are put back afterwards.
 """
@@ -31,7 +31,7 @@ from ...core.devices.profiler import ensure_profiler_free
 from ...core.gc_pause import gc_paused
 from ...core.interrupts import deliver_pending, guards, uninterruptible
 from ...core.limits import describe_error
-from ...core.measure import BlockStart, Rounds, balanced_calls, min_pairs, timed_block, timed_call
+from ...core.measure import BlockStart, Rounds, balanced_calls, calls_per_block, min_pairs, timed_block, timed_call
 from ...core.outcome import Outcome
 from ...core.render.format import fmt_bytes, fmt_s
 from ...core.settings import TorchSettings
@@ -50,10 +50,12 @@ PROGRESS_INTERVAL_S = 0.25
 # run fixes (the allocator's state, what ran before), so an interval over them held the ratio of that run
 # only: repeated runs' intervals missed each other.
 BLOCKS = min_pairs()
-# A variant's block of calls in a round starts with one untimed call where its calls are shorter than this: the
-# first call after another variant's finds the caches holding that variant's weights and activations (a few ms
-# on a CPU), which no step in a training loop pays.  Timed, it made a variant's speedup depend on how many
-# calls its blocks got (1.05-1.18x with two, 0.97-0.99x with one, for amp on BERT); longer calls dwarf it.
+# A variant's block of calls in a round starts with untimed calls lasting at least LEAD_IN_S where its calls are
+# shorter than LEAD_IN_MAX_S: the calls after another variant's find the caches holding that variant's weights and
+# activations, which no step in a training loop pays.  On BERT (3 ms calls, the AVX512 EPYC) the first call after a
+# switch ran 4-30% slow and the next three 2-6%, 0.3-3% and under 2%; with one untimed call that tail was timed, and
+# a variant's speedup depended on how many calls its blocks got (compile 1.07x with one, 1.12x with two and in a loop).
+LEAD_IN_S = 0.01
 LEAD_IN_MAX_S = 0.1
 _INDUCTOR = "torch._inductor.compile_fx"  # imported by the first torch.compile() call in a process
 
@@ -263,12 +265,12 @@ class _Comparison:
 
     def _block(self, entry: MeasuredVariant) -> Callable[[], tuple[float, int]]:
         call = self._runner(entry)
-        lead_in = entry.call_s < LEAD_IN_MAX_S
+        lead_in = calls_per_block(entry.call_s, LEAD_IN_S) if entry.call_s < LEAD_IN_MAX_S else 0
 
         def run_block() -> tuple[float, int]:
             __tracebackhide__ = True  # noqa: F841
             with gc_paused():
-                if lead_in:
+                for _ in range(lead_in):
                     call()
                 return timed_block(call, entry.calls, self.device), entry.calls
 
