@@ -1,10 +1,15 @@
 """What the --ranks tests check after a run: the processes, threads, fds and SIGINT handler the
-notebook had before it."""
+notebook had before it; and other processes that keep the cores busy."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import subprocess
+import sys
 import threading
+import time
 
 
 def child_pids() -> set[int]:
@@ -69,3 +74,16 @@ def _draw_text_once() -> None:
     ax = fig.add_subplot()
     ax.set_title("fonts")
     figure_png(fig)
+
+
+@contextlib.contextmanager
+def busy_cores():
+    """A busy loop in its own process on every core this process may use; killed and reaped on the way out."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in os.sched_getaffinity(0)]
+    try:
+        time.sleep(0.2)  # started: an interpreter takes ~50 ms to begin its loop
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()

@@ -17,6 +17,7 @@ from torchmagic.features.compare.run import advance_notes
 from torchmagic.features.compare.variants import Env, parse_variants
 
 from ..fakes import FakeCudaDevice, FastBf16Cpu
+from ..processes import busy_cores
 
 
 def mlp():
@@ -51,6 +52,15 @@ def test_a_slowed_variant_is_slower_with_a_ci_that_excludes_one():
     assert slow.numerics_ok is True and slow.max_abs_err == 0
     assert r.best is r.baseline and r.headline().startswith("eager (float32, cpu) is fastest")
     assert f"slow (float32, cpu) {1 / slow.speedup:.2f}× slower" in r.headline()
+
+
+def test_a_busy_machine_is_said_with_how_long_the_rounds_waited_for_a_cpu():
+    net, x = mlp(), torch.randn(32, 64)
+    with busy_cores():
+        r = torchmagic.compare(lambda m: m(x), model=net, variants=["eager", "inference_mode"], runs=6, warmup=1)
+    busy = [note for note in r.notes if note.startswith("the machine was busy")]
+    assert len(busy) == 1 and "waited for a CPU" in busy[0] and "--min-time" in busy[0], r.notes
+    assert int(busy[0].split("CPU ")[1].split("%")[0]) >= 15  # one busy loop per core: 28-50% here, 0.3% free
 
 
 def test_a_wrong_variant_is_flagged_and_never_best():

@@ -1,5 +1,8 @@
 """Statistics and timing primitives."""
 
+import os
+import time
+
 import pytest
 import torch
 
@@ -7,6 +10,7 @@ from torchmagic.core.devices import CpuDevice
 from torchmagic.core.measure import min_pairs, paired_ratio, summarize, timed_call
 
 from ..fakes import FakeCudaDevice
+from ..processes import busy_cores
 
 
 def test_summary_median_and_iqr():
@@ -250,3 +254,25 @@ def test_the_line_bound_covers_one_more_point_at_and_beyond_the_points():
         for x, e in zip(held, noise[6:]):
             held[x] += 100 + 2 * x + e <= upper_line_prediction_bound(points, x)
     assert all(0.94 <= count / trials <= 0.96 for count in held.values()), held
+
+
+def spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_cpu_wait_is_the_share_of_ready_time_the_threads_waited_for_a_cpu(monkeypatch):
+    from torchmagic.core.measure import CpuWait
+
+    waited = CpuWait()
+    spin(0.3)
+    free = waited.share()
+    with busy_cores():
+        waited = CpuWait()
+        spin(0.3)
+        busy = waited.share()
+    # one thread among one busy loop per core: the scheduler shares a core between the two, about half each
+    assert free is not None and 0 <= free < busy - 0.2 and busy < 1
+    monkeypatch.setattr(os, "getpid", lambda: 2 ** 22 + 1)  # a process with no /proc entry: no figures, no error
+    assert CpuWait().share() is None

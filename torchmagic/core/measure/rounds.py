@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .cpu_wait import CpuWait
+
 # Blocks last at least this long, so the timer's and loop's own cost stays negligible.
 MIN_BLOCK_S = 1e-3
 # Balanced blocks last at least this long.  A variant's block starts with ~10 ms of untimed calls (the calls just
@@ -83,6 +85,7 @@ class Rounds:
         self.spent = [0.0] * len(contenders)
         self.done = 0
         self.block_ends: list[int] = []   # the rounds done at each finished block's end
+        self.cpu_wait: float | None = None  # the share of its threads' ready time spent waiting for a CPU (cpu_wait.py)
         self._block_length: int | None = None
 
     def finished(self, active: list[int]) -> bool:
@@ -108,7 +111,7 @@ class Rounds:
     def run(self, on_round: Callable[[int], None] | None = None,
             on_error: Callable[[int, Exception], None] | None = None) -> list[list[float]]:
         __tracebackhide__ = True  # noqa: F841  (a contender's error is the user's)
-        active = list(range(len(self.contenders)))
+        active, waited = list(range(len(self.contenders))), CpuWait()
         while not self.finished(active):
             if self.block_ends and self.block_ends[-1] == self.done and self.block_start is not None:
                 self._start_block(active, on_error)
@@ -126,6 +129,7 @@ class Rounds:
                 self.block_ends.append(self.done)
             if on_round is not None:
                 on_round(self.done)
+        self.cpu_wait = waited.share()  # (None after an interrupt)
         return self.samples
 
     def _start_block(self, active: list[int], on_error) -> None:

@@ -15,6 +15,9 @@ from .compile_watch import CompileCounts
 from .result import CompareResult, VariantResult
 from .variants import Variant
 
+# Noted where the timed rounds' threads waited for a CPU this share of their ready time or more: 0.3% on the free
+# 2-core machine, 33% with one busy loop on one core; there BERT's intervals widened from ~2-3% to 57-97%.
+CPU_WAIT_NOTED = 0.1
 
 @dataclass
 class MeasuredVariant:
@@ -34,12 +37,17 @@ class MeasuredVariant:
 
 
 def rounds_notes(run: Outcome, rounds: Rounds, variants: int) -> list[str]:
-    """What the timed rounds that ran can say: too few for an interval, or cut short."""
+    """What the timed rounds that ran can say: too few for an interval, a busy machine, or cut short."""
     notes = []
     blocks = len(rounds.block_lengths(rounds.done))
     if 0 < blocks < min_pairs() and variants > 1:
         notes.append(f"{rounds.done} rounds in {blocks} blocks give no 95% confidence interval (it takes "
                      f"{min_pairs()} blocks), so no variant is called faster or slower: the figures are a first look")
+    if rounds.cpu_wait is not None and rounds.cpu_wait >= CPU_WAIT_NOTED:
+        notes.append(f"the machine was busy: this process's threads waited for a CPU {rounds.cpu_wait:.0%} of the time "
+                     "they were ready to run in the timed rounds (other processes, or more threads than cores), so "
+                     "the timings are noisier and the intervals wider than on free cores; free them, or give the "
+                     "comparison more time (--min-time)")
     if isinstance(run.error, KeyboardInterrupt):
         notes.append(f"interrupted after {rounds.done} rounds: the figures cover what ran")
     elif run.error is not None:
