@@ -20,7 +20,7 @@ from .cpu_wait import CpuWait
 MIN_BLOCK_S = 1e-3
 # Balanced blocks last at least this long.  A variant's block starts with ~10 ms of untimed calls (the calls just
 # after another variant's run slow: compare/run.py); a block 2.5 times that keeps the untimed part of a round near
-# 30%, so a comparison's seconds of timing cost less wall time (BERT, four variants: 6.3-8.3 s against 9.4-11 s with
+# 30%, so a comparison's seconds of timing cost less wall time (BERT, four variants: 6.3-8.9 s against 9.4-11 s with
 # 10 ms blocks, which also read compile 1-2% further from blocked_autorange; docs/statistics.md).
 MIN_BALANCED_BLOCK_S = 0.025
 # Balanced blocks last at most this long: a run slower than that (or a first run, timed with the

@@ -19,6 +19,7 @@ from .variants import Variant
 # 2-core machine, 33% with one busy loop on one core; there BERT's intervals widened from ~2-3% to 57-97%.
 CPU_WAIT_NOTED = 0.1
 
+
 @dataclass
 class MeasuredVariant:
     """A variant while it is being measured: its built model and what was seen so far."""
