@@ -46,7 +46,7 @@ from benchmarks.machine import machine_line
 import torchmagic
 from tests.workloads import SPIN_TWICE, Spinner, iterations_per_second
 from torchmagic import Technique, Variant
-from torchmagic.core.measure import PairedRatio, paired_ratio
+from torchmagic.core.measure import PairedRatio, min_pairs, paired_ratio
 
 REPEATS = 5
 
@@ -187,9 +187,10 @@ def between_runs(repeats: int, pairs: int = PAIRS) -> None:
     for n in BETWEEN_VARIANTS:
         cis = [ours[n][1] for ours, _ in rows]
         references = [theirs[n] for _, theirs in rows]
+        their_estimates = [ref.estimate for ref in references]
         held = sum(low <= ref.estimate <= high for (low, high), ref in zip(cis, references))
         met = sum(low <= ref.ci[1] and ref.ci[0] <= high for (low, high), ref in zip(cis, references))
-        pooled = statistics.median(ref.estimate for ref in references)
+        pooled = statistics.median(their_estimates)
         held_pooled = sum(low <= pooled <= high for low, high in cis)
         overlapping = sum(cis[a][0] <= cis[b][1] and cis[b][0] <= cis[a][1]
                           for a in range(repeats) for b in range(a + 1, repeats))
@@ -197,7 +198,7 @@ def between_runs(repeats: int, pairs: int = PAIRS) -> None:
         widths = [(high - low) / s for (low, high), s in zip(cis, estimates)]
         their_widths = [(ref.ci[1] - ref.ci[0]) / ref.estimate for ref in references]
         spread = statistics.stdev(estimates) / statistics.mean(estimates)
-        their_spread = statistics.stdev(ref.estimate for ref in references) / statistics.mean(estimates)
+        their_spread = statistics.stdev(their_estimates) / statistics.mean(their_estimates)
         print(f"  {n:15s} held the interleaved estimate in {held}/{repeats} (met its own interval in {met}), their "
               f"median ({pooled:.3f}) in {held_pooled}/{repeats}; intervals overlapping in {overlapping}/{runs_paired} "
               f"pairs; run-to-run SD of the speedup {spread:.1%} (the reference's {their_spread:.1%}), median width "
@@ -220,6 +221,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=PAIRS,
                         help=f"interleaved pairs in part 5's reference estimate (default {PAIRS})")
     args = parser.parse_args()
+    if args.pairs < min_pairs():
+        parser.error(f"--pairs: at least {min_pairs()} (the reference's own 95% interval needs them)")
     if args.between_runs:  # as a notebook runs: torch's threads and malloc as they are
         print(f"{machine_line()}; {torch.get_num_threads()} threads, malloc as it is")
         print(f"\n5. between runs: BERT inference, {args.repeats} comparisons at default settings, each followed by "
