@@ -14,6 +14,9 @@ from torchmagic.features.profile.traces import ops
 from ...tabs import tabs
 from .synthetic import event, write_trace
 
+# device work: a trace holding it is read as events (ops.py), not into columns (columns.py)
+KERNEL = event("gemm_kernel", 2, 1, cat="kernel", tid=7, correlation=1)
+
 @pytest.fixture
 def one_rank_files(job_traces):
     return sorted(os.path.join(job_traces, f) for f in os.listdir(job_traces))
@@ -86,8 +89,10 @@ def test_a_group_of_steps_far_heavier_than_the_average_gets_no_operator_table(tm
     for step in range(2, 6):
         events += [event(f"ProfilerStep#{step}", 1000 * step, 900, cat="user_annotation"),
                    event("aten::add", 1000 * step + 1, 5, **{"External id": 1000 + step})]
-    path = write_trace(tmp_path / "uneven.json", events)
     monkeypatch.setattr(ops, "OPS_EVENT_LIMIT", 50)  # 42 events a step on average: a group a step
+    host = torchmagic.analyze(write_trace(tmp_path / "host.json", events)).profile  # columns: no groups
+    assert host.steps == 5 and {op.name: op.calls for op in host.ops} == {"aten::mm": 200, "aten::add": 4}
+    path = write_trace(tmp_path / "uneven.json", events + [KERNEL])  # device work: read as events, in groups
     r = torchmagic.analyze(path)
     assert r.profile is None and any("a group of its steps holds over 150 events" in n for n in r.notes), r.notes
     monkeypatch.setattr(ops, "HELD_EVENTS_CAP", 5)
@@ -97,11 +102,13 @@ def test_a_group_of_steps_far_heavier_than_the_average_gets_no_operator_table(tm
 
 def test_a_trace_too_big_to_hold_and_without_steps_says_why_it_has_no_table(tmp_path, monkeypatch):
     events = [event("aten::mm", 10 * i, 5, **{"External id": i + 1}) for i in range(50)]
-    path = write_trace(tmp_path / "long.json", events)
     monkeypatch.setattr(ops, "OPS_EVENT_LIMIT", 20)
+    host = torchmagic.analyze(write_trace(tmp_path / "host.json", events)).profile  # columns hold any number
+    assert host.steps == 1 and {op.name: op.calls for op in host.ops} == {"aten::mm": 50}
+    path = write_trace(tmp_path / "long.json", events + [KERNEL])
     r = torchmagic.analyze(path)
     assert r.profile is None
-    assert "No operator table: the trace has 50 events and no ProfilerStep markers" in r.to_text()
+    assert "No operator table: the trace has 51 events and no ProfilerStep markers" in r.to_text()
     monkeypatch.setattr(ops, "OPS_EVENT_LIMIT", 100)
     p = torchmagic.analyze(path).profile
     assert p.steps == 1 and "No ProfilerStep markers: the whole trace is read as one step." in p.notes
@@ -180,7 +187,8 @@ def test_only_gemms_and_convolutions_are_judged_for_the_grain():
 
 def test_a_trace_held_at_once_is_read_once_for_both_passes(tmp_path, monkeypatch):
     events = [event("ProfilerStep#1", 0, 100, cat="user_annotation"), event("aten::mm", 1, 50, **{"External id": 1})]
-    path = write_trace(tmp_path / "small.json", events)
+    path = write_trace(tmp_path / "small.json", events + [KERNEL])
+    host = write_trace(tmp_path / "host.json", events)
     whole = torchmagic.analyze(path).profile
 
     def no_second_reading(path):
@@ -192,6 +200,7 @@ def test_a_trace_held_at_once_is_read_once_for_both_passes(tmp_path, monkeypatch
     monkeypatch.setattr(ops, "ALONGSIDE_BYTES_PER_EVENT", 0)  # a file too big to be likely held: two passes
     with pytest.raises(AssertionError, match="read the file again"):
         torchmagic.analyze(path)
+    assert torchmagic.analyze(host).profile.steps == 1  # host-only: read into columns, once, whatever its size
 
 
 def test_an_operator_pass_error_read_with_the_per_rank_pass_waits_for_it(tmp_path):
@@ -211,7 +220,7 @@ def test_a_gzipped_trace_too_big_to_be_likely_held_is_read_twice(tmp_path, monke
     a gzipped file's trailer gives."""
     events = [event("ProfilerStep#1", 0, 100, cat="user_annotation")]
     events += [event("aten::mm", 1 + i, 1, **{"External id": i + 1}) for i in range(7)]
-    text = write_trace(tmp_path / "t.json", events)
+    text = write_trace(tmp_path / "t.json", events + [KERNEL])  # device work: not read into columns
     with open(text, "rb") as plain, gzip.open(tmp_path / "t.json.gz", "wb") as packed:
         packed.write(plain.read())
     path, sizes = str(tmp_path / "t.json.gz"), (os.path.getsize(tmp_path / "t.json.gz"), os.path.getsize(text))

@@ -84,7 +84,7 @@ class TraceSummarizer:
         sweep.device_reads = {ev.raw.correlation_id() for ev in device if "DtoH" in ev.name} - {0}  # 0: no id
         for tid, evs in by_thread.items():
             sweep.run(evs, "CPU main thread" if tid == self.main_tid else f"CPU thread {tid}")
-        self.others_after = _discount_waiting(out, sweep, self.windows[before:], self.others_after)
+        self.others_after = discount_waiting(out, sweep, self.windows[before:], self.others_after)
         self._memory_levels(sweep.memory, last)
         self.busy_before = attribute_device(device, out, sweep, self.windows, self.busy_before)
         self.first_launch = count_lost_events(device, out, sweep, self.first_launch)
@@ -122,7 +122,7 @@ class TraceSummarizer:
         out.allocated_net = {device: level[device] - base[device] for device in base}
 
 
-def _discount_waiting(out: TraceSummary, sweep: Sweep, windows, before=()) -> list[tuple[float, float]]:
+def discount_waiting(out: TraceSummary, sweep: Sweep, windows, before=()) -> list[tuple[float, float]]:
     """The main thread's gaps count as Python ("other") unless another thread worked meanwhile:
     on CUDA, backward runs on an autograd thread while the main thread waits for it.  The same holds
     for the Python time after each op called from Python.  ``before``: other threads' work that began

@@ -36,7 +36,7 @@ def _category(kind, name, phase, in_sync, in_copy) -> str:
     return OTHER  # Python between ops, and user annotations' own time
 
 
-def _matmul_precision(raw) -> str | None:
+def matmul_precision(raw) -> str | None:
     dtypes = raw.dtypes()
     if not dtypes:
         return None
@@ -279,13 +279,13 @@ class Sweep:
         if self.flop_counts is not None:
             _count_traffic(stats, ev, flops)
         if self.shapes:
-            stats.shapes[_shape_text(ev.raw.shapes())] += self_us
+            stats.shapes[shape_text(ev.raw.shapes())] += self_us
 
     def _matmul_closed(self, ev: Ev, category: str, self_us: float) -> str | None:
         """Add a matmul/conv's self time to its precision's, note a 16-bit one off the tensor cores' grain,
         and keep each distinct fp32 call for the amp rule; returns the precision ("low", "fp32" or None)."""
         out = self.out
-        precision = _matmul_precision(ev.raw)
+        precision = matmul_precision(ev.raw)
         if precision == "low":
             out.matmul_low_us += self_us
             shape = off_tensor_core_grain(ev.name, ev.raw.shapes()) if ev.corr else None
@@ -326,7 +326,7 @@ def _memory(out: TraceSummary, records: list[tuple[float, str, int]], windows, e
             stats.allocated_bytes += nbytes
 
 
-def _shape_text(shapes) -> str:
+def shape_text(shapes) -> str:
     return ", ".join(f"[{', '.join(map(str, s))}]" if isinstance(s, list) else str(s) for s in shapes if s != [])
 
 

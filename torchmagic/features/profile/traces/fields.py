@@ -10,6 +10,8 @@ at most ``TEXT_CHARS`` long (cut with a marker, and counted in ``cut`` for a not
 
 from __future__ import annotations
 
+import ast
+
 import math
 from typing import Any
 
@@ -181,3 +183,14 @@ class EventFields:
 
     def _wrong(self, ev: dict, index: int, field: str, value: Any, wanted: str):
         raise self.refuse(ev, index, field, f"is {kind(value)}, not {wanted}")
+
+
+def literal(text):
+    """A non-tensor input as the trace writes it ("[2, 2]", "False"; "" for a tensor) read as a value, None
+    where it is not one."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return ast.literal_eval(text) if text else None
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None

@@ -11,7 +11,6 @@ folder (groups.py), and summarised one group at a time into one summary (summari
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import math
 import operator
@@ -36,7 +35,9 @@ from ..kineto import (CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, a
 from ..events import DEVICE, MEMORY, OP, RUNTIME, Ev, event_kind
 from ..summarizer import TraceSummarizer
 from ..summary import TraceSummary
-from .fields import INT_LIMIT, MAX_INPUTS, EventFields
+from .columnar import columnar_summary
+from .columns import ColumnReading, TraceColumns
+from .fields import INT_LIMIT, MAX_INPUTS, EventFields, literal
 from .groups import StepGroups, group_starts
 from .rank import RankTrace
 from .reader import TraceFileError, shown_path
@@ -128,7 +129,7 @@ class TraceEvent:
 
     def concrete_inputs(self):
         """The non-tensor arguments, as the trace writes them ("[2, 2]", "False", "" for a tensor)."""
-        return [_literal(value) for value in self._concrete]
+        return [literal(value) for value in self._concrete]
 
     def flops(self):
         return self._flops
@@ -179,15 +180,6 @@ def read_trace_events(events: list[TraceEvent], trace_start_ns: int, out) -> tup
     return cpu, device
 
 
-def _literal(text):
-    if not isinstance(text, str):
-        return text
-    try:
-        return ast.literal_eval(text) if text else None
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return None
-
-
 def trace_profile(trace: RankTrace, alongside: AlongsideReading | None = None) -> ProfileResult | None:
     """The operator-level report of one rank's trace, over all its steps: from what ``alongside`` read with
     the per-rank pass where that holds the trace, else in one more reading pass (rank.py read it already: its
@@ -215,9 +207,11 @@ def trace_profile(trace: RankTrace, alongside: AlongsideReading | None = None) -
                          **fields)
 
 
-def too_big_to_table(trace: RankTrace) -> str | None:
+def too_big_to_table(trace: RankTrace, alongside: AlongsideReading | None = None) -> str | None:
     """Why a trace gets no operator table: more events than are held at once, and no steps to group them
-    by, or steps that each hold more."""
+    by, or steps that each hold more (the columns ``alongside`` read, where it did, hold any number)."""
+    if alongside is not None and alongside.columns.columns is not None:
+        return None
     if trace.events > OPS_EVENT_LIMIT and not trace.steps:
         return (f"No operator table: the trace has {trace.events:,} events and no ProfilerStep markers to group "
                 f"them by, {OPS_EVENT_LIMIT:,} or so at a time (call prof.step() once per iteration)")
@@ -232,6 +226,10 @@ def operator_summary(trace: RankTrace, limit: int,
     """The trace's summary over all its steps, read in groups of about ``limit`` events, and what the reading
     saw; None if a group holds over ``HELD_EVENTS_CAP`` times that, or the trace no timed event.  What
     ``alongside`` read with the per-rank pass is taken where it holds the whole trace."""
+    columns = alongside.held_columns() if alongside is not None else None
+    if columns is not None:
+        summary, first, shapes = columnar_summary(columns)
+        return summary, Seen(start=first, shapes=shapes, steps=columns.steps, meta=trace.meta)
     held = alongside.held(trace.meta) if alongside is not None else None
     if held is not None:
         groups, seen = held
@@ -304,10 +302,11 @@ class _OpsReading:
         return self.seen
 
 
-def alongside_reading(path: str) -> AlongsideReading | None:
-    """An AlongsideReading of the trace at ``path``, or None for a file too big to be likely held at once."""
+def alongside_reading(path: str) -> AlongsideReading:
+    """An AlongsideReading of the trace at ``path``: into columns whatever its size, and into events where the
+    file is small enough to be likely held at once."""
     size = _text_size(path)
-    return AlongsideReading(path) if size is not None and size <= OPS_EVENT_LIMIT * ALONGSIDE_BYTES_PER_EVENT else None
+    return AlongsideReading(path, hold=size is not None and size <= OPS_EVENT_LIMIT * ALONGSIDE_BYTES_PER_EVENT)
 
 
 def _text_size(path: str) -> int | None:
@@ -331,18 +330,24 @@ def _text_size(path: str) -> int | None:
 
 
 class AlongsideReading:
-    """The operator pass's reading done as the per-rank pass reads the file (rank.read_rank's ``also``), for
-    a trace of at most ``OPS_EVENT_LIMIT`` events (one group, held as it is read): one reading of the file.  Past the
-    limit it gives up, letting its events go, and the operator pass reads the file again; an error its checks
-    raise is kept, to be raised where the operator pass would raise it."""
+    """The operator pass's reading done as the per-rank pass reads the file (rank.read_rank's ``also``): one
+    reading of the file.  Into columns (columns.py) while the trace holds only what the columnar summary
+    covers; and, with ``hold``, into events for a trace of at most ``OPS_EVENT_LIMIT`` events (one group, held
+    as it is read), given up past the limit.  Where neither holds, the operator pass reads the file again; an
+    error the events' checks raise is kept, to be raised where the operator pass would raise it."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, hold: bool = True):
+        self.columns = ColumnReading(path)
         self.limit, self.events, self.error = OPS_EVENT_LIMIT, 0, None  # the limit trace_profile groups by
-        self.groups: StepGroups | None = StepGroups(RankTrace(path), [], event_fields, event_from_fields)
-        self.reading: _OpsReading | None = _OpsReading(path, self.groups)
+        self.groups: StepGroups | None = None
+        self.reading: _OpsReading | None = None
+        if hold:
+            self.groups = StepGroups(RankTrace(path), [], event_fields, event_from_fields)
+            self.reading = _OpsReading(path, self.groups)
 
     def __call__(self, batch) -> None:
         """Read one of the per-rank pass's batches, once it has."""
+        self.columns(batch)
         self.events += 1 if batch.records is None else len(batch.records)  # as RankTrace.events counts them
         if self.events > self.limit:
             self.groups = self.reading = self.error = None
@@ -351,6 +356,12 @@ class AlongsideReading:
                 self.reading.batch(batch)
             except TraceFileError as exc:
                 self.error, self.groups, self.reading = exc, None, None
+
+    def held_columns(self) -> TraceColumns | None:
+        """The trace's columns where they hold all of it (None where the reading gave them up)."""
+        if self.error is not None:
+            raise self.error
+        return self.columns.columns
 
     def held(self, meta: dict) -> tuple[StepGroups, Seen] | None:
         """The trace's events in one group, and what the reading saw (``meta``: the file's other keys); None

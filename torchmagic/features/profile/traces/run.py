@@ -152,7 +152,7 @@ def _analyze(source, label: str | None, operators: bool) -> TraceAnalysis:
     findings = cross_rank_findings(ranks, straggler, phase, reason)
     profile = None
     if operators and len(traces) == 1:  # one rank: its operators and findings, as %%torchprofile gives them
-        skipped = too_big_to_table(traces[0])
+        skipped = too_big_to_table(traces[0], alongside)
         if skipped:
             notes.append(skipped)
         else:

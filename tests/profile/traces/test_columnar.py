@@ -1,0 +1,207 @@
+"""The columnar summary (traces/columnar.py) against the sweep's (profile/sweep.py through summarizer.py) on the
+same trace, field by field: real traces of this machine's torch, a real DDP job's ranks, a public one, and
+synthetic traces holding each case the sweep tells apart (nesting, phases, syncs, copies, matmuls, threads)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+import torch
+
+import torchmagic
+from torchmagic.features.profile.summary import TraceSummary
+from torchmagic.features.profile.traces import ops
+from torchmagic.features.profile.traces.columnar import columnar_summary
+from torchmagic.features.profile.traces.columns import ColumnReading
+from torchmagic.features.profile.traces.rank import read_rank
+from torchmagic.features.profile.traces.sliced import SlicedTraceReader
+
+from .synthetic import event, write_trace
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "data", "traces")
+
+
+def _both(path: str) -> tuple[TraceSummary, TraceSummary]:
+    """The trace's summary by the columns, and by the sweep over its events held at once."""
+    reading = ColumnReading(path)
+    trace = read_rank(SlicedTraceReader(path), path, reading)
+    assert reading.columns is not None, "the trace was not read into columns"
+    columnar, first, _ = columnar_summary(reading.columns)
+    swept, seen = ops.operator_summary(trace, trace.events)  # no columns given: the events, in one group
+    assert first == seen.start
+    return columnar, swept
+
+
+def _same(a, b, where: str) -> None:
+    """Equal, in the same order; floats to their last bits (sums are taken in another order)."""
+    if isinstance(b, dict):
+        assert list(a) == list(b), where
+        for key in b:
+            _same(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(b, (list, tuple)) or hasattr(b, "typecode"):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{where}[{i}]")
+    elif isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-9, abs=1e-6), where
+    elif dataclasses.is_dataclass(b):
+        _same(dataclasses.asdict(a), dataclasses.asdict(b), where)
+    else:
+        assert a == b, where
+
+
+def _assert_same(path: str) -> TraceSummary:
+    columnar, swept = _both(path)
+    for f in dataclasses.fields(TraceSummary):
+        _same(getattr(columnar, f.name), getattr(swept, f.name), f.name)
+    return columnar
+
+
+def test_a_real_ddp_jobs_ranks(job_traces):
+    for name in sorted(os.listdir(job_traces)):
+        summary = _assert_same(os.path.join(job_traces, name))
+        assert summary.steps == 4 and summary.python_ops and summary.backward_nodes and summary.data_us > 0
+
+
+@pytest.mark.parametrize("name", ["hta_cpu_train_eval.json.gz", "hta_cpu_gloo_rank-34.json.gz"])
+def test_public_cpu_traces(name):
+    """HTA's CPU traces (shapes recorded): the two of the corpus that hold only host work."""
+    _assert_same(os.path.join(DATA, name))
+
+
+def _train(shapes: bool, path: str) -> None:
+    """A transformer layer trained for 4 profiled steps on this machine's torch: data loading, autocast, a
+    host read (.item()), a copy to contiguous memory, backward on autograd's thread, a foreach optimizer."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+    optimizer = torch.optim.Adam(layer.parameters(), foreach=True)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 8, 32)), batch_size=8)
+    with torch.profiler.profile(record_shapes=shapes, schedule=torch.profiler.schedule(wait=1, warmup=1, active=4)) \
+            as prof:
+        for (x,) in data:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=shapes):
+                out = layer(x.transpose(0, 1).contiguous().transpose(0, 1))
+            loss = out.float().pow(2).mean()
+            loss.item()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            prof.step()
+            if prof.step_num >= 6:
+                break
+    prof.export_chrome_trace(path)
+
+
+@pytest.mark.parametrize("shapes", [False, True], ids=["plain", "shapes"])
+def test_a_training_step_profiled_here(tmp_path, shapes):
+    path = str(tmp_path / "train.json")
+    _train(shapes, path)
+    summary = _assert_same(path)
+    assert summary.steps == 4 and summary.sync_calls == 4 and summary.optimizer_foreach
+    assert summary.layout_copies >= 4 and summary.graph_nodes and summary.backward_nodes
+    if shapes:
+        assert summary.fp32_matmuls and summary.matmul_low_us > 0
+        assert any(stats.shapes for stats in summary.ops.values())
+
+
+def _step(number: int, start: float, tid=1):
+    return event(f"ProfilerStep#{number}", start, 1000, cat="user_annotation", tid=tid)
+
+
+def _cases(t: float) -> list[dict]:
+    """One step's worth of what the sweep tells apart, from time ``t``."""
+    bf16, fp32 = ["c10::BFloat16", "c10::BFloat16"], ["float", "float"]
+    return [
+        event("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t + 10, 90, cat="user_annotation"),
+        event("aten::stack", t + 20, 30),
+        event("aten::linear", t + 110, 190, **{"Sequence number": 5}),
+        event("aten::t", t + 115, 5),
+        event("aten::addmm", t + 120, 170, **{"Input type": fp32 + ["float"], "Input Dims": [[4], [4, 8], [8, 4]],
+                                               "Concrete Inputs": ["", "", "", "1", "1"]}),
+        event("aten::item", t + 300, 20),
+        event("aten::_local_scalar_dense", t + 305, 10),
+        event("aten::empty", t + 330, 0),
+        event("aten::view", t + 330, 0),  # two zero-length events at one start
+        event("aten::add", t + 400, 50, **{"Sequence number": 6}),
+        event("aten::copy_", t + 420, 60),  # outlives its parent
+        event("aten::contiguous", t + 500, 20),
+        event("aten::clone", t + 505, 10),
+        event("aten::copy_", t + 506, 8),
+        event("entire_frame_compile", t + 530, 70, cat="user_annotation"),
+        event("aten::mm", t + 540, 20, **{"Input type": fp32, "Input Dims": [[4, 4], [4, 4]]}),
+        event("autograd::engine::evaluate_function: MmBackward0", t + 600, 100, **{"Sequence number": 5}),
+        event("MmBackward0", t + 610, 80, **{"Sequence number": 5}),
+        event("aten::mm", t + 620, 60, **{"Input type": bf16, "Input Dims": [[8, 16], [16, 8]]}),
+        event("Optimizer.step#SGD.step", t + 700, 100, cat="user_annotation"),
+        event("aten::_foreach_add_", t + 710, 60),
+        event("_compile.compile_inner", t + 775, 20, cat="user_annotation"),  # a compile inside a phase: start-up
+        event("## forward ##", t + 800, 100, cat="user_annotation"),
+        event("aten::relu", t + 810, 80, **{"Sequence number": 7}),
+        event("aten::relu", t + 920, 30, **{"Sequence number": 8}),  # Python between it and the one before
+        event("## tie ##", t + 960, 20, cat="user_annotation"),  # copies and forward 10 µs each: the first closed
+        event("aten::copy_", t + 960, 10),
+        event("aten::relu", t + 970, 10),
+        event("autograd::engine::evaluate_function: AddBackward0", t + 200, 300, tid=2, **{"Sequence number": 6}),
+        event("aten::mul", t + 210, 100, tid=2),
+    ]
+
+
+def test_synthetic_cases_of_each_kind(tmp_path):
+    events = [event("PyTorch Profiler (0)", -5, 4000, cat="Trace"), _step(1, 0), _step(2, 1000), _step(3, 2000)]
+    events += _cases(0) + _cases(1000)
+    events += [event("aten::neg", 2010, 10)]  # Python from step 2's last op to it is not a gap: another step
+    events += [event("aten::ones", 3100, 100), event("aten::zeros", 3150, 10, tid="a thread")]  # after the steps
+    summary = _assert_same(write_trace(tmp_path / "cases.json", events))
+    assert summary.steps == 3 and summary.one_time_us and summary.python_ops and summary.sync_calls == 2
+    assert {span.category for span in summary.timeline if span.name == "## tie ##"} == {"copies"}
+
+
+def test_synthetic_trace_without_steps(tmp_path):
+    """No marker: one step around the whole trace, on the thread that ran most ops (the first of those tied)."""
+    events = [event("aten::mm", 10 * i, 5, tid=1 + i % 2) for i in range(10)]
+    events += [event("## a range ##", 3, 40, cat="user_annotation", tid=3)]
+    summary = _assert_same(write_trace(tmp_path / "flat.json", events))
+    assert summary.steps == 1 and {lane.lane for lane in summary.timeline} >= {"CPU main thread", "CPU thread 2"}
+
+
+@pytest.mark.parametrize("extra", [
+    event("gemm_kernel", 2, 1, cat="kernel", tid=7, correlation=1),
+    event("cudaLaunchKernel", 2, 1, cat="cuda_runtime", correlation=1),
+    event("model.py(12): forward", 1, 5, cat="python_function"),
+    event("aten::mm", 3, 1, flops=1000),
+    {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 2, "args": {"Bytes": 4}},
+    event("x" * 5000, 3, 1),  # a name kept cut
+    event("aten::mm", 3, "5"),  # a duration the checked path refuses
+], ids=["kernel", "runtime", "python", "flops", "memory", "long-name", "string-duration"])
+def test_what_the_columns_do_not_cover_is_read_as_before(tmp_path, extra):
+    path = str(write_trace(tmp_path / "t.json", [_step(1, 0), event("aten::add", 1, 5), extra]))
+    reading = ColumnReading(path)
+    try:
+        read_rank(SlicedTraceReader(path), path, reading)
+    except ValueError:
+        pass  # refused by the per-rank pass: torchmagic.analyze says so in one line
+    assert reading.columns is None
+
+
+def test_analyze_reads_a_host_only_trace_once_into_columns(tmp_path, monkeypatch):
+    events = [_step(1, 0)] + _cases(0)
+    path = write_trace(tmp_path / "t.json", events)
+    monkeypatch.setattr(ops, "ALONGSIDE_BYTES_PER_EVENT", 0)  # "too big to hold": the columns hold it all the same
+
+    def no_second_reading(path):
+        raise AssertionError("the operator pass read the file again")
+
+    monkeypatch.setattr(ops, "SlicedTraceReader", no_second_reading)
+    profile = torchmagic.analyze(path).profile
+    assert profile.steps == 1 and any(op.name == "aten::addmm" for op in profile.ops)
+
+
+def test_a_gzipped_public_trace_reads_the_same_through_analyze():
+    """Through torchmagic.analyze, as a user calls it: the report of the columns is the sweep's."""
+    path = os.path.join(DATA, "hta_cpu_train_eval.json.gz")
+    text = torchmagic.analyze(path).to_text()
+    assert "aten::" in text
+    json.dumps(text)

@@ -1,0 +1,159 @@
+"""A host-only trace read into columns as the per-rank pass reads it: the operator report's input at the
+cost of a few list comprehensions a slice (columnar.py summarises it without a loop over events).
+
+What the columnar summary covers is read here; anything else gives the reading up (its columns let go), and
+the operator report is read as before (ops.py): a slice the typed decoder refused, a value the checked path
+would refuse, cut or replace, device work, runtime calls, memory records, Python frames, or FLOPs.  So where
+the columns are kept, every event is a plain op or user range (or one the summary sets aside), exactly as
+ops.py's typed path would have made its TraceEvent; an op's inputs (shapes, types, non-tensor values) are
+kept once per distinct text, as that path keeps them.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from dataclasses import dataclass, field
+
+from ..events import ANNOTATION, OP, event_kind
+from ..kineto import STEP_PREFIX, USER_ANNOTATION, activity
+from .fields import INT_LIMIT, EventFields
+from .records import EMPTY_LIST, LISTS_KEPT, NO_ARGS, PlainFields
+
+IN_SCOPE = (OP, ANNOTATION, None)  # the light kinds the columnar summary reads (None: set aside, counted)
+
+
+@dataclass
+class EventKind:
+    """What a (name, category) pair as written is read as."""
+
+    name: str
+    cat: str
+    kind: int | None  # events.event_kind's
+
+
+@dataclass
+class TraceColumns:
+    """A host-only trace's timed events in file order: times in µs as written, thread and kind codes
+    (``threads``, ``kinds`` give what they stand for), and autograd sequence numbers."""
+
+    ts: array = field(default_factory=lambda: array("d"))
+    dur: array = field(default_factory=lambda: array("d"))
+    thread: array = field(default_factory=lambda: array("q"))
+    kind: array = field(default_factory=lambda: array("q"))
+    sequence: array = field(default_factory=lambda: array("q"))
+    inputs: array = field(default_factory=lambda: array("q"))  # code into ``input_lists``
+    threads: list = field(default_factory=list)   # code -> tid as kept (an int, or a string)
+    kinds: list[EventKind] = field(default_factory=list)  # code -> what the pair is read as
+    input_lists: list = field(default_factory=list)  # code -> (shapes, input types, non-tensor inputs) as kept
+    steps: bool = False  # a ProfilerStep marker was read
+
+
+class ColumnReading:
+    """The per-rank pass's batches read into TraceColumns (rank.read_rank's ``also``), until one holds what
+    the columnar summary does not cover: then it gives up, and ``columns`` is None."""
+
+    def __init__(self, path: str):
+        self.plain = PlainFields(EventFields(path, share=True))
+        self.columns: TraceColumns | None = TraceColumns()
+        self._kind_codes: dict[tuple, int] = {}   # (name, cat) as written -> code
+        self._thread_codes: dict = {}              # tid as written -> code
+        self._input_codes: dict[tuple, int] = {}   # an op's inputs' texts -> code
+        self._input_code(NO_ARGS)  # code 0: none recorded
+
+    def __call__(self, batch) -> None:
+        if self.columns is None:
+            return
+        if batch.records is None or not self._read(batch.records):
+            self.columns = None
+            self._kind_codes = self._thread_codes = self._input_codes = {}
+
+    def _read(self, records: list) -> bool:
+        """Add a batch's timed records; False where one is outside what the columns cover."""
+        if any(r.ph == "i" and r.name == "[memory]" for r in records if r.ph != "X"):
+            return False
+        timed = [r for r in records if r.ph == "X"]
+        kinds = self._codes(self._kind_codes, [(r.name, r.cat) for r in timed], self._new_kind)
+        threads = self._codes(self._thread_codes, [r.tid for r in timed], self._new_thread)
+        if kinds is None or threads is None:
+            return False
+        args = [r.args or NO_ARGS for r in timed]
+        if any(a.flops for a in args):
+            return False  # FLOPs: the columns leave them out
+        code = self._input_code
+        inputs = [0 if a.dims is EMPTY_LIST and a.dtypes is EMPTY_LIST and a.concrete is EMPTY_LIST else code(a)
+                  for a in args]
+        if None in inputs:
+            return False
+        cols = self.columns
+        try:
+            ts, dur = array("d", [r.ts for r in timed]), array("d", [r.dur or 0.0 for r in timed])
+            sequence = array("q", [a.sequence for a in args])
+            array("q", [a.correlation for a in args])
+        except (TypeError, OverflowError):  # None, or past 64 bits (signed), as the checked path refuses them
+            return False
+        if timed and not _plain_times(ts, dur):
+            return False
+        cols.ts += ts
+        cols.dur += dur
+        cols.thread += array("q", threads)
+        cols.kind += array("q", kinds)
+        cols.sequence += sequence
+        cols.inputs += array("q", inputs)
+        return True
+
+    def _input_code(self, args) -> int | None:
+        """The code of an op's inputs as the checked path keeps them, or None where it would not keep them as
+        written (or too many distinct ones were seen)."""
+        texts = bytes(args.dims), bytes(args.dtypes), bytes(args.concrete)
+        code = self._input_codes.get(texts)
+        if code is None:
+            kept = self.plain.op_inputs(args)
+            if kept is None or len(self._input_codes) >= LISTS_KEPT:
+                return None
+            code = self._input_codes[texts] = len(self.columns.input_lists)
+            self.columns.input_lists.append(kept)
+        return code
+
+    @staticmethod
+    def _codes(codes: dict, keys: list, new) -> list[int] | None:
+        """Each key's code, new ones made by ``new`` (None where a key is not covered)."""
+        try:
+            return [codes[key] for key in keys]
+        except KeyError:
+            pass
+        for key in keys:
+            if key not in codes:
+                code = new(key)
+                if code is None:
+                    return None
+                codes[key] = code
+        return [codes[key] for key in keys]
+
+    def _new_kind(self, pair: tuple) -> int | None:
+        raw_name, raw_cat = pair
+        name, text = self.plain.text(raw_name), self.plain.text(raw_cat)
+        if name is None or text is None or len(self._kind_codes) >= LISTS_KEPT:
+            return None
+        cat = activity(text, name)
+        kind = event_kind(cat, name)
+        if kind not in IN_SCOPE:
+            return None
+        cols = self.columns
+        cols.steps = cols.steps or (cat == USER_ANNOTATION and name.startswith(STEP_PREFIX))
+        cols.kinds.append(EventKind(name, cat, kind))
+        return len(cols.kinds) - 1
+
+    def _new_thread(self, tid) -> int | None:
+        kept = self.plain.tid(tid)
+        if kept is None or len(self._thread_codes) >= LISTS_KEPT:
+            return None
+        self.columns.threads.append(kept)
+        return len(self.columns.threads) - 1
+
+
+def _plain_times(ts: array, dur: array) -> bool:
+    """Times as PlainFields.times keeps them (finite, durations not negative, within 64 bits), checked over the
+    whole slice at once (a NaN or an infinity makes the sum one)."""
+    return (-INT_LIMIT < min(ts) and max(ts) < INT_LIMIT and 0 <= min(dur) and max(dur) < INT_LIMIT
+            and math.isfinite(sum(ts) + sum(dur)))
