@@ -24,13 +24,15 @@ from .synthetic import event, write_trace
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "data", "traces")
 
 
-def _both(path: str) -> tuple[TraceSummary, TraceSummary]:
-    """The trace's summary by the columns, and by the sweep over its events held at once."""
+def _both(path: str, steps_per_group: int | None) -> tuple[TraceSummary, TraceSummary]:
+    """The trace's summary by the columns, and by the sweep over its events (no columns given to
+    operator_summary): held at once, or in groups of about ``steps_per_group`` steps."""
     reading = ColumnReading(path)
     trace = read_rank(SlicedTraceReader(path), path, reading)
     assert reading.columns is not None, "the trace was not read into columns"
-    columnar, first, _ = columnar_summary(reading.columns)
-    swept, seen = ops.operator_summary(trace, trace.events)  # no columns given: the events, in one group
+    limit = trace.events if steps_per_group is None else max(1, int(steps_per_group * trace.events / len(trace.steps)))
+    columnar, first, _ = columnar_summary(reading.columns, trace, limit)
+    swept, seen = ops.operator_summary(trace, limit)
     assert first == seen.start
     return columnar, swept
 
@@ -53,16 +55,17 @@ def _same(a, b, where: str) -> None:
         assert a == b, where
 
 
-def _assert_same(path: str) -> TraceSummary:
-    columnar, swept = _both(path)
+def _assert_same(path: str, steps_per_group: int | None = None) -> TraceSummary:
+    columnar, swept = _both(path, steps_per_group)
     for f in dataclasses.fields(TraceSummary):
         _same(getattr(columnar, f.name), getattr(swept, f.name), f.name)
     return columnar
 
 
-def test_a_real_ddp_jobs_ranks(job_traces):
+@pytest.mark.parametrize("steps_per_group", [None, 1, 2], ids=["whole", "groups-of-1", "groups-of-2"])
+def test_a_real_ddp_jobs_ranks(job_traces, steps_per_group):
     for name in sorted(os.listdir(job_traces)):
-        summary = _assert_same(os.path.join(job_traces, name))
+        summary = _assert_same(os.path.join(job_traces, name), steps_per_group)
         assert summary.steps == 4 and summary.python_ops and summary.backward_nodes and summary.data_us > 0
 
 
@@ -99,6 +102,7 @@ def _train(shapes: bool, path: str) -> None:
 def test_a_training_step_profiled_here(tmp_path, shapes):
     path = str(tmp_path / "train.json")
     _train(shapes, path)
+    _assert_same(path, steps_per_group=1)
     summary = _assert_same(path)
     assert summary.steps == 4 and summary.sync_calls == 4 and summary.optimizer_foreach
     assert summary.layout_copies >= 4 and summary.graph_nodes and summary.backward_nodes
@@ -150,11 +154,14 @@ def _cases(t: float) -> list[dict]:
 
 
 def test_synthetic_cases_of_each_kind(tmp_path):
-    events = [event("PyTorch Profiler (0)", -5, 4000, cat="Trace"), _step(1, 0), _step(2, 1000), _step(3, 2000)]
+    events = [event("PyTorch Profiler (0)", -5, 4000, cat="Trace"), _step(1, 0), _step(2, 1000), _step(3, 2000),
+              event("## training loop ##", -3, 3500, cat="user_annotation")]  # open across every group's start
     events += _cases(0) + _cases(1000)
     events += [event("aten::neg", 2010, 10)]  # Python from step 2's last op to it is not a gap: another step
     events += [event("aten::ones", 3100, 100), event("aten::zeros", 3150, 10, tid="a thread")]  # after the steps
-    summary = _assert_same(write_trace(tmp_path / "cases.json", events))
+    path = write_trace(tmp_path / "cases.json", events)
+    _assert_same(path, steps_per_group=1)
+    summary = _assert_same(path)
     assert summary.steps == 3 and summary.one_time_us and summary.python_ops and summary.sync_calls == 2
     assert {span.category for span in summary.timeline if span.name == "## tie ##"} == {"copies"}
 

@@ -15,6 +15,8 @@ import math
 from array import array
 from dataclasses import dataclass, field
 
+import torch
+
 from ..events import ANNOTATION, OP, event_kind
 from ..kineto import STEP_PREFIX, USER_ANNOTATION, activity
 from .fields import INT_LIMIT, EventFields
@@ -34,15 +36,16 @@ class EventKind:
 
 @dataclass
 class TraceColumns:
-    """A host-only trace's timed events in file order: times in µs as written, thread and kind codes
-    (``threads``, ``kinds`` give what they stand for), and autograd sequence numbers."""
+    """A host-only trace's timed events in file order: start and end in ns (as ops.TraceEvent rounds the
+    file's µs), thread and kind codes (``threads``, ``kinds`` give what they stand for), and autograd
+    sequence numbers."""
 
-    ts: array = field(default_factory=lambda: array("d"))
-    dur: array = field(default_factory=lambda: array("d"))
-    thread: array = field(default_factory=lambda: array("q"))
-    kind: array = field(default_factory=lambda: array("q"))
+    start: array = field(default_factory=lambda: array("q"))
+    end: array = field(default_factory=lambda: array("q"))
+    thread: array = field(default_factory=lambda: array("i"))
+    kind: array = field(default_factory=lambda: array("i"))
     sequence: array = field(default_factory=lambda: array("q"))
-    inputs: array = field(default_factory=lambda: array("q"))  # code into ``input_lists``
+    inputs: array = field(default_factory=lambda: array("i"))  # code into ``input_lists``
     threads: list = field(default_factory=list)   # code -> tid as kept (an int, or a string)
     kinds: list[EventKind] = field(default_factory=list)  # code -> what the pair is read as
     input_lists: list = field(default_factory=list)  # code -> (shapes, input types, non-tensor inputs) as kept
@@ -73,6 +76,8 @@ class ColumnReading:
         if any(r.ph == "i" and r.name == "[memory]" for r in records if r.ph != "X"):
             return False
         timed = [r for r in records if r.ph == "X"]
+        if not timed:
+            return True
         kinds = self._codes(self._kind_codes, [(r.name, r.cat) for r in timed], self._new_kind)
         threads = self._codes(self._thread_codes, [r.tid for r in timed], self._new_thread)
         if kinds is None or threads is None:
@@ -94,12 +99,13 @@ class ColumnReading:
             return False
         if timed and not _plain_times(ts, dur):
             return False
-        cols.ts += ts
-        cols.dur += dur
-        cols.thread += array("q", threads)
-        cols.kind += array("q", kinds)
+        start = (torch.frombuffer(ts, dtype=torch.float64) * 1000).round().long()
+        _append(cols.start, start)
+        _append(cols.end, start + (torch.frombuffer(dur, dtype=torch.float64) * 1000).round().long())
+        cols.thread += array("i", threads)
+        cols.kind += array("i", kinds)
         cols.sequence += sequence
-        cols.inputs += array("q", inputs)
+        cols.inputs += array("i", inputs)
         return True
 
     def _input_code(self, args) -> int | None:
@@ -150,6 +156,14 @@ class ColumnReading:
             return None
         self.columns.threads.append(kept)
         return len(self.columns.threads) - 1
+
+
+def _append(column: array, values: torch.Tensor) -> None:
+    """``values`` (int64) added to the end of ``column`` ('q'), copied in place (the view lives only as long as
+    the copy: the array can grow again after)."""
+    at = len(column)
+    column.frombytes(bytes(8 * len(values)))
+    torch.frombuffer(column, dtype=torch.long, offset=8 * at, count=len(values)).copy_(values)
 
 
 def _plain_times(ts: array, dur: array) -> bool:

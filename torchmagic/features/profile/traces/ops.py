@@ -228,7 +228,7 @@ def operator_summary(trace: RankTrace, limit: int,
     ``alongside`` read with the per-rank pass is taken where it holds the whole trace."""
     columns = alongside.held_columns() if alongside is not None else None
     if columns is not None:
-        summary, first, shapes = columnar_summary(columns)
+        summary, first, shapes = columnar_summary(columns, trace, limit)
         return summary, Seen(start=first, shapes=shapes, steps=columns.steps, meta=trace.meta)
     held = alongside.held(trace.meta) if alongside is not None else None
     if held is not None:

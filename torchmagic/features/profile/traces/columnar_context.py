@@ -1,0 +1,126 @@
+"""What each host event of a group of steps is, as the columnar summary (columnar.py) reads it: its name's
+meaning (``Names``), and what it inherits from the events around it when the sweep opens it (``Context``),
+worked out a depth at a time from the roots down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..categories import CATEGORIES, COPY_OPS, NO_KERNEL_OPS, START_UP, SYNC_OPS, phase_of
+from ..events import ANNOTATION, OP
+from ..kineto import STEP_PREFIX, is_backward_node
+from .columns import EventKind
+from .tree import EventTree
+
+CATEGORY = {category: code for code, category in enumerate(CATEGORIES)}
+
+
+@dataclass
+class Events:
+    """The host events the sweep reads, in its visiting order (thread by thread)."""
+
+    kind: torch.Tensor     # code into ``names``' table of kinds
+    start: torch.Tensor    # µs since the trace's first event, as the sweep's floats
+    end: torch.Tensor
+    thread: torch.Tensor   # index into ``tids``, in the order threads first appear
+    sequence: torch.Tensor
+    inputs: torch.Tensor   # code into ``input_lists``
+    tree: EventTree
+    kinds: list[EventKind]
+    tids: list
+    lanes: list[str]       # each thread's timeline lane (index: ``thread``)
+    input_lists: list
+    shapes: bool           # an op with shapes was read: each op's time is kept by its shapes
+
+
+
+@dataclass
+class Names:
+    """Per kind code, what its name says (tensors indexed by the code)."""
+
+    op: torch.Tensor        # an op (not a user range)
+    phase: torch.Tensor     # the category of the phase it opens (phase_of), -1 for none
+    sync: torch.Tensor      # SYNC_OPS
+    copy: torch.Tensor      # COPY_OPS
+    no_kernel: torch.Tensor  # NO_KERNEL_OPS
+    backward_node: torch.Tensor
+    step: torch.Tensor      # a ProfilerStep marker
+    name_id: torch.Tensor   # the same id for the same name under another category
+    names: list[str]        # name_id -> name
+
+
+def names_of(kinds: list[EventKind]) -> Names:
+    ids: dict[str, int] = {}
+    name_id = [ids.setdefault(k.name, len(ids)) for k in kinds]
+
+    def flag(test) -> torch.Tensor:
+        return torch.tensor([bool(test(k)) for k in kinds], dtype=torch.bool)
+
+    phases = [phase_of(k.name) for k in kinds]
+    return Names(op=flag(lambda k: k.kind == OP),
+                  phase=torch.tensor([-1 if p is None else CATEGORY[p] for p in phases], dtype=torch.long),
+                  sync=flag(lambda k: k.name in SYNC_OPS), copy=flag(lambda k: k.name in COPY_OPS),
+                  no_kernel=flag(lambda k: k.name in NO_KERNEL_OPS), backward_node=flag(lambda k: is_backward_node(k.name)),
+                  step=flag(lambda k: k.kind == ANNOTATION and k.name.startswith(STEP_PREFIX)),
+                  name_id=torch.tensor(name_id, dtype=torch.long), names=list(ids))
+
+
+@dataclass
+class Context:
+    """What each event (visiting order) has when the sweep opens it: the phase it is in, whether an op
+    encloses it, whether it is in a sync or a copy the user asked for, its step (-1: outside the steps) and
+    its timeline bar (the index of the step's top-level event it is under, -1 for a marker or none), and
+    whether its own phase took over (the phase it opens, where none is open or it is a compile)."""
+
+    phase: torch.Tensor
+    under_op: torch.Tensor
+    in_sync: torch.Tensor
+    in_copy: torch.Tensor
+    step: torch.Tensor
+    top: torch.Tensor
+    took: torch.Tensor
+
+
+def context_of(events: Events, names: Names, step_rows: torch.Tensor, windows, before: int) -> Context:
+    """Each event's context; ``step_rows`` are the group's step markers, the last of the steps so far
+    (``windows``, all the groups' up to this one's; ``before`` of them in the groups before)."""
+    n, parent = len(events.kind), events.tree.parent
+    own, is_op = names.phase[events.kind], names.op[events.kind]
+    sync_op, copy_op = is_op & names.sync[events.kind], is_op & names.copy[events.kind]
+    marker = torch.full((n,), -1, dtype=torch.long)
+    marker[step_rows] = torch.arange(before, before + len(step_rows))
+    ctx = Context(phase=own.clone(), under_op=torch.zeros(n, dtype=torch.bool), in_sync=sync_op.clone(),
+                   in_copy=copy_op.clone(), step=marker.clone(), top=torch.full((n,), -1, dtype=torch.long),
+                   took=own >= 0)
+    roots = (parent < 0).nonzero().flatten()
+    placed = window_of(windows, events.start[roots])  # work outside a marker, placed by time
+    is_marker = marker[roots] >= 0
+    ctx.step[roots] = torch.where(is_marker, marker[roots], placed)
+    ctx.top[roots] = torch.where(~is_marker & (placed >= 0), roots, -1)
+    for at in events.tree.levels():
+        up = parent[at]
+        phase, mine = ctx.phase[up], own[at]
+        took = (mine >= 0) & ((phase < 0) | (mine == CATEGORY[START_UP]))
+        ctx.took[at] = took
+        ctx.phase[at] = torch.where(took, mine, phase)
+        under = ctx.under_op[up] | is_op[up]
+        ctx.under_op[at] = under
+        ctx.in_sync[at] = ctx.in_sync[up] | (sync_op[at] & ~under)
+        ctx.in_copy[at] = ctx.in_copy[up] | (copy_op[at] & ~under)
+        step, top, here = ctx.step[up], ctx.top[up], marker[at]
+        ctx.step[at] = torch.where(here >= 0, here, step)
+        ctx.top[at] = torch.where(here >= 0, -1, torch.where((top < 0) & (step >= 0), at, top))
+    return ctx
+
+
+def window_of(windows, t: torch.Tensor) -> torch.Tensor:
+    """sweep._window_of over a tensor of times: the window holding each, or -1."""
+    if not windows:
+        return torch.full_like(t, -1, dtype=torch.long)
+    starts = torch.tensor([w[0] for w in windows], dtype=torch.float64)
+    ends = torch.tensor([w[1] for w in windows], dtype=torch.float64)
+    i = torch.searchsorted(starts, t, right=True) - 1
+    inside = (i >= 0) & (t < ends[i.clamp(min=0)])
+    return torch.where(inside, i, -1)

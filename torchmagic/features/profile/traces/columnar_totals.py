@@ -1,0 +1,195 @@
+"""The columnar summary's totals (columnar.py): what the sweep adds up as it closes each event in the steps
+(self time by category, the operator table, shapes and matmuls, the timeline's bars) and what it notes as it
+opens one (ops called from Python and the time between them, autograd's graph nodes, the optimizer's ops),
+each a masked sum over a group's events, added to what the groups before added."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ....core.measure.low_precision import OpCall, freeze
+from ..categories import BACKWARD, CATEGORIES, COPIES, DATA, FORWARD, OPTIMIZER, OTHER, START_UP, SYNCS
+from ..kineto import FIRST_COMPILE
+from ..result import TimelineSpan as Span
+from ..summary import OpStats, TraceSummary
+from ..sweep import MAX_MATMUL_CALLS, matmul_precision, shape_text
+from ..traffic import MATMUL_OPS
+from .columnar_context import CATEGORY, Context, Events, Names
+from .fields import literal
+
+
+def closed_totals(out: TraceSummary, events: Events, names: Names, ctx: Context) -> dict:
+    """What the sweep adds up as it closes each event in the steps: self time by category, the operator
+    table, the timeline's bars (each in its dominant category); returns the bars' intervals by lane."""
+    tree, kind = events.tree, events.kind
+    length = events.end - events.start
+    has = tree.parent >= 0
+    self_us = (length - torch.zeros_like(length).scatter_add_(0, tree.parent[has], length[has])).clamp(min=0.0)
+    is_step = (ctx.step >= 0) & (ctx.top < 0)  # only a marker has a step but no bar
+    category = torch.where(ctx.phase >= 0, ctx.phase, torch.where(ctx.in_sync, CATEGORY[SYNCS], torch.where(
+        ctx.in_copy, CATEGORY[COPIES], torch.where(names.op[kind], CATEGORY[FORWARD], CATEGORY[OTHER]))))
+    category = torch.where(is_step, CATEGORY[OTHER], category)
+    closing = tree.close_order()
+    closing = closing[ctx.step[closing] >= 0]  # outside the steps nothing is counted
+    totals = torch.zeros(len(CATEGORIES), dtype=torch.float64).scatter_add_(0, category[closing], self_us[closing])
+    for code, total in enumerate(totals.tolist()):
+        out.category_us[CATEGORIES[code]] += total
+    if bool((category[closing] == CATEGORY[START_UP]).any()):
+        out.one_time_us[FIRST_COMPILE] = out.one_time_us.get(FIRST_COMPILE, 0.0) + totals[CATEGORY[START_UP]].item()
+    rows = closing[~is_step[closing]]
+    _operator_table(out, names, kind[rows], self_us[rows], length[rows])
+    ops = rows[names.op[kind[rows]]]
+    _inputs(out, events, names, ops, category[ops], self_us[ops])
+    for phase, field in ((OPTIMIZER, "optimizer_us"), (DATA, "data_us"), (COPIES, "copy_us")):
+        setattr(out, field, getattr(out, field) + float(self_us[rows][category[rows] == CATEGORY[phase]].sum()))
+    return _timeline(out, events, names, ctx.top, (closing, category, self_us))
+
+
+def _operator_table(out: TraceSummary, names: Names, kind, self_us, length) -> None:
+    """Calls, self and total time per name, in the order names first close (as the sweep's dict has them)."""
+    name = names.name_id[kind]
+    count = len(names.names)
+    calls = torch.bincount(name, minlength=count).tolist()
+    own = torch.zeros(count, dtype=torch.float64).scatter_add_(0, name, self_us).tolist()
+    total = torch.zeros(count, dtype=torch.float64).scatter_add_(0, name, length).tolist()
+    first = torch.full((count,), len(name)).scatter_reduce_(0, name, torch.arange(len(name)), "amin")
+    for i in torch.argsort(first).tolist():
+        if calls[i]:
+            stats = out.ops.get(names.names[i])
+            if stats is None:
+                stats = out.ops[names.names[i]] = OpStats(names.names[i])
+            stats.calls += calls[i]
+            stats.self_cpu_us += own[i]
+            stats.total_cpu_us += total[i]
+
+
+def _inputs(out: TraceSummary, events: Events, names: Names, ops, category, self_us) -> None:
+    """What ops' inputs decide, over the ops in the steps in closing order: each op's self time by its shapes
+    (where shapes were recorded), and matmuls' time by precision, each distinct fp32 call kept for the amp rule
+    (at most sweep.MAX_MATMUL_CALLS of them, the first to close)."""
+    name, inputs = names.name_id[events.kind[ops]], events.inputs[ops]
+    if events.shapes:
+        count = len(events.input_lists)
+        key = name * count + inputs
+        unique, inverse = torch.unique(key, return_inverse=True)
+        sums = torch.zeros(len(unique), dtype=torch.float64).scatter_add_(0, inverse, self_us).tolist()
+        first = torch.full((len(unique),), len(key)).scatter_reduce_(0, inverse, torch.arange(len(key)), "amin")
+        for i in torch.argsort(first).tolist():
+            op, code = divmod(int(unique[i]), count)
+            out.ops[names.names[op]].shapes[shape_text(events.input_lists[code][0])] += sums[i]
+    matmul = torch.tensor([n in MATMUL_OPS for n in names.names], dtype=torch.bool)[name]
+    for op, code, forward, us in zip(name[matmul].tolist(), inputs[matmul].tolist(),
+                                     (category[matmul] == CATEGORY[FORWARD]).tolist(), self_us[matmul].tolist()):
+        shapes, dtypes, concrete = events.input_lists[code]
+        precision = matmul_precision(_Inputs(dtypes))
+        if precision == "low":
+            out.matmul_low_us += us
+        elif precision == "fp32":
+            out.matmul_fp32_us += us
+            out.matmul_fp32_calls += 1
+            call = OpCall(names.names[op], freeze(shapes), freeze(dtypes), freeze([literal(v) for v in concrete]))
+            totals = out.fp32_matmuls.get(call)
+            if totals is None and len(out.fp32_matmuls) < MAX_MATMUL_CALLS:
+                totals = out.fp32_matmuls[call] = [0, 0.0, 0.0, 0]
+            if totals is not None:
+                totals[0] += 1
+                totals[1] += us
+                totals[3] += forward
+
+
+@dataclass
+class _Inputs:
+    """An op's input types, read as sweep.matmul_precision reads a raw event's."""
+
+    types: list
+
+    def dtypes(self) -> list:
+        return self.types
+
+
+def _timeline(out: TraceSummary, events: Events, names: Names, tops: torch.Tensor, closed: tuple) -> dict:
+    """A bar per top-level event of a step, in the category that took most of the self time under it (the
+    first to close among those tied, as the sweep's dict keeps them); returns the bars' intervals by lane.
+    ``closed``: the events in the steps in closing order, and every event's category and self time."""
+    closing, category, self_us = closed
+    top = tops[closing]
+    bars = closing[top == closing]  # the bars themselves, in closing order
+    if not len(bars):
+        return {}
+    slot = torch.full((len(tops),), -1, dtype=torch.long)
+    slot[bars] = torch.arange(len(bars))
+    under = top >= 0
+    count = len(CATEGORIES)
+    key = slot[top[under]] * count + category[closing[under]]
+    sums = torch.zeros(len(bars) * count, dtype=torch.float64).scatter_add_(0, key, self_us[closing[under]])
+    first = torch.full((len(bars) * count,), len(key)).scatter_reduce_(0, key, torch.arange(len(key)), "amin")
+    sums = torch.where(first < len(key), sums, -torch.inf).view(len(bars), count)
+    tied = sums == sums.max(dim=1, keepdim=True).values
+    dominant = torch.where(tied, first.view(len(bars), count), len(key)).argmin(dim=1).tolist()
+    intervals: dict[str, list] = {}
+    starts, ends = events.start[bars].tolist(), events.end[bars].tolist()
+    lane_of, name_of = events.thread[bars].tolist(), names.name_id[events.kind[bars]].tolist()
+    lanes = events.lanes
+    for start, end, lane, name, code in zip(starts, ends, lane_of, name_of, dominant):
+        out.timeline.append(Span(lanes[lane], start, end - start, CATEGORIES[code], names.names[name]))
+        intervals.setdefault(lanes[lane], []).append((start, end))
+    return intervals
+
+
+def opened_totals(out: TraceSummary, events: Events, names: Names, ctx: Context) -> list[tuple[int, float, float]]:
+    """What the sweep notes as it opens each op in the steps (sweep._op_opened): ops called from Python and
+    the Python time between them, autograd's graph nodes, the optimizer's ops; and as it opens any event
+    whose own phase takes over: backward's nodes, the optimizer's name.  Returns the gaps between Python ops
+    (the index of the op before, its end, the next one's start)."""
+    kind, phase, length = events.kind, ctx.phase, events.end - events.start
+    op = names.op[kind] & (ctx.step >= 0)
+    out.launching_ops += int((op & ~ctx.under_op & (phase != CATEGORY[DATA]) & ~names.no_kernel[kind]).sum())
+    backward_node = op & (phase == CATEGORY[BACKWARD]) & names.backward_node[kind]
+    sequence = torch.where((phase < 0) | backward_node, events.sequence, -1)
+    python = op & (phase < 0) & ~ctx.under_op  # called straight from Python
+    rows, offset = python.nonzero().flatten(), len(out.python_op_us)
+    durations, nodes, syncs = length[rows].tolist(), sequence[rows].tolist(), names.sync[kind[rows]].tolist()
+    out.python_ops += len(rows)
+    out.python_op_us.extend(durations)
+    out.python_op_nodes.extend(nodes)
+    out.python_op_sync.extend(syncs)
+    out.python_gap_us.extend([0.0] * len(rows))
+    for us, node, sync in zip(durations, nodes, syncs):
+        if sync:
+            out.sync_calls += 1
+            out.sync_us += us
+        if node >= 0:
+            out.graph_node_us[node] = out.graph_node_us.get(node, 0.0) + us
+    out.graph_nodes.update(sequence[op & (phase < 0) & (sequence >= 0)].tolist())
+    out.backward_nodes.update(sequence[backward_node & (sequence >= 0)].tolist())
+    _optimizer(out, names, kind, op & (phase == CATEGORY[OPTIMIZER]))
+    if "aten::contiguous" in names.names:
+        out.layout_copies += int((op & (names.name_id[kind] == names.names.index("aten::contiguous"))).sum())
+    own = names.phase[kind]
+    out.backward_events += int((ctx.took & (own == CATEGORY[BACKWARD])).sum())
+    for code in torch.unique(kind[ctx.took & (own == CATEGORY[OPTIMIZER]) & ~names.op[kind]]).tolist():
+        out.optimizer_names.add(events.kinds[code].name.split("#", 1)[1].split(".", 1)[0])
+    return _python_gaps(events, python, own >= 0, ctx.step, offset)
+
+
+def _optimizer(out: TraceSummary, names: Names, kind: torch.Tensor, optimizer_ops: torch.Tensor) -> None:
+    out.optimizer_ops += int(optimizer_ops.sum())
+    for i in torch.unique(names.name_id[kind[optimizer_ops]]).tolist():
+        if "_fused_" in names.names[i]:
+            out.optimizer_fused = True
+        elif "_foreach_" in names.names[i]:
+            out.optimizer_foreach = True
+
+
+def _python_gaps(events: Events, python: torch.Tensor, resets: torch.Tensor, step: torch.Tensor, offset: int) -> list:
+    """The Python time after each op called from Python until the next on its thread in the same step, where
+    no event opening a phase came between (in visiting order, as the sweep's ``last_python`` sees them)."""
+    seen = (python | resets).nonzero().flatten()
+    before, after = seen[:-1], seen[1:]
+    index = torch.cumsum(python.long(), 0) + (offset - 1)  # each Python op's place in python_op_us
+    gap = python[before] & python[after] & (events.thread[before] == events.thread[after]) \
+        & (step[before] == step[after]) & (events.start[after] > events.end[before])
+    before, after = before[gap], after[gap]
+    return list(zip(index[before].tolist(), events.end[before].tolist(), events.start[after].tolist()))
