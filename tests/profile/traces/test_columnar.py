@@ -75,15 +75,15 @@ def test_public_cpu_traces(name):
     _assert_same(os.path.join(DATA, name))
 
 
-def _train(shapes: bool, path: str) -> None:
+def _train(shapes: bool, stacks: bool, path: str) -> None:
     """A transformer layer trained for 4 profiled steps on this machine's torch: data loading, autocast, a
     host read (.item()), a copy to contiguous memory, backward on autograd's thread, a foreach optimizer."""
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
     optimizer = torch.optim.Adam(layer.parameters(), foreach=True)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 8, 32)), batch_size=8)
-    with torch.profiler.profile(record_shapes=shapes, schedule=torch.profiler.schedule(wait=1, warmup=1, active=4)) \
-            as prof:
+    with torch.profiler.profile(record_shapes=shapes, with_stack=stacks,
+                                schedule=torch.profiler.schedule(wait=1, warmup=1, active=4)) as prof:
         for (x,) in data:
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=shapes):
                 out = layer(x.transpose(0, 1).contiguous().transpose(0, 1))
@@ -98,10 +98,11 @@ def _train(shapes: bool, path: str) -> None:
     prof.export_chrome_trace(path)
 
 
-@pytest.mark.parametrize("shapes", [False, True], ids=["plain", "shapes"])
-def test_a_training_step_profiled_here(tmp_path, shapes):
+@pytest.mark.parametrize("shapes, stacks", [(False, False), (True, False), (True, True)],
+                         ids=["plain", "shapes", "stacks"])
+def test_a_training_step_profiled_here(tmp_path, shapes, stacks):
     path = str(tmp_path / "train.json")
-    _train(shapes, path)
+    _train(shapes, stacks, path)
     _assert_same(path, steps_per_group=1)
     summary = _assert_same(path)
     assert summary.steps == 4 and summary.sync_calls == 4 and summary.optimizer_foreach
@@ -109,6 +110,8 @@ def test_a_training_step_profiled_here(tmp_path, shapes):
     if shapes:
         assert summary.fp32_matmuls and summary.matmul_low_us > 0
         assert any(stats.shapes for stats in summary.ops.values())
+    if stacks:
+        assert summary.hot_lines
 
 
 def _step(number: int, start: float, tid=1):
@@ -125,6 +128,9 @@ def _cases(t: float) -> list[dict]:
         event("aten::t", t + 115, 5),
         event("aten::addmm", t + 120, 170, **{"Input type": fp32 + ["float"], "Input Dims": [[4], [4, 8], [8, 4]],
                                                "Concrete Inputs": ["", "", "", "1", "1"]}),
+        event("train.py(10): step", t + 300, 30, cat="python_function"),  # the user's code ...
+        event("site-packages/lib/mod.py(5): f", t + 300, 28, cat="python_function"),  # ... calling a library
+        event("site-packages/lib/inner.py(9): g", t + 300, 26, cat="python_function"),  # (the first call counts)
         event("aten::item", t + 300, 20),
         event("aten::_local_scalar_dense", t + 305, 10),
         event("aten::empty", t + 330, 0),
@@ -164,6 +170,8 @@ def test_synthetic_cases_of_each_kind(tmp_path):
     summary = _assert_same(path)
     assert summary.steps == 3 and summary.one_time_us and summary.python_ops and summary.sync_calls == 2
     assert {span.category for span in summary.timeline if span.name == "## tie ##"} == {"copies"}
+    assert summary.hot_lines["train.py(10): step"] > 0 and list(summary.syncs_in_library) == [
+        "site-packages/lib/mod.py(5): f"]
 
 
 def test_synthetic_trace_without_steps(tmp_path):
@@ -177,12 +185,11 @@ def test_synthetic_trace_without_steps(tmp_path):
 @pytest.mark.parametrize("extra", [
     event("gemm_kernel", 2, 1, cat="kernel", tid=7, correlation=1),
     event("cudaLaunchKernel", 2, 1, cat="cuda_runtime", correlation=1),
-    event("model.py(12): forward", 1, 5, cat="python_function"),
     event("aten::mm", 3, 1, flops=1000),
     {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 2, "args": {"Bytes": 4}},
     event("x" * 5000, 3, 1),  # a name kept cut
     event("aten::mm", 3, "5"),  # a duration the checked path refuses
-], ids=["kernel", "runtime", "python", "flops", "memory", "long-name", "string-duration"])
+], ids=["kernel", "runtime", "flops", "memory", "long-name", "string-duration"])
 def test_what_the_columns_do_not_cover_is_read_as_before(tmp_path, extra):
     path = str(write_trace(tmp_path / "t.json", [_step(1, 0), event("aten::add", 1, 5), extra]))
     reading = ColumnReading(path)

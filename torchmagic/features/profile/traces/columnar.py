@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..events import ANNOTATION, OP
+from ..events import ANNOTATION, OP, PYTHON
 from ..kineto import CPU_OP, STEP_PREFIX, USER_ANNOTATION
 from ..summarizer import discount_waiting
 from ..summary import TraceSummary
@@ -161,10 +161,11 @@ def _spanning(table: _Table, trace: RankTrace, cuts: torch.Tensor, group: torch.
 
 
 def _events(table: _Table, rows: torch.Tensor, input_lists: list, shapes: bool) -> Events:
-    """A group's host events (ops and user ranges) in the sweep's visiting order, their times as its floats."""
+    """A group's host events (ops, user ranges, Python frames) in the sweep's visiting order, their times as its
+    floats."""
     kind = table.kind[rows].long()
     light = torch.tensor([-1 if k.kind is None else k.kind for k in table.kinds], dtype=torch.long)[kind]
-    host = rows[(light == OP) | (light == ANNOTATION)]
+    host = rows[(light == OP) | (light == ANNOTATION) | (light == PYTHON)]
     start = (table.start[host] - table.first).double() / 1000.0
     end = start + (table.end[host] - table.start[host]).double() / 1000.0
     lane, codes = _first_seen_order(table.thread[host].long())

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import torch
 
 from ..categories import CATEGORIES, COPY_OPS, NO_KERNEL_OPS, START_UP, SYNC_OPS, phase_of
-from ..events import ANNOTATION, OP
+from ..events import ANNOTATION, OP, PYTHON
+from ..frames import is_library_frame, is_user_frame
 from ..kineto import STEP_PREFIX, is_backward_node
 from .columns import EventKind
 from .tree import EventTree
@@ -47,6 +48,10 @@ class Names:
     no_kernel: torch.Tensor  # NO_KERNEL_OPS
     backward_node: torch.Tensor
     step: torch.Tensor      # a ProfilerStep marker
+    annotation: torch.Tensor  # a user range
+    python: torch.Tensor    # a Python frame
+    user_frame: torch.Tensor  # a Python frame of the user's code (frames.is_user_frame)
+    library_frame: torch.Tensor  # a Python frame of an installed package (frames.is_library_frame)
     name_id: torch.Tensor   # the same id for the same name under another category
     names: list[str]        # name_id -> name
 
@@ -64,6 +69,9 @@ def names_of(kinds: list[EventKind]) -> Names:
                   sync=flag(lambda k: k.name in SYNC_OPS), copy=flag(lambda k: k.name in COPY_OPS),
                   no_kernel=flag(lambda k: k.name in NO_KERNEL_OPS), backward_node=flag(lambda k: is_backward_node(k.name)),
                   step=flag(lambda k: k.kind == ANNOTATION and k.name.startswith(STEP_PREFIX)),
+                  annotation=flag(lambda k: k.kind == ANNOTATION), python=flag(lambda k: k.kind == PYTHON),
+                  user_frame=flag(lambda k: k.kind == PYTHON and is_user_frame(k.name)),
+                  library_frame=flag(lambda k: k.kind == PYTHON and is_library_frame(k.name)),
                   name_id=torch.tensor(name_id, dtype=torch.long), names=list(ids))
 
 
@@ -71,8 +79,10 @@ def names_of(kinds: list[EventKind]) -> Names:
 class Context:
     """What each event (visiting order) has when the sweep opens it: the phase it is in, whether an op
     encloses it, whether it is in a sync or a copy the user asked for, its step (-1: outside the steps) and
-    its timeline bar (the index of the step's top-level event it is under, -1 for a marker or none), and
-    whether its own phase took over (the phase it opens, where none is open or it is a compile)."""
+    its timeline bar (the index of the step's top-level event it is under, -1 for a marker or none),
+    whether its own phase took over (the phase it opens, where none is open or it is a compile), and the
+    innermost frame of the user's code around it with the first library call that frame made (name ids, -1
+    for none)."""
 
     phase: torch.Tensor
     under_op: torch.Tensor
@@ -81,6 +91,8 @@ class Context:
     step: torch.Tensor
     top: torch.Tensor
     took: torch.Tensor
+    frame: torch.Tensor
+    library: torch.Tensor
 
 
 def context_of(events: Events, names: Names, step_rows: torch.Tensor, windows, before: int) -> Context:
@@ -91,9 +103,10 @@ def context_of(events: Events, names: Names, step_rows: torch.Tensor, windows, b
     sync_op, copy_op = is_op & names.sync[events.kind], is_op & names.copy[events.kind]
     marker = torch.full((n,), -1, dtype=torch.long)
     marker[step_rows] = torch.arange(before, before + len(step_rows))
+    name, user, library = names.name_id[events.kind], names.user_frame[events.kind], names.library_frame[events.kind]
     ctx = Context(phase=own.clone(), under_op=torch.zeros(n, dtype=torch.bool), in_sync=sync_op.clone(),
-                   in_copy=copy_op.clone(), step=marker.clone(), top=torch.full((n,), -1, dtype=torch.long),
-                   took=own >= 0)
+                  in_copy=copy_op.clone(), step=marker.clone(), top=torch.full((n,), -1, dtype=torch.long),
+                  took=own >= 0, frame=torch.where(user, name, -1), library=torch.full((n,), -1, dtype=torch.long))
     roots = (parent < 0).nonzero().flatten()
     placed = window_of(windows, events.start[roots])  # work outside a marker, placed by time
     is_marker = marker[roots] >= 0
@@ -112,6 +125,10 @@ def context_of(events: Events, names: Names, step_rows: torch.Tensor, windows, b
         step, top, here = ctx.step[up], ctx.top[up], marker[at]
         ctx.step[at] = torch.where(here >= 0, here, step)
         ctx.top[at] = torch.where(here >= 0, -1, torch.where((top < 0) & (step >= 0), at, top))
+        frame, called = ctx.frame[up], ctx.library[up]  # a library's frame under a user's, the first one only
+        ctx.frame[at] = torch.where(user[at], name[at], frame)
+        ctx.library[at] = torch.where(user[at], -1, torch.where(library[at] & (frame >= 0) & (called < 0), name[at],
+                                                                called))
     return ctx
 
 

@@ -38,7 +38,7 @@ def closed_totals(out: TraceSummary, events: Events, names: Names, ctx: Context)
         out.category_us[CATEGORIES[code]] += total
     if bool((category[closing] == CATEGORY[START_UP]).any()):
         out.one_time_us[FIRST_COMPILE] = out.one_time_us.get(FIRST_COMPILE, 0.0) + totals[CATEGORY[START_UP]].item()
-    rows = closing[~is_step[closing]]
+    rows = closing[~is_step[closing] & ~names.python[kind[closing]]]  # Python frames are in no op's row
     _operator_table(out, names, kind[rows], self_us[rows], length[rows])
     ops = rows[names.op[kind[rows]]]
     _inputs(out, events, names, ops, category[ops], self_us[ops])
@@ -156,10 +156,17 @@ def opened_totals(out: TraceSummary, events: Events, names: Names, ctx: Context)
     out.python_op_nodes.extend(nodes)
     out.python_op_sync.extend(syncs)
     out.python_gap_us.extend([0.0] * len(rows))
-    for us, node, sync in zip(durations, nodes, syncs):
+    frames, libraries = ctx.frame[rows].tolist(), ctx.library[rows].tolist()
+    for us, node, sync, frame, library in zip(durations, nodes, syncs, frames, libraries):
+        if frame >= 0:
+            out.hot_lines[names.names[frame]] += us
+        if library >= 0:
+            out.python_ops_in_library[names.names[library]] += 1
         if sync:
             out.sync_calls += 1
             out.sync_us += us
+            if library >= 0:
+                out.syncs_in_library[names.names[library]] += 1
         if node >= 0:
             out.graph_node_us[node] = out.graph_node_us.get(node, 0.0) + us
     out.graph_nodes.update(sequence[op & (phase < 0) & (sequence >= 0)].tolist())
@@ -169,7 +176,7 @@ def opened_totals(out: TraceSummary, events: Events, names: Names, ctx: Context)
         out.layout_copies += int((op & (names.name_id[kind] == names.names.index("aten::contiguous"))).sum())
     own = names.phase[kind]
     out.backward_events += int((ctx.took & (own == CATEGORY[BACKWARD])).sum())
-    for code in torch.unique(kind[ctx.took & (own == CATEGORY[OPTIMIZER]) & ~names.op[kind]]).tolist():
+    for code in torch.unique(kind[ctx.took & (own == CATEGORY[OPTIMIZER]) & names.annotation[kind]]).tolist():
         out.optimizer_names.add(events.kinds[code].name.split("#", 1)[1].split(".", 1)[0])
     return _python_gaps(events, python, own >= 0, ctx.step, offset)
 

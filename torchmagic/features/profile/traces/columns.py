@@ -3,7 +3,7 @@ cost of a few list comprehensions a slice (columnar.py summarises it without a l
 
 What the columnar summary covers is read here; anything else gives the reading up (its columns let go), and
 the operator report is read as before (ops.py): a slice the typed decoder refused, a value the checked path
-would refuse, cut or replace, device work, runtime calls, memory records, Python frames, or FLOPs.  So where
+would refuse, cut or replace, device work, runtime calls, memory records, or FLOPs.  So where
 the columns are kept, every event is a plain op or user range (or one the summary sets aside), exactly as
 ops.py's typed path would have made its TraceEvent; an op's inputs (shapes, types, non-tensor values) are
 kept once per distinct text, as that path keeps them.
@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..events import ANNOTATION, OP, event_kind
+from ..events import ANNOTATION, OP, PYTHON, event_kind
 from ..kineto import STEP_PREFIX, USER_ANNOTATION, activity
 from .fields import INT_LIMIT, EventFields
 from .records import EMPTY_LIST, LISTS_KEPT, NO_ARGS, PlainFields
 
-IN_SCOPE = (OP, ANNOTATION, None)  # the light kinds the columnar summary reads (None: set aside, counted)
+IN_SCOPE = (OP, ANNOTATION, PYTHON, None)  # the light kinds the columnar summary reads (None: set aside, counted)
 
 
 @dataclass
