@@ -75,14 +75,14 @@ def test_public_cpu_traces(name):
     _assert_same(os.path.join(DATA, name))
 
 
-def _train(shapes: bool, stacks: bool, path: str) -> None:
+def _train(shapes: bool, stacks: bool, memory: bool, path: str) -> None:
     """A transformer layer trained for 4 profiled steps on this machine's torch: data loading, autocast, a
     host read (.item()), a copy to contiguous memory, backward on autograd's thread, a foreach optimizer."""
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
     optimizer = torch.optim.Adam(layer.parameters(), foreach=True)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 8, 32)), batch_size=8)
-    with torch.profiler.profile(record_shapes=shapes, with_stack=stacks,
+    with torch.profiler.profile(record_shapes=shapes, with_stack=stacks, profile_memory=memory,
                                 schedule=torch.profiler.schedule(wait=1, warmup=1, active=4)) as prof:
         for (x,) in data:
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=shapes):
@@ -98,11 +98,12 @@ def _train(shapes: bool, stacks: bool, path: str) -> None:
     prof.export_chrome_trace(path)
 
 
-@pytest.mark.parametrize("shapes, stacks", [(False, False), (True, False), (True, True)],
-                         ids=["plain", "shapes", "stacks"])
-def test_a_training_step_profiled_here(tmp_path, shapes, stacks):
+@pytest.mark.parametrize("shapes, stacks, memory", [(False, False, False), (True, False, False),
+                                                    (True, True, False), (True, False, True)],
+                         ids=["plain", "shapes", "stacks", "memory"])
+def test_a_training_step_profiled_here(tmp_path, shapes, stacks, memory):
     path = str(tmp_path / "train.json")
-    _train(shapes, stacks, path)
+    _train(shapes, stacks, memory, path)
     _assert_same(path, steps_per_group=1)
     summary = _assert_same(path)
     assert summary.steps == 4 and summary.sync_calls == 4 and summary.optimizer_foreach
@@ -112,6 +113,15 @@ def test_a_training_step_profiled_here(tmp_path, shapes, stacks):
         assert any(stats.shapes for stats in summary.ops.values())
     if stacks:
         assert summary.hot_lines
+    if memory:
+        assert summary.memory_recorded and summary.peak_allocated["cpu"] > 0
+        assert any(stats.allocated_bytes for stats in summary.ops.values())
+
+
+def _memory(ts: float, nbytes: int, device_type: int = 0, tid=1) -> dict:
+    return {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": tid, "ts": ts, "s": "t",
+            "args": {"Total Reserved": 0, "Total Allocated": 0, "Bytes": nbytes, "Addr": 1, "Device Type": device_type,
+                     "Device Id": 0 if device_type else -1}}
 
 
 def _step(number: int, start: float, tid=1):
@@ -135,6 +145,16 @@ def _cases(t: float) -> list[dict]:
         event("aten::_local_scalar_dense", t + 305, 10),
         event("aten::empty", t + 330, 0),
         event("aten::view", t + 330, 0),  # two zero-length events at one start
+        event("aten::zeros_like", t + 331, 9),
+        _memory(t + 331.5, 4096),  # allocated under zeros_like: its row is made now, before new_fill's
+        event("aten::new_fill", t + 332, 3),
+        _memory(t + 333, 512, device_type=1),  # under new_fill, on cuda:0
+        _memory(t + 336, -4096),  # freed
+        event("## a range ##", t + 341, 4, cat="user_annotation"),
+        _memory(t + 342, 64),  # under a user range: no op's
+        event("aten::outer_alloc", t + 350, 20),
+        event("aten::inner_op", t + 351, 2),
+        _memory(t + 355, 256),  # its visit closes inner_op first: inner_op's row comes before outer_alloc's
         event("aten::add", t + 400, 50, **{"Sequence number": 6}),
         event("aten::copy_", t + 420, 60),  # outlives its parent
         event("aten::contiguous", t + 500, 20),
@@ -165,6 +185,7 @@ def test_synthetic_cases_of_each_kind(tmp_path):
     events += _cases(0) + _cases(1000)
     events += [event("aten::neg", 2010, 10)]  # Python from step 2's last op to it is not a gap: another step
     events += [event("aten::ones", 3100, 100), event("aten::zeros", 3150, 10, tid="a thread")]  # after the steps
+    events += [_memory(-4, 1 << 20), _memory(3120, 8)]  # held from before the steps; allocated after them
     path = write_trace(tmp_path / "cases.json", events)
     _assert_same(path, steps_per_group=1)
     summary = _assert_same(path)
@@ -172,6 +193,7 @@ def test_synthetic_cases_of_each_kind(tmp_path):
     assert {span.category for span in summary.timeline if span.name == "## tie ##"} == {"copies"}
     assert summary.hot_lines["train.py(10): step"] > 0 and list(summary.syncs_in_library) == [
         "site-packages/lib/mod.py(5): f"]
+    assert summary.ops["aten::zeros_like"].allocated_bytes == 2 * 4096 and summary.allocated_total["cuda:0"] == 2 * 512
 
 
 def test_synthetic_trace_without_steps(tmp_path):
@@ -186,10 +208,11 @@ def test_synthetic_trace_without_steps(tmp_path):
     event("gemm_kernel", 2, 1, cat="kernel", tid=7, correlation=1),
     event("cudaLaunchKernel", 2, 1, cat="cuda_runtime", correlation=1),
     event("aten::mm", 3, 1, flops=1000),
-    {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 2, "args": {"Bytes": 4}},
+    {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 2,
+     "args": {"Bytes": 4, "Device Type": 99}},  # a device type torch does not know: the events path refuses it
     event("x" * 5000, 3, 1),  # a name kept cut
     event("aten::mm", 3, "5"),  # a duration the checked path refuses
-], ids=["kernel", "runtime", "flops", "memory", "long-name", "string-duration"])
+], ids=["kernel", "runtime", "flops", "unknown-device", "long-name", "string-duration"])
 def test_what_the_columns_do_not_cover_is_read_as_before(tmp_path, extra):
     path = str(write_trace(tmp_path / "t.json", [_step(1, 0), event("aten::add", 1, 5), extra]))
     reading = ColumnReading(path)

@@ -85,7 +85,7 @@ class TraceSummarizer:
         for tid, evs in by_thread.items():
             sweep.run(evs, "CPU main thread" if tid == self.main_tid else f"CPU thread {tid}")
         self.others_after = discount_waiting(out, sweep, self.windows[before:], self.others_after)
-        self._memory_levels(sweep.memory, last)
+        memory_levels(out, sweep.memory, self.windows, (self.level, self.base), last)
         self.busy_before = attribute_device(device, out, sweep, self.windows, self.busy_before)
         self.first_launch = count_lost_events(device, out, sweep, self.first_launch)
         if not last:
@@ -100,26 +100,28 @@ class TraceSummarizer:
         self.first_kernels.update(first)
         return set(first.values()) - {0}  # 0: no id
 
-    def _memory_levels(self, records: list[tuple[float, str, int]], last: bool) -> None:
-        """Peak and final allocation level per device above the first step's start, in time order across
-        threads: on CUDA, backward allocates on the autograd thread while the main thread's tensors live.
-        Memory may be recorded from before the steps (run.py starts the profiler a warm-up step early: the
-        CPU profiler reports no free of a block allocated before it started, so the gradients zero_grad
-        frees would otherwise never leave the level); only the steps' records make the peak, and none after
-        the last step."""
-        if not self.windows:
-            return
-        out, level, base = self.out, self.level, self.base
-        start, end = self.windows[0][0], self.windows[-1][1] if last else math.inf
-        for t, device, nbytes in sorted(records, key=lambda r: r[0]):
-            if t > end:
-                break
-            if t >= start:
-                base.setdefault(device, level[device])
-            level[device] += nbytes
-            if t >= start:
-                out.peak_allocated[device] = max(out.peak_allocated.get(device, 0), level[device] - base[device])
-        out.allocated_net = {device: level[device] - base[device] for device in base}
+def memory_levels(out: TraceSummary, records: list[tuple[float, str, int]], windows, levels: tuple[dict, dict],
+                  last: bool) -> None:
+    """Peak and final allocation level per device above the first step's start, in time order across
+    threads: on CUDA, backward allocates on the autograd thread while the main thread's tensors live.
+    Memory may be recorded from before the steps (run.py starts the profiler a warm-up step early: the
+    CPU profiler reports no free of a block allocated before it started, so the gradients zero_grad
+    frees would otherwise never leave the level); only the steps' records make the peak, and none after
+    the last step.  ``levels``: each device's bytes allocated so far and its level at the first step's
+    start, carried from one group of steps to the next (``last``: no step follows)."""
+    if not windows:
+        return
+    level, base = levels
+    start, end = windows[0][0], windows[-1][1] if last else math.inf
+    for t, device, nbytes in sorted(records, key=lambda r: r[0]):
+        if t > end:
+            break
+        if t >= start:
+            base.setdefault(device, level[device])
+        level[device] += nbytes
+        if t >= start:
+            out.peak_allocated[device] = max(out.peak_allocated.get(device, 0), level[device] - base[device])
+    out.allocated_net = {device: level[device] - base[device] for device in base}
 
 
 def discount_waiting(out: TraceSummary, sweep: Sweep, windows, before=()) -> list[tuple[float, float]]:

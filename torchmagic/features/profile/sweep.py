@@ -311,10 +311,7 @@ def _memory(out: TraceSummary, records: list[tuple[float, str, int]], windows, e
     """An allocation (bytes > 0) or a free: kept in ``records`` for trace.py's levels; an allocation in
     a step counts toward its device's total and to the op that made it."""
     out.memory_recorded = True
-    device_type = ev.raw.device_type()
-    # per device, never summed across GPUs: "cuda:1", as a Device's label reads
-    device = ("cpu" if device_type == DeviceType.CPU
-              else f"{str(device_type).rsplit('.', 1)[-1].lower()}:{max(ev.raw.device_index(), 0)}")
+    device = device_label(ev.raw.device_type(), ev.raw.device_index())
     nbytes = ev.raw.nbytes()
     records.append((ev.start, device, nbytes))
     if nbytes > 0 and _window_of(windows, ev.start) is not None:
@@ -324,6 +321,11 @@ def _memory(out: TraceSummary, records: list[tuple[float, str, int]], windows, e
             if stats is None:
                 stats = out.ops[parent[0].name] = OpStats(parent[0].name)
             stats.allocated_bytes += nbytes
+
+
+def device_label(device_type: DeviceType, index: int) -> str:
+    """A memory record's device, per device and never summed across GPUs: "cuda:1", as a Device's label reads."""
+    return "cpu" if device_type == DeviceType.CPU else f"{str(device_type).rsplit('.', 1)[-1].lower()}:{max(index, 0)}"
 
 
 def shape_text(shapes) -> str:

@@ -14,17 +14,19 @@ last bits (tests/profile/traces/test_columnar.py holds them to 1e-9 of their val
 from __future__ import annotations
 
 from array import array
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
 
-from ..events import ANNOTATION, OP, PYTHON
+from ..events import ANNOTATION, MEMORY, OP, PYTHON
 from ..kineto import CPU_OP, STEP_PREFIX, USER_ANNOTATION
-from ..summarizer import discount_waiting
+from ..summarizer import discount_waiting, memory_levels
 from ..summary import TraceSummary
 from ..timeline import bound_timeline
 from .columnar_context import Events, context_of, names_of
+from .columnar_memory import MemoryColumns, memory_records
 from .columnar_totals import closed_totals, opened_totals
 from .columns import EventKind, TraceColumns
 from .groups import group_starts
@@ -49,6 +51,7 @@ class _Table:
     kinds: list[EventKind]
     tids: list
     first: int
+    memory: MemoryColumns
 
 
 @dataclass
@@ -56,6 +59,8 @@ class _Carried:
     """What one group leaves the next: the steps so far, the main thread, other threads' work past them."""
 
     windows: list[tuple[float, float]] = field(default_factory=list)
+    level: dict = field(default_factory=lambda: defaultdict(int))  # device -> bytes allocated so far
+    base: dict = field(default_factory=dict)  # device -> its level at the first step's start
     main: object = None
     main_known: bool = False
     others_after: list = field(default_factory=list)
@@ -72,10 +77,11 @@ def columnar_summary(columns: TraceColumns, trace: RankTrace, limit: int) -> tup
     if len(group_starts(trace, limit)) > 1:  # per Python op: 8 bytes, not a float object and its pointer
         out.python_op_us, out.python_gap_us = array("d"), array("d")
         out.python_op_nodes, out.python_op_sync = array("q"), array("b")
+    count = max(len(group_starts(trace, limit)), 1)
     for index, rows in enumerate(_groups(table, trace, limit)):
         if index:
             bound_timeline(out)  # at most so many bars per lane between groups too, as the summarizer bounds them
-        _add(out, _events(table, rows, columns.input_lists, shapes), names, carried)
+        _add(out, _events(table, rows, columns.input_lists, shapes), names, carried, table.memory, index == count - 1)
     out.event_count = len(table.start)
     bound_timeline(out)
     return out, table.first, shapes
@@ -83,10 +89,12 @@ def columnar_summary(columns: TraceColumns, trace: RankTrace, limit: int) -> tup
 
 def _table(columns: TraceColumns) -> _Table:
     start = _tensor(columns.start, torch.long)
+    memory = MemoryColumns(_tensor(columns.memory_rows, torch.long), _tensor(columns.memory_bytes, torch.long),
+                           _tensor(columns.memory_device, torch.int32), columns.devices)
     table = _Table(start, _tensor(columns.end, torch.long), _tensor(columns.kind, torch.int32),
-                   _tensor(columns.thread, torch.int32),
-                   _tensor(columns.sequence, torch.long), _tensor(columns.inputs, torch.int32), list(columns.kinds),
-                   list(columns.threads), int(start.min()))
+                   _tensor(columns.thread, torch.int32), _tensor(columns.sequence, torch.long),
+                   _tensor(columns.inputs, torch.int32), list(columns.kinds), list(columns.threads), int(start.min()),
+                   memory)
     if not columns.steps:
         _add_whole_trace_marker(table)
     return table
@@ -165,14 +173,14 @@ def _events(table: _Table, rows: torch.Tensor, input_lists: list, shapes: bool) 
     floats."""
     kind = table.kind[rows].long()
     light = torch.tensor([-1 if k.kind is None else k.kind for k in table.kinds], dtype=torch.long)[kind]
-    host = rows[(light == OP) | (light == ANNOTATION) | (light == PYTHON)]
+    host = rows[(light == OP) | (light == ANNOTATION) | (light == PYTHON) | (light == MEMORY)]
     start = (table.start[host] - table.first).double() / 1000.0
     end = start + (table.end[host] - table.start[host]).double() / 1000.0
     lane, codes = _first_seen_order(table.thread[host].long())
     tree = event_tree(lane, start, end)
     at, order = host[tree.order], tree.order
     return Events(table.kind[at].long(), start[order], end[order], lane[order], table.sequence[at],
-                  table.inputs[at].long(), tree, table.kinds, [table.tids[code] for code in codes.tolist()], [],
+                  table.inputs[at].long(), at, tree, table.kinds, [table.tids[code] for code in codes.tolist()], [],
                   input_lists, shapes)
 
 
@@ -186,8 +194,9 @@ def _first_seen_order(codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return rank[inverse], unique[order]
 
 
-def _add(out: TraceSummary, events: Events, names, carried: _Carried) -> None:
-    """One group's events summarised into ``out``, as TraceSummarizer.add summarises them."""
+def _add(out: TraceSummary, events: Events, names, carried: _Carried, memory: MemoryColumns, last: bool) -> None:
+    """One group's events summarised into ``out``, as TraceSummarizer.add summarises them (``last``: no step
+    follows)."""
     step_rows = names.step[events.kind].nonzero().flatten()
     step_rows = step_rows[torch.argsort(events.tree.order[step_rows], stable=True)]  # the file's order, then
     step_rows = step_rows[torch.argsort(events.start[step_rows], stable=True)]       # by start, as it sorts
@@ -201,10 +210,12 @@ def _add(out: TraceSummary, events: Events, names, carried: _Carried) -> None:
     events.lanes = [MAIN_LANE if carried.main_known and tid == carried.main else f"CPU thread {tid}"
                     for tid in events.tids]
     context = context_of(events, names, step_rows, carried.windows, before)
-    bars = closed_totals(out, events, names, context)
+    records, allocations = memory_records(out, events, names, memory, carried.windows)
+    bars = closed_totals(out, events, names, context, allocations)
     gaps = opened_totals(out, events, names, context)
     carried.others_after = discount_waiting(out, _SweepLike(bars, MAIN_LANE, gaps), carried.windows[before:],
                                             carried.others_after)
+    memory_levels(out, records, carried.windows, (carried.level, carried.base), last)
 
 
 @dataclass

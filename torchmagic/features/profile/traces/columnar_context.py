@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ..categories import CATEGORIES, COPY_OPS, NO_KERNEL_OPS, START_UP, SYNC_OPS, phase_of
-from ..events import ANNOTATION, OP, PYTHON
+from ..events import ANNOTATION, MEMORY, OP, PYTHON
 from ..frames import is_library_frame, is_user_frame
 from ..kineto import STEP_PREFIX, is_backward_node
 from .columns import EventKind
@@ -28,6 +28,7 @@ class Events:
     thread: torch.Tensor   # index into ``tids``, in the order threads first appear
     sequence: torch.Tensor
     inputs: torch.Tensor   # code into ``input_lists``
+    row: torch.Tensor      # each event's row in the columns
     tree: EventTree
     kinds: list[EventKind]
     tids: list
@@ -50,6 +51,7 @@ class Names:
     step: torch.Tensor      # a ProfilerStep marker
     annotation: torch.Tensor  # a user range
     python: torch.Tensor    # a Python frame
+    memory: torch.Tensor    # a memory record
     user_frame: torch.Tensor  # a Python frame of the user's code (frames.is_user_frame)
     library_frame: torch.Tensor  # a Python frame of an installed package (frames.is_library_frame)
     name_id: torch.Tensor   # the same id for the same name under another category
@@ -70,6 +72,7 @@ def names_of(kinds: list[EventKind]) -> Names:
                   no_kernel=flag(lambda k: k.name in NO_KERNEL_OPS), backward_node=flag(lambda k: is_backward_node(k.name)),
                   step=flag(lambda k: k.kind == ANNOTATION and k.name.startswith(STEP_PREFIX)),
                   annotation=flag(lambda k: k.kind == ANNOTATION), python=flag(lambda k: k.kind == PYTHON),
+                  memory=flag(lambda k: k.kind == MEMORY),
                   user_frame=flag(lambda k: k.kind == PYTHON and is_user_frame(k.name)),
                   library_frame=flag(lambda k: k.kind == PYTHON and is_library_frame(k.name)),
                   name_id=torch.tensor(name_id, dtype=torch.long), names=list(ids))

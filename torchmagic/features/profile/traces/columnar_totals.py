@@ -20,9 +20,10 @@ from .columnar_context import CATEGORY, Context, Events, Names
 from .fields import literal
 
 
-def closed_totals(out: TraceSummary, events: Events, names: Names, ctx: Context) -> dict:
+def closed_totals(out: TraceSummary, events: Events, names: Names, ctx: Context, allocations: tuple) -> dict:
     """What the sweep adds up as it closes each event in the steps: self time by category, the operator
-    table, the timeline's bars (each in its dominant category); returns the bars' intervals by lane."""
+    table, the timeline's bars (each in its dominant category); returns the bars' intervals by lane.
+    ``allocations``: the bytes memory records gave ops as the sweep visited them (columnar_memory.py)."""
     tree, kind = events.tree, events.kind
     length = events.end - events.start
     has = tree.parent >= 0
@@ -32,14 +33,15 @@ def closed_totals(out: TraceSummary, events: Events, names: Names, ctx: Context)
         ctx.in_copy, CATEGORY[COPIES], torch.where(names.op[kind], CATEGORY[FORWARD], CATEGORY[OTHER]))))
     category = torch.where(is_step, CATEGORY[OTHER], category)
     closing = tree.close_order()
-    closing = closing[ctx.step[closing] >= 0]  # outside the steps nothing is counted
+    # outside the steps nothing is counted; a memory record is visited, never opened
+    closing = closing[(ctx.step[closing] >= 0) & ~names.memory[kind[closing]]]
     totals = torch.zeros(len(CATEGORIES), dtype=torch.float64).scatter_add_(0, category[closing], self_us[closing])
     for code, total in enumerate(totals.tolist()):
         out.category_us[CATEGORIES[code]] += total
     if bool((category[closing] == CATEGORY[START_UP]).any()):
         out.one_time_us[FIRST_COMPILE] = out.one_time_us.get(FIRST_COMPILE, 0.0) + totals[CATEGORY[START_UP]].item()
     rows = closing[~is_step[closing] & ~names.python[kind[closing]]]  # Python frames are in no op's row
-    _operator_table(out, names, kind[rows], self_us[rows], length[rows])
+    _operator_table(out, names, (kind[rows], self_us[rows], length[rows], closing_keys(tree, rows)), allocations)
     ops = rows[names.op[kind[rows]]]
     _inputs(out, events, names, ops, category[ops], self_us[ops])
     for phase, field in ((OPTIMIZER, "optimizer_us"), (DATA, "data_us"), (COPIES, "copy_us")):
@@ -47,22 +49,43 @@ def closed_totals(out: TraceSummary, events: Events, names: Names, ctx: Context)
     return _timeline(out, events, names, ctx.top, (closing, category, self_us))
 
 
-def _operator_table(out: TraceSummary, names: Names, kind, self_us, length) -> None:
-    """Calls, self and total time per name, in the order names first close (as the sweep's dict has them)."""
+def closing_keys(tree, rows: torch.Tensor) -> torch.Tensor:
+    """Where in the sweep's sequence of actions each of ``rows`` closes: at the visit of the next event not
+    under it, before that visit, innermost first (visiting_keys gives the visits' places)."""
+    depth = int(tree.depth.max()) if len(tree.depth) else 0
+    return 2 * tree.after[rows] * (depth + 2) + (depth - tree.depth[rows])
+
+
+def visiting_keys(tree, rows: torch.Tensor) -> torch.Tensor:
+    """Where in the sweep's sequence of actions each of ``rows`` is visited (after the closes it makes)."""
+    depth = int(tree.depth.max()) if len(tree.depth) else 0
+    return (2 * rows + 1) * (depth + 2)
+
+
+def _operator_table(out: TraceSummary, names: Names, closed: tuple, allocations: tuple) -> None:
+    """Calls, self and total time per name, and the bytes allocated under each op, in the order the sweep's
+    dict has the names: the first to close, or to be given an allocation, first.  ``closed``: the rows'
+    kinds, self and total times and closing keys; ``allocations``: the ops' names, bytes and visiting keys."""
+    kind, self_us, length, keys = closed
+    allocated_name, allocated, allocated_keys = allocations
     name = names.name_id[kind]
     count = len(names.names)
     calls = torch.bincount(name, minlength=count).tolist()
     own = torch.zeros(count, dtype=torch.float64).scatter_add_(0, name, self_us).tolist()
     total = torch.zeros(count, dtype=torch.float64).scatter_add_(0, name, length).tolist()
-    first = torch.full((count,), len(name)).scatter_reduce_(0, name, torch.arange(len(name)), "amin")
+    given = torch.zeros(count, dtype=torch.long).scatter_add_(0, allocated_name, allocated).tolist()
+    last = torch.iinfo(torch.long).max
+    first = torch.full((count,), last).scatter_reduce_(0, torch.cat([name, allocated_name]),
+                                                       torch.cat([keys, allocated_keys]), "amin")
     for i in torch.argsort(first).tolist():
-        if calls[i]:
+        if calls[i] or given[i]:
             stats = out.ops.get(names.names[i])
             if stats is None:
                 stats = out.ops[names.names[i]] = OpStats(names.names[i])
             stats.calls += calls[i]
             stats.self_cpu_us += own[i]
             stats.total_cpu_us += total[i]
+            stats.allocated_bytes += given[i]
 
 
 def _inputs(out: TraceSummary, events: Events, names: Names, ops, category, self_us) -> None:

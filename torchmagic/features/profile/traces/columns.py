@@ -3,7 +3,7 @@ cost of a few list comprehensions a slice (columnar.py summarises it without a l
 
 What the columnar summary covers is read here; anything else gives the reading up (its columns let go), and
 the operator report is read as before (ops.py): a slice the typed decoder refused, a value the checked path
-would refuse, cut or replace, device work, runtime calls, memory records, or FLOPs.  So where
+would refuse, cut or replace, device work, runtime calls, or FLOPs.  So where
 the columns are kept, every event is a plain op or user range (or one the summary sets aside), exactly as
 ops.py's typed path would have made its TraceEvent; an op's inputs (shapes, types, non-tensor values) are
 kept once per distinct text, as that path keeps them.
@@ -16,13 +16,15 @@ from array import array
 from dataclasses import dataclass, field
 
 import torch
+from torch._C._autograd import DeviceType
 
-from ..events import ANNOTATION, OP, PYTHON, event_kind
+from ..events import ANNOTATION, MEMORY, OP, PYTHON, event_kind
 from ..kineto import STEP_PREFIX, USER_ANNOTATION, activity
-from .fields import INT_LIMIT, EventFields
+from ..sweep import device_label
+from .fields import DEVICE_TYPES, INT_LIMIT, EventFields
 from .records import EMPTY_LIST, LISTS_KEPT, NO_ARGS, PlainFields
 
-IN_SCOPE = (OP, ANNOTATION, PYTHON, None)  # the light kinds the columnar summary reads (None: set aside, counted)
+IN_SCOPE = (OP, ANNOTATION, PYTHON, MEMORY, None)  # the light kinds the columnar summary reads (None: set aside, counted)
 
 
 @dataclass
@@ -49,6 +51,12 @@ class TraceColumns:
     threads: list = field(default_factory=list)   # code -> tid as kept (an int, or a string)
     kinds: list[EventKind] = field(default_factory=list)  # code -> what the pair is read as
     input_lists: list = field(default_factory=list)  # code -> (shapes, input types, non-tensor inputs) as kept
+    # memory records ([memory] instants, read as rows of their own): their rows, bytes (an allocation > 0, a
+    # free < 0) and device (code into ``devices``, labels as sweep.device_label makes them)
+    memory_rows: array = field(default_factory=lambda: array("q"))
+    memory_bytes: array = field(default_factory=lambda: array("q"))
+    memory_device: array = field(default_factory=lambda: array("i"))
+    devices: list[str] = field(default_factory=list)
     steps: bool = False  # a ProfilerStep marker was read
 
 
@@ -62,6 +70,8 @@ class ColumnReading:
         self._kind_codes: dict[tuple, int] = {}   # (name, cat) as written -> code
         self._thread_codes: dict = {}              # tid as written -> code
         self._input_codes: dict[tuple, int] = {}   # an op's inputs' texts -> code
+        self._device_codes: dict[tuple, int] = {}  # a memory record's (device type, index) -> code
+        self._memory_kinds: set[int] = set()       # the kind codes of memory records
         self._input_code(NO_ARGS)  # code 0: none recorded
 
     def __call__(self, batch) -> None:
@@ -69,13 +79,11 @@ class ColumnReading:
             return
         if batch.records is None or not self._read(batch.records):
             self.columns = None
-            self._kind_codes = self._thread_codes = self._input_codes = {}
+            self._kind_codes = self._thread_codes = self._input_codes = self._device_codes = {}
 
     def _read(self, records: list) -> bool:
-        """Add a batch's timed records; False where one is outside what the columns cover."""
-        if any(r.ph == "i" and r.name == "[memory]" for r in records if r.ph != "X"):
-            return False
-        timed = [r for r in records if r.ph == "X"]
+        """Add a batch's timed records and memory records; False where one is outside what the columns cover."""
+        timed = [r for r in records if r.ph == "X" or (r.ph == "i" and r.name == "[memory]")]
         if not timed:
             return True
         kinds = self._codes(self._kind_codes, [(r.name, r.cat) for r in timed], self._new_kind)
@@ -97,7 +105,7 @@ class ColumnReading:
             array("q", [a.correlation for a in args])
         except (TypeError, OverflowError):  # None, or past 64 bits (signed), as the checked path refuses them
             return False
-        if timed and not _plain_times(ts, dur):
+        if not _plain_times(ts, dur) or (self._memory_kinds and not self._memory(timed, kinds, args)):
             return False
         start = (torch.frombuffer(ts, dtype=torch.float64) * 1000).round().long()
         _append(cols.start, start)
@@ -107,6 +115,33 @@ class ColumnReading:
         cols.sequence += sequence
         cols.inputs += array("i", inputs)
         return True
+
+    def _memory(self, timed: list, kinds: list[int], args: list) -> bool:
+        """Keep the batch's memory records (their rows, bytes and device); False where one is not plain (a device
+        type torch does not know), or has a duration (as written by kineto, none has)."""
+        cols, memory = self.columns, self._memory_kinds
+        rows = [i for i, kind in enumerate(kinds) if kind in memory]
+        if any(timed[i].dur for i in rows):
+            return False
+        devices = self._codes(self._device_codes, [(args[i].device_type, args[i].device_id) for i in rows],
+                              self._new_device)
+        try:
+            nbytes = array("q", [args[i].nbytes for i in rows])
+        except OverflowError:  # past 64 bits (signed): the checked path refuses it
+            return False
+        if devices is None:
+            return False
+        cols.memory_rows.extend([len(cols.start) + i for i in rows])
+        cols.memory_bytes += nbytes
+        cols.memory_device.extend(devices)
+        return True
+
+    def _new_device(self, device: tuple[int, int]) -> int | None:
+        kind, index = device
+        if kind not in DEVICE_TYPES or not -INT_LIMIT <= index < INT_LIMIT:
+            return None
+        self.columns.devices.append(device_label(DeviceType(kind), index))
+        return len(self.columns.devices) - 1
 
     def _input_code(self, args) -> int | None:
         """The code of an op's inputs as the checked path keeps them, or None where it would not keep them as
@@ -148,6 +183,8 @@ class ColumnReading:
         cols = self.columns
         cols.steps = cols.steps or (cat == USER_ANNOTATION and name.startswith(STEP_PREFIX))
         cols.kinds.append(EventKind(name, cat, kind))
+        if kind == MEMORY:
+            self._memory_kinds.add(len(cols.kinds) - 1)
         return len(cols.kinds) - 1
 
     def _new_thread(self, tid) -> int | None:

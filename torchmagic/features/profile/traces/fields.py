@@ -15,10 +15,13 @@ import ast
 import math
 from typing import Any
 
+from torch._C._autograd import DeviceType
+
 from ....core.measure.low_precision import freeze
 from .reader import TraceFileError, shortened
 
 TEXT_CHARS = 1024        # a longer string keeps its start and a marker
+DEVICE_TYPES = frozenset(int(t) for t in DeviceType.__members__.values())  # a memory record's device types
 INT_LIMIT = 1 << 63      # ids, counts and times fit in 64 bits
 MAX_DIMS = 64            # dimensions of one tensor
 MAX_INPUTS = 4096        # an op's recorded inputs (Input Dims, Input type, Concrete Inputs)

@@ -37,7 +37,7 @@ from ..summarizer import TraceSummarizer
 from ..summary import TraceSummary
 from .columnar import columnar_summary
 from .columns import ColumnReading, TraceColumns
-from .fields import INT_LIMIT, MAX_INPUTS, EventFields, literal
+from .fields import DEVICE_TYPES, INT_LIMIT, MAX_INPUTS, EventFields, literal
 from .groups import StepGroups, group_starts
 from .rank import RankTrace
 from .reader import TraceFileError, shown_path
@@ -52,7 +52,6 @@ ALONGSIDE_BYTES_PER_EVENT = 256
 _NO_DETAILS = (-1, (), (), (), 0, 0, (0, -1))
 _MEMORY = "[memory]"
 _NO_KIND = (None,) * 6
-_DEVICE_TYPES = frozenset(int(t) for t in DeviceType.__members__.values())
 
 
 class TraceEvent:
@@ -86,9 +85,9 @@ class TraceEvent:
             self._bytes = check.integer(args, "Bytes", 0, event, index)
             self._device = (check.integer(args, "Device Type", 0, event, index, low=0),
                             check.integer(args, "Device Id", -1, event, index))
-            if self._device[0] not in _DEVICE_TYPES:
+            if self._device[0] not in DEVICE_TYPES:
                 raise check.refuse(event, index, 'args["Device Type"]', f"is {self._device[0]}, not a device type "
-                                   f"torch knows ({min(_DEVICE_TYPES)} to {max(_DEVICE_TYPES)})")
+                                   f"torch knows ({min(DEVICE_TYPES)} to {max(DEVICE_TYPES)})")
         self._kind = event_kind(self._cat, self._name)  # the light record it makes (read_trace_events)
 
     def name(self):
@@ -463,7 +462,7 @@ class _TypedRecords:
 def _memory_details(args: Args) -> tuple | None:
     """What TraceEvent keeps of a [memory] record's args, as its checks keep them; None where not plain."""
     nbytes, kind, index = args.nbytes, args.device_type, args.device_id
-    if not (-INT_LIMIT <= nbytes < INT_LIMIT and kind in _DEVICE_TYPES and -INT_LIMIT <= index < INT_LIMIT):
+    if not (-INT_LIMIT <= nbytes < INT_LIMIT and kind in DEVICE_TYPES and -INT_LIMIT <= index < INT_LIMIT):
         return None
     return -1, (), (), (), 0, nbytes, (kind, index)
 
