@@ -7,8 +7,8 @@ Each trace is one rank's kineto trace of a real DDP training step (gloo, one ran
 with torch.profiler: ops, data loading, optimizer, the gradient all-reduce) tiled in time to the
 size asked, steps renumbered, written as export_chrome_trace writes it.  ``torchmagic`` is
 ``torchmagic.analyze(path)`` as a user calls it (a job of one rank: the per-rank figures, then its
-operator table over every step, a second pass that holds one group of steps of about 300k events at a
-time, the others spilled to a temporary folder); ``tm-ranks`` is
+operator table over every step; this trace holds host work only, so its events are read into columns with
+the per-rank pass and summarised over them, a group of steps at a time); ``tm-ranks`` is
 ``analyze(path, operators=False)``, the per-rank pass alone, what each file of a many-rank job
 costs.  Each analysis runs in a
 fresh process that reports its wall time and its peak resident memory (ru_maxrss) above what it
