@@ -212,7 +212,10 @@ def test_synthetic_trace_without_steps(tmp_path):
      "args": {"Bytes": 4, "Device Type": 99}},  # a device type torch does not know: the events path refuses it
     event("x" * 5000, 3, 1),  # a name kept cut
     event("aten::mm", 3, "5"),  # a duration the checked path refuses
-], ids=["kernel", "runtime", "flops", "unknown-device", "long-name", "string-duration"])
+    event("## unfinished ##", 500, 18446744073709551, cat="user_annotation"),  # 2**64 ns: past int64
+    event("aten::mm", 1.7e18, 5),  # ns written as µs: past int64 in ns
+], ids=["kernel", "runtime", "flops", "unknown-device", "long-name", "string-duration", "huge-duration",
+        "huge-start"])
 def test_what_the_columns_do_not_cover_is_read_as_before(tmp_path, extra):
     path = str(write_trace(tmp_path / "t.json", [_step(1, 0), event("aten::add", 1, 5), extra]))
     reading = ColumnReading(path)
@@ -221,6 +224,14 @@ def test_what_the_columns_do_not_cover_is_read_as_before(tmp_path, extra):
     except ValueError:
         pass  # refused by the per-rank pass: torchmagic.analyze says so in one line
     assert reading.columns is None
+
+
+def test_a_stair_of_ops_each_outliving_the_one_before(tmp_path):
+    """Each op starts inside the one before and ends after it (1 ns of clock jitter): the sweep nests them
+    all, each under the one before, 2,000 deep, and so does the columnar summary (in linear time)."""
+    events = [_step(1, 0)] + [event("aten::add", 1 + 0.4 * i, 0.401) for i in range(2000)]
+    summary = _assert_same(write_trace(tmp_path / "stair.json", events))
+    assert summary.ops["aten::add"].calls == 2000 and summary.python_ops == 1
 
 
 def test_analyze_reads_a_host_only_trace_once_into_columns(tmp_path, monkeypatch):

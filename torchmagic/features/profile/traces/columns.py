@@ -24,7 +24,10 @@ from ..sweep import device_label
 from .fields import DEVICE_TYPES, INT_LIMIT, EventFields
 from .records import EMPTY_LIST, LISTS_KEPT, NO_ARGS, PlainFields
 
-IN_SCOPE = (OP, ANNOTATION, PYTHON, MEMORY, None)  # the light kinds the columnar summary reads (None: set aside, counted)
+IN_SCOPE = (OP, ANNOTATION, PYTHON, MEMORY, None)
+# times whose ns, ends and differences all fit in int64 (the columns' type): ±2**61 ns, 73 years either side of
+# the clock's zero (kineto writes µs since the epoch, 1.7e12 today); a trace beyond is read as events
+TIME_LIMIT_US = 2**61 / 1000  # the light kinds the columnar summary reads (None: set aside, counted)
 
 
 @dataclass
@@ -204,7 +207,7 @@ def _append(column: array, values: torch.Tensor) -> None:
 
 
 def _plain_times(ts: array, dur: array) -> bool:
-    """Times as PlainFields.times keeps them (finite, durations not negative, within 64 bits), checked over the
-    whole slice at once (a NaN or an infinity makes the sum one)."""
-    return (-INT_LIMIT < min(ts) and max(ts) < INT_LIMIT and 0 <= min(dur) and max(dur) < INT_LIMIT
+    """Times as PlainFields.times keeps them (finite, durations not negative), checked over the whole slice at
+    once (a NaN or an infinity makes the sum one), and within ``TIME_LIMIT_US``."""
+    return (-TIME_LIMIT_US < min(ts) and max(ts) < TIME_LIMIT_US and 0 <= min(dur) and max(dur) < TIME_LIMIT_US
             and math.isfinite(sum(ts) + sum(dur)))
