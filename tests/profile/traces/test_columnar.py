@@ -19,6 +19,7 @@ from torchmagic.features.profile.traces.columns import ColumnReading
 from torchmagic.features.profile.traces.rank import read_rank
 from torchmagic.features.profile.traces.sliced import SlicedTraceReader
 
+from .summaries import assert_same
 from .synthetic import event, write_trace
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "data", "traces")
@@ -37,28 +38,10 @@ def _both(path: str, steps_per_group: int | None) -> tuple[TraceSummary, TraceSu
     return columnar, swept
 
 
-def _same(a, b, where: str) -> None:
-    """Equal, in the same order; floats to their last bits (sums are taken in another order)."""
-    if isinstance(b, dict):
-        assert list(a) == list(b), where
-        for key in b:
-            _same(a[key], b[key], f"{where}[{key!r}]")
-    elif isinstance(b, (list, tuple)) or hasattr(b, "typecode"):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            _same(x, y, f"{where}[{i}]")
-    elif isinstance(b, float):
-        assert a == pytest.approx(b, rel=1e-9, abs=1e-6), where
-    elif dataclasses.is_dataclass(b):
-        _same(dataclasses.asdict(a), dataclasses.asdict(b), where)
-    else:
-        assert a == b, where
-
-
 def _assert_same(path: str, steps_per_group: int | None = None) -> TraceSummary:
     columnar, swept = _both(path, steps_per_group)
     for f in dataclasses.fields(TraceSummary):
-        _same(getattr(columnar, f.name), getattr(swept, f.name), f.name)
+        assert_same(getattr(columnar, f.name), getattr(swept, f.name), f.name, ordered=True)
     return columnar
 
 

@@ -19,6 +19,7 @@ from torchmagic.features.profile.traces import groups, ops
 from torchmagic.features.profile.traces.rank import read_rank
 from torchmagic.features.profile.traces.reader import TraceReader
 
+from .summaries import assert_same
 from .synthetic import gpu_steps, write_trace
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "data")
@@ -43,24 +44,6 @@ def _grouped(trace, steps_per_group):
     return summary, count
 
 
-def _same(a, b, where):
-    """Equal, floats to rounding (the groups add them up in another order)."""
-    if isinstance(b, dict):
-        assert a.keys() == b.keys(), where
-        for key in b:
-            _same(a[key], b[key], f"{where}[{key!r}]")
-    elif isinstance(b, (list, tuple)) or hasattr(b, "typecode"):
-        assert len(a) == len(b), where
-        for x, y in zip(a, b):
-            _same(x, y, where)
-    elif isinstance(b, float):
-        assert a == pytest.approx(b, rel=1e-9, abs=1e-6), where
-    elif dataclasses.is_dataclass(b):
-        _same(dataclasses.asdict(a), dataclasses.asdict(b), where)
-    else:
-        assert a == b, where
-
-
 PYTHON_OPS = ("python_op_us", "python_op_nodes", "python_op_sync", "python_gap_us")  # one row per op
 
 
@@ -70,13 +53,13 @@ def _python_ops(s: TraceSummary):
 
 
 def _assert_same(grouped: TraceSummary, whole: TraceSummary):
-    _same(_python_ops(grouped), _python_ops(whole), "python ops")
+    assert_same(_python_ops(grouped), _python_ops(whole), "python ops")
     for f in dataclasses.fields(TraceSummary):
         a, b = getattr(grouped, f.name), getattr(whole, f.name)
         if f.name in PYTHON_OPS:
             continue
         if f.name in ("kernel_us", "launch_delay_us"):  # read as a distribution: in any order
-            _same(sorted(a), sorted(b), f.name)
+            assert_same(sorted(a), sorted(b), f.name)
         elif f.name == "timeline":
             lanes = {s.lane for s in b}
             if not any(s.name == "(binned)" for s in b):
@@ -84,7 +67,7 @@ def _assert_same(grouped: TraceSummary, whole: TraceSummary):
             else:  # binned per group, then again: bounded all the same, every lane drawn
                 assert {s.lane for s in a} == lanes and len(a) <= MAX_BARS_PER_LANE * len(lanes)
         else:
-            _same(a, b, f.name)
+            assert_same(a, b, f.name)
 
 
 @functools.lru_cache(maxsize=None)

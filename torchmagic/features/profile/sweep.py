@@ -295,16 +295,23 @@ class Sweep:
             out.matmul_fp32_us += self_us
             out.matmul_fp32_calls += 1
             call = _op_call(ev)
-            totals = out.fp32_matmuls.get(call)
-            if totals is None and len(out.fp32_matmuls) < MAX_MATMUL_CALLS:
-                totals = out.fp32_matmuls[call] = [0, 0.0, 0.0, 0]
-            if totals is not None:
-                totals[0] += 1
-                totals[1] += self_us
-                totals[3] += category == FORWARD
+            if count_fp32_call(out, call, self_us, category == FORWARD) is not None:
                 if ev.corr:
                     self.fp32_call_of_corr[ev.corr] = call
         return precision
+
+
+def count_fp32_call(out: TraceSummary, call: OpCall, self_us: float, forward: bool) -> list | None:
+    """A distinct fp32 matmul/conv call's totals ([calls, self CPU µs, GPU µs, calls in the forward]) with this
+    call added; None past MAX_MATMUL_CALLS distinct calls."""
+    totals = out.fp32_matmuls.get(call)
+    if totals is None and len(out.fp32_matmuls) < MAX_MATMUL_CALLS:
+        totals = out.fp32_matmuls[call] = [0, 0.0, 0.0, 0]
+    if totals is not None:
+        totals[0] += 1
+        totals[1] += self_us
+        totals[3] += forward
+    return totals
 
 
 def _memory(out: TraceSummary, records: list[tuple[float, str, int]], windows, ev: Ev, parent) -> None:

@@ -72,7 +72,7 @@ def columnar_summary(columns: TraceColumns, trace: RankTrace, limit: int) -> tup
     out, table = TraceSummary(), _table(columns)
     shaped = torch.tensor([bool(shapes) for shapes, _, _ in columns.input_lists], dtype=torch.bool)
     is_op = torch.tensor([k.cat == CPU_OP for k in table.kinds], dtype=torch.bool)
-    shapes = bool(shaped[table.inputs[is_op[table.kind]].long()].any())
+    shapes = bool(shaped[table.inputs[is_op[table.kind.long()]].long()].any())
     names, carried = names_of(table.kinds), _Carried()
     if len(group_starts(trace, limit)) > 1:  # per Python op: 8 bytes, not a float object and its pointer
         out.python_op_us, out.python_gap_us = array("d"), array("d")

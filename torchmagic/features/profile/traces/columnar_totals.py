@@ -14,7 +14,7 @@ from ..categories import BACKWARD, CATEGORIES, COPIES, DATA, FORWARD, OPTIMIZER,
 from ..kineto import FIRST_COMPILE
 from ..result import TimelineSpan as Span
 from ..summary import OpStats, TraceSummary
-from ..sweep import MAX_MATMUL_CALLS, matmul_precision, shape_text
+from ..sweep import count_fp32_call, matmul_precision, shape_text
 from ..traffic import MATMUL_OPS
 from .columnar_context import CATEGORY, Context, Events, Names
 from .fields import literal
@@ -113,13 +113,7 @@ def _inputs(out: TraceSummary, events: Events, names: Names, ops, category, self
             out.matmul_fp32_us += us
             out.matmul_fp32_calls += 1
             call = OpCall(names.names[op], freeze(shapes), freeze(dtypes), freeze([literal(v) for v in concrete]))
-            totals = out.fp32_matmuls.get(call)
-            if totals is None and len(out.fp32_matmuls) < MAX_MATMUL_CALLS:
-                totals = out.fp32_matmuls[call] = [0, 0.0, 0.0, 0]
-            if totals is not None:
-                totals[0] += 1
-                totals[1] += us
-                totals[3] += forward
+            count_fp32_call(out, call, us, forward)
 
 
 @dataclass
