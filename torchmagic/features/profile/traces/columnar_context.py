@@ -59,6 +59,7 @@ class Names:
 
 
 def names_of(kinds: list[EventKind]) -> Names:
+    """What each kind's name says, worked out once per kind (a trace repeats a few hundred)."""
     ids: dict[str, int] = {}
     name_id = [ids.setdefault(k.name, len(ids)) for k in kinds]
 

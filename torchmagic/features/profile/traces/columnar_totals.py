@@ -199,6 +199,7 @@ def opened_totals(out: TraceSummary, events: Events, names: Names, ctx: Context)
 
 
 def _optimizer(out: TraceSummary, names: Names, kind: torch.Tensor, optimizer_ops: torch.Tensor) -> None:
+    """The optimizer's ops in the steps, and whether any was fused (one kernel) or multi-tensor (foreach)."""
     out.optimizer_ops += int(optimizer_ops.sum())
     for i in torch.unique(names.name_id[kind[optimizer_ops]]).tolist():
         if "_fused_" in names.names[i]:

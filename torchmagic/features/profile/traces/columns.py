@@ -3,8 +3,8 @@ cost of a few list comprehensions a slice (columnar.py summarises it without a l
 
 What the columnar summary covers is read here; anything else gives the reading up (its columns let go), and
 the operator report is read as before (ops.py): a slice the typed decoder refused, a value the checked path
-would refuse, cut or replace, device work, runtime calls, or FLOPs.  So where
-the columns are kept, every event is a plain op or user range (or one the summary sets aside), exactly as
+would refuse, cut or replace, device work, runtime calls, or FLOPs.  So where the columns are kept, every
+event is a plain op, user range, Python frame or memory record (or one the summary sets aside), exactly as
 ops.py's typed path would have made its TraceEvent; an op's inputs (shapes, types, non-tensor values) are
 kept once per distinct text, as that path keeps them.
 """
@@ -24,10 +24,10 @@ from ..sweep import device_label
 from .fields import DEVICE_TYPES, INT_LIMIT, EventFields
 from .records import EMPTY_LIST, LISTS_KEPT, NO_ARGS, PlainFields
 
-IN_SCOPE = (OP, ANNOTATION, PYTHON, MEMORY, None)
+IN_SCOPE = (OP, ANNOTATION, PYTHON, MEMORY, None)  # the light kinds the columnar summary reads (None: set aside)
 # times whose ns, ends and differences all fit in int64 (the columns' type): ±2**61 ns, 73 years either side of
 # the clock's zero (kineto writes µs since the epoch, 1.7e12 today); a trace beyond is read as events
-TIME_LIMIT_US = 2**61 / 1000  # the light kinds the columnar summary reads (None: set aside, counted)
+TIME_LIMIT_US = 2**61 / 1000
 
 
 @dataclass
