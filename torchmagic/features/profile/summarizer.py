@@ -22,7 +22,7 @@ from .events import ANNOTATION, PYTHON, Ev, link_runtime_threads, read_events
 from .intervals import near, overlap, subtract, union
 from .kineto import STEP_PREFIX
 from .summary import TraceSummary
-from .sweep import Sweep
+from .sweep import MAIN_LANE, Sweep
 from .timeline import bound_timeline
 
 
@@ -83,8 +83,8 @@ class TraceSummarizer:
         sweep.first_launches = self._first_launches(device)
         sweep.device_reads = {ev.raw.correlation_id() for ev in device if "DtoH" in ev.name} - {0}  # 0: no id
         for tid, evs in by_thread.items():
-            sweep.run(evs, "CPU main thread" if tid == self.main_tid else f"CPU thread {tid}")
-        self.others_after = discount_waiting(out, sweep, self.windows[before:], self.others_after)
+            sweep.run(evs, MAIN_LANE if tid == self.main_tid else f"CPU thread {tid}")
+        self.others_after = discount_waiting(out, (sweep.bars, sweep.gaps), self.windows[before:], self.others_after)
         memory_levels(out, sweep.memory, self.windows, (self.level, self.base), last)
         self.busy_before = attribute_device(device, out, sweep, self.windows, self.busy_before)
         self.first_launch = count_lost_events(device, out, sweep, self.first_launch)
@@ -124,17 +124,19 @@ def memory_levels(out: TraceSummary, records: list[tuple[float, str, int]], wind
     out.allocated_net = {device: level[device] - base[device] for device in base}
 
 
-def discount_waiting(out: TraceSummary, sweep: Sweep, windows, before=()) -> list[tuple[float, float]]:
+def discount_waiting(out: TraceSummary, swept: tuple[dict, list], windows, before=()) -> list[tuple[float, float]]:
     """The main thread's gaps count as Python ("other") unless another thread worked meanwhile:
     on CUDA, backward runs on an autograd thread while the main thread waits for it.  The same holds
-    for the Python time after each op called from Python.  ``before``: other threads' work that began
-    in the group of steps before; returns what of it and of this group's runs past its steps."""
-    others = union([iv for lane, ivs in sweep.bars.items() if lane != sweep.main_lane for iv in ivs] + list(before))
-    for index, start, end in sweep.gaps:
+    for the Python time after each op called from Python.  ``swept``: the group's timeline bars by lane and
+    the Python gaps (index, start, end) a sweep found; ``before``: other threads' work that began in the
+    group of steps before; returns what of it and of this group's runs past its steps."""
+    bars, python_gaps = swept
+    others = union([iv for lane, ivs in bars.items() if lane != MAIN_LANE for iv in ivs] + list(before))
+    for index, start, end in python_gaps:
         out.python_gap_us[index] += end - start - (overlap([(start, end)], near(others, start, end)) if others else 0.0)
     if not others:
         return []
-    gaps = list(subtract(union(windows), union(sweep.bars.get(sweep.main_lane, []))))
+    gaps = list(subtract(union(windows), union(bars.get(MAIN_LANE, []))))
     out.category_us[OTHER] = max(out.category_us[OTHER] - overlap(gaps, others), 0.0)
     end = windows[-1][1] if windows else -math.inf
     return [(max(start, end), stop) for start, stop in others if stop > end]

@@ -21,6 +21,7 @@ from .result import TimelineSpan as Span
 from .summary import OpStats, TraceSummary
 from .traffic import MATMUL_OPS, off_tensor_core_grain, tensor_traffic
 
+MAIN_LANE = "CPU main thread"  # the timeline lane of the thread the steps ran on
 MAX_MATMUL_CALLS = 4096  # distinct fp32 matmul calls kept (shapes that vary every step would grow it unbounded)
 
 
@@ -75,7 +76,6 @@ class Sweep:
         self.launched_in_step: dict[int, bool] = {}  # CUPTI correlation id of a runtime call -> made in a step
         self.bars: dict[str, list[tuple[float, float]]] = defaultdict(list)  # lane -> top-level intervals
         self.data_intervals: list[tuple[float, float]] = []
-        self.main_lane = "CPU main thread"
         self.last_python: tuple[int, float, int] | None = None  # (index, end, step) of the thread's last Python op
         self.gaps: list[tuple[int, float, float]] = []  # (index of a Python op, start, end) of the Python after it
         self.one_time: dict[int, str] = {}  # id() of a runtime call that is a one-time cost -> its kind

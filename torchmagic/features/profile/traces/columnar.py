@@ -24,6 +24,7 @@ from ..events import ANNOTATION, MEMORY, OP, PYTHON
 from ..kineto import CPU_OP, STEP_PREFIX, USER_ANNOTATION
 from ..summarizer import discount_waiting, memory_levels
 from ..summary import TraceSummary
+from ..sweep import MAIN_LANE
 from ..timeline import bound_timeline
 from .columnar_context import Events, context_of, names_of
 from .columnar_memory import MemoryColumns, memory_records
@@ -33,7 +34,6 @@ from .groups import group_starts
 from .rank import RankTrace
 from .tree import event_tree
 
-MAIN_LANE = "CPU main thread"
 _SLICE = 1 << 20  # events worked on at once where a step's figure is made for every event
 
 
@@ -61,8 +61,7 @@ class _Carried:
     windows: list[tuple[float, float]] = field(default_factory=list)
     level: dict = field(default_factory=lambda: defaultdict(int))  # device -> bytes allocated so far
     base: dict = field(default_factory=dict)  # device -> its level at the first step's start
-    main: object = None
-    main_known: bool = False
+    main: object = None  # the first step's thread (its tid: an int or a string, never None)
     others_after: list = field(default_factory=list)
 
 
@@ -74,11 +73,12 @@ def columnar_summary(columns: TraceColumns, trace: RankTrace, limit: int) -> tup
     is_op = torch.tensor([k.cat == CPU_OP for k in table.kinds], dtype=torch.bool)
     shapes = bool(shaped[table.inputs[is_op[table.kind.long()]].long()].any())
     names, carried = names_of(table.kinds), _Carried()
-    if len(group_starts(trace, limit)) > 1:  # per Python op: 8 bytes, not a float object and its pointer
+    cuts = [round(start * 1000) for start in group_starts(trace, limit)]  # ns, as the columns keep times
+    if len(cuts) > 1:  # per Python op: 8 bytes, not a float object and its pointer
         out.python_op_us, out.python_gap_us = array("d"), array("d")
         out.python_op_nodes, out.python_op_sync = array("q"), array("b")
-    count = max(len(group_starts(trace, limit)), 1)
-    for index, rows in enumerate(_groups(table, trace, limit)):
+    count = max(len(cuts), 1)
+    for index, rows in enumerate(_groups(table, trace, cuts)):
         if index:
             bound_timeline(out)  # at most so many bars per lane between groups too, as the summarizer bounds them
         _add(out, _events(table, rows, columns.input_lists, shapes), names, carried, table.memory, index == count - 1)
@@ -130,14 +130,15 @@ def _add_whole_trace_marker(table: _Table) -> None:
     table.sequence, table.inputs = grown(table.sequence, -1), grown(table.inputs, 0)
 
 
-def _groups(table: _Table, trace: RankTrace, limit: int) -> Iterator[torch.Tensor]:
+def _groups(table: _Table, trace: RankTrace, cuts: list[int]) -> Iterator[torch.Tensor]:
     """Each group's events (indices, in file order) as groups.StepGroups puts them: by the group its start
     falls in, and one begun outside the steps in each later group it is open across the start of (found a
-    slice of the columns at a time: what is made per event is its group and its place, 12 bytes)."""
-    cuts = torch.tensor([round(start * 1000) for start in group_starts(trace, limit)], dtype=torch.long)
+    slice of the columns at a time: what is made per event is its group and its place, 12 bytes).  ``cuts``:
+    each group's first step's start (ns)."""
     if len(cuts) < 2:
         yield torch.arange(len(table.start))
         return
+    cuts = torch.tensor(cuts, dtype=torch.long)
     group = torch.empty(len(table.start), dtype=torch.int32)
     for at in range(0, len(table.start), _SLICE):
         group[at:at + _SLICE] = (torch.searchsorted(cuts, table.start[at:at + _SLICE], right=True) - 1).clamp(min=0)
@@ -205,23 +206,13 @@ def _add(out: TraceSummary, events: Events, names, carried: _Carried, memory: Me
     out.step_us += [end - start for start, end in windows]
     out.step_start_us += [start for start, _ in windows]
     carried.windows += windows
-    if not carried.main_known and len(step_rows):
-        carried.main, carried.main_known = events.tids[int(events.thread[step_rows[0]])], True
-    events.lanes = [MAIN_LANE if carried.main_known and tid == carried.main else f"CPU thread {tid}"
-                    for tid in events.tids]
+    if carried.main is None and len(step_rows):
+        carried.main = events.tids[int(events.thread[step_rows[0]])]
+    events.lanes = [MAIN_LANE if tid == carried.main else f"CPU thread {tid}" for tid in events.tids]
     context = context_of(events, names, step_rows, carried.windows, before)
     records, allocations = memory_records(out, events, names, memory, carried.windows)
     bars = closed_totals(out, events, names, context, allocations)
     gaps = opened_totals(out, events, names, context)
-    carried.others_after = discount_waiting(out, _SweepLike(bars, MAIN_LANE, gaps), carried.windows[before:],
-                                            carried.others_after)
+    carried.others_after = discount_waiting(out, (bars, gaps), carried.windows[before:], carried.others_after)
     memory_levels(out, records, carried.windows, (carried.level, carried.base), last)
 
-
-@dataclass
-class _SweepLike:
-    """What summarizer.discount_waiting reads of a sweep."""
-
-    bars: dict
-    main_lane: str
-    gaps: list

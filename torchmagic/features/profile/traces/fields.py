@@ -11,7 +11,6 @@ at most ``TEXT_CHARS`` long (cut with a marker, and counted in ``cut`` for a not
 from __future__ import annotations
 
 import ast
-
 import math
 from typing import Any
 
