@@ -86,8 +86,8 @@ class TraceSummarizer:
             sweep.run(evs, MAIN_LANE if tid == self.main_tid else f"CPU thread {tid}")
         self.others_after = discount_waiting(out, (sweep.bars, sweep.gaps), self.windows[before:], self.others_after)
         memory_levels(out, sweep.memory, self.windows, (self.level, self.base), last)
-        self.busy_before = attribute_device(device, out, sweep, self.windows, self.busy_before)
-        self.first_launch = count_lost_events(device, out, sweep, self.first_launch)
+        self.busy_before = attribute_device(device, out, sweep.links, self.windows, self.busy_before)
+        self.first_launch = count_lost_events(device, out, sweep.links, self.first_launch)
         if not last:
             bound_timeline(out)  # at most so many bars per lane between groups too
 

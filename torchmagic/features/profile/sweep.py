@@ -13,6 +13,7 @@ from torch.autograd import DeviceType
 from ...core.measure.low_precision import OpCall, freeze
 from .categories import (BACKWARD, COPIES, COPY_OPS, DATA, FORWARD, LOW_PRECISION_DTYPES, NO_KERNEL_OPS, OPTIMIZER,
                          OTHER, START_UP, SYNC_OPS, SYNC_RUNTIME, SYNCS, phase_of)
+from .device_attribution import DeviceLinks
 from .events import ANNOTATION, MEMORY, OP, PYTHON, RUNTIME, Ev
 from .flops import FlopAttribution
 from .frames import is_library_frame, is_user_frame
@@ -67,23 +68,17 @@ class Sweep:
         self.shapes = shapes
         self.windows = windows
         self.marker_index = marker_index
-        self.op_of_corr: dict[int, tuple[str, str, str | None]] = {}  # corr -> (op, category, precision)
-        # CUPTI correlation id of a launch no op encloses -> (its innermost user range or None, category)
-        self.launches: dict[int, tuple[str | None, str]] = {}
+        self.flop_counts = FlopAttribution() if flops else None  # --flops (flops.py)
+        # what the device's events are linked to (device_attribution.py)
+        self.links = DeviceLinks(flop_owner=self.flop_counts.owner_of_corr if flops else None)
         self.memory: list[tuple[float, str, int]] = []  # (time, device, bytes) of each allocation/free
-        self.misaligned: dict[int, str] = {}   # op's correlation id -> "MxKxN" of a 16-bit matmul off tensor cores' grain
-        self.launch_end: dict[int, float] = {}  # CUPTI correlation id -> when the launch call returned
-        self.launched_in_step: dict[int, bool] = {}  # CUPTI correlation id of a runtime call -> made in a step
         self.bars: dict[str, list[tuple[float, float]]] = defaultdict(list)  # lane -> top-level intervals
-        self.data_intervals: list[tuple[float, float]] = []
         self.last_python: tuple[int, float, int] | None = None  # (index, end, step) of the thread's last Python op
         self.gaps: list[tuple[int, float, float]] = []  # (index of a Python op, start, end) of the Python after it
         self.one_time: dict[int, str] = {}  # id() of a runtime call that is a one-time cost -> its kind
         self.first_launches: set[int] = set()  # CUPTI correlation ids of each kernel's first launch
         self.device_reads: set[int] = set()  # ... of device-to-host copies
         self.op_calls: Counter = Counter()  # op name -> calls opened so far
-        self.flop_counts = FlopAttribution() if flops else None  # --flops (flops.py)
-        self.fp32_call_of_corr: dict[int, OpCall] = {}  # an fp32 matmul's correlation id -> its call
 
     def run(self, evs: list[Ev], lane: str) -> None:
         out, close, marker_of, flop_counts = self.out, self._close, self.marker_index.get, self.flop_counts
@@ -125,7 +120,7 @@ class Sweep:
                     elif own_phase == OPTIMIZER and kind == ANNOTATION:
                         out.optimizer_names.add(name.split("#", 1)[1].split(".", 1)[0])
                     elif own_phase == DATA and step is not None:
-                        self.data_intervals.append((ev.start, ev.end))
+                        self.links.data_intervals.append((ev.start, ev.end))
             if flop_counts is not None:
                 flop_counts.opened(ev, parent[0] if parent is not None else None, ev.kind == OP)
             if kind == PYTHON and is_user_frame(name):
@@ -153,9 +148,9 @@ class Sweep:
         out, name, dur = self.out, ev.name, ev.end - ev.start
         corr = ev.raw.correlation_id()
         if name in LAUNCH_CALLS:
-            self.launch_end[corr] = ev.end
+            self.links.launch_end[corr] = ev.end
         if corr:
-            self.launched_in_step[corr] = step is not None
+            self.links.launched_in_step[corr] = step is not None
         if corr in self.device_reads and not in_sync:
             # a copy to the host (.cpu(), .tolist(), print) waits for the GPU to get there: a sync
             in_sync = entry[3] = True
@@ -186,7 +181,7 @@ class Sweep:
         if corr:
             user_range = next((entry[0].name for entry in reversed(stack)
                                if entry[0].kind == ANNOTATION and id(entry[0]) not in self.marker_index), None)
-            self.launches[corr] = (user_range, category)
+            self.links.launches[corr] = (user_range, category)
 
     def _op_opened(self, ev: Ev, step: int, phase, frame, under_op, library) -> None:
         out, name, dur = self.out, ev.name, ev.end - ev.start
@@ -275,7 +270,7 @@ class Sweep:
             return
         precision = self._matmul_closed(ev, category, self_us) if name in MATMUL_OPS else None
         if ev.corr:
-            self.op_of_corr[ev.corr] = (name, category, precision)
+            self.links.op_of_corr[ev.corr] = (name, category, precision)
         if self.flop_counts is not None:
             _count_traffic(stats, ev, flops)
         if self.shapes:
@@ -290,14 +285,14 @@ class Sweep:
             out.matmul_low_us += self_us
             shape = off_tensor_core_grain(ev.name, ev.raw.shapes()) if ev.corr else None
             if shape is not None:
-                self.misaligned[ev.corr] = shape
+                self.links.misaligned[ev.corr] = shape
         elif precision == "fp32":
             out.matmul_fp32_us += self_us
             out.matmul_fp32_calls += 1
             call = _op_call(ev)
             if count_fp32_call(out, call, self_us, category == FORWARD) is not None:
                 if ev.corr:
-                    self.fp32_call_of_corr[ev.corr] = call
+                    self.links.fp32_call_of_corr[ev.corr] = call
         return precision
 
 
