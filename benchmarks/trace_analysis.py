@@ -153,9 +153,33 @@ def make_template(directory: str) -> dict:
         return json.load(f)
 
 
+def read_template(path: str) -> dict:
+    """A trace file (gzipped or not) to tile, as a dict with its ``traceEvents``."""
+    import gzip
+    with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
+        data = json.load(f)
+    return data if isinstance(data, dict) else {"traceEvents": data}
+
+
+def _renumbered(event: dict, copy: int, ids: int) -> dict:
+    """``event`` of the ``copy``-th tile with its op's and CUPTI's ids made its own (``ids``: above any id of the
+    template), so that each tile's kernels link to its own launches."""
+    args = event.get("args")
+    if copy == 0 or not isinstance(args, dict):
+        return event
+    moved = dict(args)
+    for key in ("External id", "correlation"):
+        if type(moved.get(key)) is int and moved[key] > 0:
+            moved[key] += copy * ids
+    return dict(event, args=moved)
+
+
 def write_tiled(template: dict, path: str, target_mb: float) -> int:
-    """The template's events repeated in time until the file reaches ``target_mb``; returns events."""
+    """The template's events repeated in time until the file reaches ``target_mb``, each tile's steps, op ids and
+    CUPTI correlation ids renumbered; returns events."""
     events = [e for e in template["traceEvents"] if e.get("ph") == "X"]
+    ids = 1 + max((v for e in events if isinstance(e.get("args"), dict)
+                   for k, v in e["args"].items() if k in ("External id", "correlation") and type(v) is int), default=0)
     steps = [e for e in events if e["name"].startswith("ProfilerStep#")]
     first = min(e["ts"] for e in events)
     span = max(e["ts"] + e.get("dur", 0) for e in events) - first + 10.0
@@ -169,7 +193,7 @@ def write_tiled(template: dict, path: str, target_mb: float) -> int:
             shift = copy * span
             chunk = []
             for e in events:
-                moved = dict(e, ts=round(e["ts"] + shift, 3))
+                moved = dict(_renumbered(e, copy, ids), ts=round(e["ts"] + shift, 3))
                 if e in steps:
                     moved["name"] = f"ProfilerStep#{int(e['name'].split('#')[1]) + copy * len(steps)}"
                 chunk.append(json.dumps(moved))
@@ -266,6 +290,8 @@ def main() -> None:
     parser.add_argument("--limit", type=float, default=600.0, help="seconds per analysis at most")
     parser.add_argument("--memory-gb", type=float, default=16.0, help="address space per analysis at most (GiB)")
     parser.add_argument("--repeats", type=int, default=1, help="fresh-process runs of each tool (its best is shown)")
+    parser.add_argument("--template", help="a trace file to tile (e.g. tests/data/traces/hta_resnet_host_ahead_rank-0"
+                        ".json.gz, a real GPU job's) instead of the CPU DDP job profiled here")
     args = parser.parse_args()
     print(machine_line())
     hta = _hta_python(args.hta_python)
@@ -275,7 +301,8 @@ def main() -> None:
           "(pip install msgspec orjson)")
     print(f"{'trace':>9} {'events':>10}  {'tool':<13} {'seconds':>8} {'MB/s':>7} {'peak RSS growth':>16}  outcome")
     with tempfile.TemporaryDirectory() as tmp:
-        template = make_template(tmp)
+        template = read_template(args.template) if args.template else make_template(tmp)
+        print(f"template: {args.template or 'a CPU DDP training step profiled here'}")
         for size in (float(s) for s in args.sizes.split(",")):
             folder = os.path.join(tmp, f"{size:g}MB")
             os.mkdir(folder)

@@ -390,13 +390,15 @@ def test_a_long_name_is_not_kept_whole(tmp_path):
 def test_one_step_of_more_events_than_can_be_held_gets_no_operator_table_unless_read_into_columns(tmp_path,
                                                                                                     monkeypatch):
     """Steps say which of them fit in the events held at once: one step holding them all does not, where the
-    trace holds device work (read as events); a host-only trace is read into columns, which hold any number."""
+    trace is read as events (an op with FLOPs); a trace read into columns (host work, kernels) holds any number."""
     from torchmagic.features.profile.traces import ops
 
     monkeypatch.setattr(ops, "OPS_EVENT_LIMIT", 50)
     ops_only = [op(ts=str(10 + i)) for i in range(200)]
     r = torchmagic.analyze(_write(tmp_path / "host.json", trace(*ops_only)))
     assert r.profile is not None and {o.name: o.calls for o in r.profile.ops} == {"aten::mm": 200}, r.notes
-    kernel = op(cat='"kernel"', name='"gemm"', tid="7", args='{"correlation": 5, "External id": 3}')
-    r = torchmagic.analyze(_write(tmp_path / "gpu.json", trace(*ops_only, kernel)))
+    r = torchmagic.analyze(_write(tmp_path / "gpu.json", trace(*ops_only, KERNEL)))
+    assert r.profile is not None and r.profile.device.kind == "cuda", r.notes
+    flops = op(args='{"flops": 1000}')
+    r = torchmagic.analyze(_write(tmp_path / "flops.json", trace(*ops_only, flops)))
     assert r.profile is None and any("1 step(s) hold 202 events" in note for note in r.notes), r.notes

@@ -1,10 +1,12 @@
-"""The operator report's summary of a host-only trace computed over its columns (columns.py): the same
-TraceSummary the sweep (profile/sweep.py, through summarizer.py) makes of the same events, without a Python
-step per event.  A group of steps at a time (bounding what is made besides the columns): the nesting from
-tree.py, what each event inherits from its ancestors a depth at a time (columnar_context.py), then every
-total as a masked sum (columnar_totals.py).  The groups are the ones ops.py would read as events, cut at the
-same steps (groups.py), each event in the group its start falls in, and one begun outside the steps in each
-group it spans; what the summarizer carries from one group to the next is carried here too.
+"""The operator report's summary of a trace computed over its columns (columns.py): the same TraceSummary the
+sweep (profile/sweep.py, through summarizer.py) makes of the same events, without a Python step per host
+event.  A group of steps at a time (bounding what is made besides the columns): runtime calls joined to their
+op's thread and the nesting from tree.py, what each event inherits from its ancestors a depth at a time
+(columnar_context.py), what runtime calls note (columnar_runtime.py), then every total as a masked sum
+(columnar_totals.py); the device's events are handed to device_attribution as the summarizer hands them.
+The groups are the ones ops.py would read as events, cut at the same steps (groups.py), each event in the
+group its start falls in, a kernel in its launch's, and one begun outside the steps in each group it spans;
+what the summarizer carries from one group to the next is carried here too.
 
 Times are the sweep's own floats (µs since the first event, made by the same operations), so nesting and
 windows come out the same; sums are taken in another order, so totals may differ from the sweep's in their
@@ -14,13 +16,14 @@ last bits (tests/profile/traces/test_columnar.py holds them to 1e-9 of their val
 from __future__ import annotations
 
 from array import array
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
 
-from ..events import ANNOTATION, MEMORY, OP, PYTHON
+from ..device_attribution import Busy, attribute_device, count_lost_events
+from ..events import ANNOTATION, DEVICE, MEMORY, OP, PYTHON, RUNTIME, Ev
 from ..kineto import CPU_OP, STEP_PREFIX, USER_ANNOTATION
 from ..summarizer import discount_waiting, memory_levels
 from ..summary import TraceSummary
@@ -28,6 +31,7 @@ from ..sweep import MAIN_LANE
 from ..timeline import bound_timeline
 from .columnar_context import Events, context_of, names_of
 from .columnar_memory import MemoryColumns, memory_records
+from .columnar_runtime import device_reads, device_records, first_launches, relinked_threads, runtime_opened
 from .columnar_totals import closed_totals, opened_totals
 from .columns import EventKind, TraceColumns
 from .groups import group_starts
@@ -48,6 +52,9 @@ class _Table:
     thread: torch.Tensor
     sequence: torch.Tensor
     inputs: torch.Tensor
+    external: torch.Tensor
+    linked_rows: torch.Tensor  # the rows of runtime calls and device events (ascending), and their CUPTI ids
+    correlation: torch.Tensor
     kinds: list[EventKind]
     tids: list
     first: int
@@ -63,6 +70,10 @@ class _Carried:
     base: dict = field(default_factory=dict)  # device -> its level at the first step's start
     main: object = None  # the first step's thread (its tid: an int or a string, never None)
     others_after: list = field(default_factory=list)
+    op_calls: Counter = field(default_factory=Counter)  # op name -> calls so far (a first call may set up)
+    first_kernels: dict = field(default_factory=dict)  # kernel name -> the CUPTI id of its first launch
+    busy_before: Busy = Busy()  # the group before's device intervals
+    first_launch: int | None = None  # the lowest runtime call's CUPTI id so far (lost events)
 
 
 def columnar_summary(columns: TraceColumns, trace: RankTrace, limit: int) -> tuple[TraceSummary, int, bool]:
@@ -74,14 +85,16 @@ def columnar_summary(columns: TraceColumns, trace: RankTrace, limit: int) -> tup
     shapes = bool(shaped[table.inputs[is_op[table.kind.long()]].long()].any())
     names, carried = names_of(table.kinds), _Carried()
     cuts = [round(start * 1000) for start in group_starts(trace, limit)]  # ns, as the columns keep times
-    if len(cuts) > 1:  # per Python op: 8 bytes, not a float object and its pointer
+    if len(cuts) > 1:  # per kernel and per Python op: 8 bytes, not a float object and its pointer
+        out.kernel_us, out.launch_delay_us = array("d"), array("d")
         out.python_op_us, out.python_gap_us = array("d"), array("d")
         out.python_op_nodes, out.python_op_sync = array("q"), array("b")
     count = max(len(cuts), 1)
     for index, rows in enumerate(_groups(table, trace, cuts)):
         if index:
             bound_timeline(out)  # at most so many bars per lane between groups too, as the summarizer bounds them
-        _add(out, _events(table, rows, columns.input_lists, shapes), names, carried, table.memory, index == count - 1)
+        _add(out, _events(table, rows, names, (columns.input_lists, shapes, len(cuts) > 1)), names, carried,
+             table.memory, index == count - 1)
     out.event_count = len(table.start)
     bound_timeline(out)
     return out, table.first, shapes
@@ -93,8 +106,9 @@ def _table(columns: TraceColumns) -> _Table:
                            _tensor(columns.memory_device, torch.int32), columns.devices)
     table = _Table(start, _tensor(columns.end, torch.long), _tensor(columns.kind, torch.int32),
                    _tensor(columns.thread, torch.int32), _tensor(columns.sequence, torch.long),
-                   _tensor(columns.inputs, torch.int32), list(columns.kinds), list(columns.threads), int(start.min()),
-                   memory)
+                   _tensor(columns.inputs, torch.int32), _tensor(columns.external, torch.long),
+                   _tensor(columns.linked_rows, torch.long), _tensor(columns.correlation, torch.long),
+                   list(columns.kinds), list(columns.threads), int(start.min()), memory)
     if not columns.steps:
         _add_whole_trace_marker(table)
     return table
@@ -128,13 +142,29 @@ def _add_whole_trace_marker(table: _Table) -> None:
     table.start, table.end = grown(table.start, start), grown(table.end, start + round(span * 1000))
     table.kind, table.thread = grown(table.kind, len(table.kinds) - 1), grown(table.thread, table.tids.index(tid))
     table.sequence, table.inputs = grown(table.sequence, -1), grown(table.inputs, 0)
+    table.external = grown(table.external, 0)
+
+
+def _light(table: _Table) -> torch.Tensor:
+    """Each row's light kind (events.event_kind's; -1 for a row the summary sets aside)."""
+    kinds = torch.tensor([-1 if k.kind is None else k.kind for k in table.kinds], dtype=torch.long)
+    return kinds[table.kind.long()]
+
+
+def _correlation(table: _Table, rows: torch.Tensor) -> torch.Tensor:
+    """CUPTI's correlation id of each of ``rows`` (0 for an event that is neither a runtime call nor on the
+    device)."""
+    if not len(table.linked_rows):
+        return torch.zeros(len(rows), dtype=torch.long)
+    slot = torch.searchsorted(table.linked_rows, rows).clamp(max=len(table.linked_rows) - 1)
+    return torch.where(table.linked_rows[slot] == rows, table.correlation[slot], 0)
 
 
 def _groups(table: _Table, trace: RankTrace, cuts: list[int]) -> Iterator[torch.Tensor]:
     """Each group's events (indices, in file order) as groups.StepGroups puts them: by the group its start
-    falls in, and one begun outside the steps in each later group it is open across the start of (found a
-    slice of the columns at a time: what is made per event is its group and its place, 12 bytes).  ``cuts``:
-    each group's first step's start (ns)."""
+    falls in, a kernel (or copy) in its launch's group, and one begun outside the steps in each later group
+    it is open across the start of (found a slice of the columns at a time: what is made per event is its
+    group and its place, 12 bytes).  ``cuts``: each group's first step's start (ns)."""
     if len(cuts) < 2:
         yield torch.arange(len(table.start))
         return
@@ -142,7 +172,9 @@ def _groups(table: _Table, trace: RankTrace, cuts: list[int]) -> Iterator[torch.
     group = torch.empty(len(table.start), dtype=torch.int32)
     for at in range(0, len(table.start), _SLICE):
         group[at:at + _SLICE] = (torch.searchsorted(cuts, table.start[at:at + _SLICE], right=True) - 1).clamp(min=0)
+    device = _light(table)[table.linked_rows] == DEVICE  # of the linked rows
     spanning, last = _spanning(table, trace, cuts, group)
+    _launched_in(table, group, device)
     counts = torch.bincount(group, minlength=len(cuts)).tolist()
     first = group[spanning]
     by_group = torch.argsort(group, stable=True)  # each group's events together, in the file's order
@@ -152,37 +184,87 @@ def _groups(table: _Table, trace: RankTrace, cuts: list[int]) -> Iterator[torch.
         yield torch.cat([own, copied]).sort().values if len(copied) else own
 
 
+def _launched_in(table: _Table, group: torch.Tensor, device: torch.Tensor) -> None:
+    """Move each kernel (or copy) to its launch's group (``device``: which linked rows are on the device): the
+    group whose range of launch correlation ids (CUPTI numbers calls in order) holds its id, where that group
+    is not a later one than its own by time (groups.StepGroups._launched_in)."""
+    linked, correlation = table.linked_rows, table.correlation
+    has = correlation != 0
+    launches, kernels = linked[has & ~device], linked[has & device]
+    if not len(launches) or not len(kernels):
+        return
+    ids, by = correlation[has & ~device], group[launches].long()
+    count = int(by.max()) + 1
+    low = torch.full((count,), torch.iinfo(torch.long).max).scatter_reduce_(0, by, ids, "amin")
+    high = torch.full((count,), torch.iinfo(torch.long).min).scatter_reduce_(0, by, ids, "amax")
+    ranges = sorted((lo, hi, g) for g, (lo, hi) in enumerate(zip(low.tolist(), high.tolist())) if lo <= hi)
+    lows = torch.tensor([r[0] for r in ranges], dtype=torch.long)
+    highs, groups = (torch.tensor([r[i] for r in ranges], dtype=torch.long) for i in (1, 2))
+    ids, own = correlation[has & device], group[kernels].long()
+    i = torch.searchsorted(lows, ids, right=True) - 1
+    found = i.clamp(min=0)
+    launched = (i >= 0) & (ids <= highs[found]) & (groups[found] <= own)
+    group[kernels] = torch.where(launched, groups[found], own).to(group.dtype)
+
+
 def _spanning(table: _Table, trace: RankTrace, cuts: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The events begun outside the steps and open across a later group's start (``group``: the one each
+    """The host events begun outside the steps and open across a later group's start (``group``: the one each
     begins in): their indices, and the last group each is open in."""
     steps = sorted(trace.steps.values())
     step_start = torch.tensor([round(a * 1000) for a, _ in steps], dtype=torch.long)
     step_end = torch.tensor([round(b * 1000) for _, b in steps], dtype=torch.long)
+    on_device = _light(table) == DEVICE
     found = []
     for at in range(0, len(table.start), _SLICE):
         start, end, mine = table.start[at:at + _SLICE], table.end[at:at + _SLICE], group[at:at + _SLICE].long()
         i = torch.searchsorted(step_start, start, right=True) - 1
         in_step = (i >= 0) & (start <= step_end[i.clamp(min=0)])
         later = cuts[(mine + 1).clamp(max=len(cuts) - 1)]
-        found.append(((end > start) & (mine + 1 < len(cuts)) & (end > later) & ~in_step).nonzero().flatten() + at)
+        spans = (end > start) & (mine + 1 < len(cuts)) & (end > later) & ~in_step & ~on_device[at:at + _SLICE]
+        found.append(spans.nonzero().flatten() + at)
     spanning = torch.cat(found)
     return spanning, (torch.searchsorted(cuts, table.end[spanning] - 1, right=True) - 1).clamp(min=0)
 
 
-def _events(table: _Table, rows: torch.Tensor, input_lists: list, shapes: bool) -> Events:
-    """A group's host events (ops, user ranges, Python frames) in the sweep's visiting order, their times as its
-    floats."""
-    kind = table.kind[rows].long()
-    light = torch.tensor([-1 if k.kind is None else k.kind for k in table.kinds], dtype=torch.long)[kind]
-    host = rows[(light == OP) | (light == ANNOTATION) | (light == PYTHON) | (light == MEMORY)]
+def _events(table: _Table, rows: torch.Tensor, names, inputs: tuple) -> tuple[Events, list[Ev]]:
+    """A group's host events (ops, user ranges, Python frames, runtime calls, memory records) in the sweep's
+    visiting order, their times as its floats, and its device events as the summarizer's records.
+    ``inputs``: the ops' input lists, whether shapes were recorded, and whether there are several groups."""
+    input_lists, shapes, grouped = inputs
+    light = torch.tensor([-1 if k.kind is None else k.kind for k in table.kinds], dtype=torch.long)[
+        table.kind[rows].long()]
+    host = rows[(light == OP) | (light == ANNOTATION) | (light == PYTHON) | (light == MEMORY) | (light == RUNTIME)]
+    device = _device(table, rows[light == DEVICE], grouped)
     start = (table.start[host] - table.first).double() / 1000.0
     end = start + (table.end[host] - table.start[host]).double() / 1000.0
-    lane, codes = _first_seen_order(table.thread[host].long())
+    external, correlation = table.external[host], _correlation(table, host)
+    thread = table.thread[host].long()
+    if device:  # runtime calls joined to their op's thread (events.link_runtime_threads)
+        thread = relinked_threads(table.kind[host].long(), thread, external, names, table.tids)
+    lane, codes = _first_seen_order(thread)
     tree = event_tree(lane, start, end)
     at, order = host[tree.order], tree.order
-    return Events(table.kind[at].long(), start[order], end[order], lane[order], table.sequence[at],
-                  table.inputs[at].long(), at, tree, table.kinds, [table.tids[code] for code in codes.tolist()], [],
-                  input_lists, shapes)
+    reads = device_reads(device)
+    device_read = names.runtime[table.kind[at].long()] & torch.isin(correlation[order], reads)
+    events = Events(table.kind[at].long(), start[order], end[order], lane[order], table.sequence[at],
+                    table.inputs[at].long(), external[order], correlation[order], device_read, at, tree, table.kinds,
+                    [table.tids[code] for code in codes.tolist()], [], input_lists, shapes)
+    return events, device
+
+
+def _device(table: _Table, rows: torch.Tensor, grouped: bool) -> list[Ev]:
+    """A group's device events as the summarizer's records, in the order the events path holds them: the file's,
+    where there are several groups those linked to a launch (put in their group once all are read) last."""
+    correlation = _correlation(table, rows)
+    if grouped:
+        order = torch.argsort((correlation != 0).long(), stable=True)
+        rows, correlation = rows[order], correlation[order]
+    start = (table.start[rows] - table.first).double() / 1000.0
+    end = start + (table.end[rows] - table.start[rows]).double() / 1000.0
+    kinds, tids = table.kinds, table.tids
+    return device_records([kinds[k].name for k in table.kind[rows].tolist()],
+                          (start.tolist(), end.tolist(), [tids[t] for t in table.thread[rows].tolist()]),
+                          (table.external[rows].tolist(), correlation.tolist()))
 
 
 def _first_seen_order(codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,9 +277,11 @@ def _first_seen_order(codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return rank[inverse], unique[order]
 
 
-def _add(out: TraceSummary, events: Events, names, carried: _Carried, memory: MemoryColumns, last: bool) -> None:
+def _add(out: TraceSummary, group: tuple[Events, list[Ev]], names, carried: _Carried, memory: MemoryColumns,
+         last: bool) -> None:
     """One group's events summarised into ``out``, as TraceSummarizer.add summarises them (``last``: no step
     follows)."""
+    events, device = group
     step_rows = names.step[events.kind].nonzero().flatten()
     step_rows = step_rows[torch.argsort(events.tree.order[step_rows], stable=True)]  # the file's order, then
     step_rows = step_rows[torch.argsort(events.start[step_rows], stable=True)]       # by start, as it sorts
@@ -210,9 +294,12 @@ def _add(out: TraceSummary, events: Events, names, carried: _Carried, memory: Me
         carried.main = events.tids[int(events.thread[step_rows[0]])]
     events.lanes = [MAIN_LANE if tid == carried.main else f"CPU thread {tid}" for tid in events.tids]
     context = context_of(events, names, step_rows, carried.windows, before)
+    first = first_launches(device, carried.first_kernels)
+    links, one_time = runtime_opened(out, events, names, context, (carried.op_calls, first))
     records, allocations = memory_records(out, events, names, memory, carried.windows)
-    bars = closed_totals(out, events, names, context, allocations)
+    bars = closed_totals(out, events, names, context, (allocations, one_time, links if device else None))
     gaps = opened_totals(out, events, names, context)
     carried.others_after = discount_waiting(out, (bars, gaps), carried.windows[before:], carried.others_after)
     memory_levels(out, records, carried.windows, (carried.level, carried.base), last)
-
+    carried.busy_before = attribute_device(device, out, links, carried.windows, carried.busy_before)
+    carried.first_launch = count_lost_events(device, out, links, carried.first_launch)

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..categories import CATEGORIES, COPY_OPS, NO_KERNEL_OPS, START_UP, SYNC_OPS, phase_of
-from ..events import ANNOTATION, MEMORY, OP, PYTHON
+from ..categories import CATEGORIES, COPY_OPS, NO_KERNEL_OPS, START_UP, SYNC_OPS, SYNC_RUNTIME, phase_of
+from ..events import ANNOTATION, DEVICE, MEMORY, OP, PYTHON, RUNTIME
 from ..frames import is_library_frame, is_user_frame
-from ..kineto import STEP_PREFIX, is_backward_node
+from ..kineto import LAUNCH_CALLS, STEP_PREFIX, is_backward_node
 from .columns import EventKind
 from .tree import EventTree
 
@@ -28,6 +28,9 @@ class Events:
     thread: torch.Tensor   # index into ``tids``, in the order threads first appear
     sequence: torch.Tensor
     inputs: torch.Tensor   # code into ``input_lists``
+    external: torch.Tensor  # the op it belongs to (kineto's External id; linking ops to kernels)
+    correlation: torch.Tensor  # a runtime call's CUPTI correlation id (its kernels'), else 0
+    device_read: torch.Tensor  # a runtime call whose copy is to the host (it waits for the device)
     row: torch.Tensor      # each event's row in the columns
     tree: EventTree
     kinds: list[EventKind]
@@ -35,7 +38,6 @@ class Events:
     lanes: list[str]       # each thread's timeline lane (index: ``thread``)
     input_lists: list
     shapes: bool           # an op with shapes was read: each op's time is kept by its shapes
-
 
 
 @dataclass
@@ -52,6 +54,10 @@ class Names:
     annotation: torch.Tensor  # a user range
     python: torch.Tensor    # a Python frame
     memory: torch.Tensor    # a memory record
+    runtime: torch.Tensor   # a runtime (or driver) call
+    launch: torch.Tensor    # a kernel launch call (kineto.LAUNCH_CALLS)
+    sync_runtime: torch.Tensor  # a runtime call that waits for the device (categories.SYNC_RUNTIME)
+    device: torch.Tensor    # a kernel, copy or memset
     user_frame: torch.Tensor  # a Python frame of the user's code (frames.is_user_frame)
     library_frame: torch.Tensor  # a Python frame of an installed package (frames.is_library_frame)
     name_id: torch.Tensor   # the same id for the same name under another category
@@ -70,10 +76,14 @@ def names_of(kinds: list[EventKind]) -> Names:
     return Names(op=flag(lambda k: k.kind == OP),
                   phase=torch.tensor([-1 if p is None else CATEGORY[p] for p in phases], dtype=torch.long),
                   sync=flag(lambda k: k.name in SYNC_OPS), copy=flag(lambda k: k.name in COPY_OPS),
-                  no_kernel=flag(lambda k: k.name in NO_KERNEL_OPS), backward_node=flag(lambda k: is_backward_node(k.name)),
+                  no_kernel=flag(lambda k: k.name in NO_KERNEL_OPS),
+                  backward_node=flag(lambda k: is_backward_node(k.name)),
                   step=flag(lambda k: k.kind == ANNOTATION and k.name.startswith(STEP_PREFIX)),
                   annotation=flag(lambda k: k.kind == ANNOTATION), python=flag(lambda k: k.kind == PYTHON),
-                  memory=flag(lambda k: k.kind == MEMORY),
+                  memory=flag(lambda k: k.kind == MEMORY), runtime=flag(lambda k: k.kind == RUNTIME),
+                  launch=flag(lambda k: k.kind == RUNTIME and k.name in LAUNCH_CALLS),
+                  sync_runtime=flag(lambda k: k.kind == RUNTIME and k.name in SYNC_RUNTIME),
+                  device=flag(lambda k: k.kind == DEVICE),
                   user_frame=flag(lambda k: k.kind == PYTHON and is_user_frame(k.name)),
                   library_frame=flag(lambda k: k.kind == PYTHON and is_library_frame(k.name)),
                   name_id=torch.tensor(name_id, dtype=torch.long), names=list(ids))
@@ -84,9 +94,9 @@ class Context:
     """What each event (visiting order) has when the sweep opens it: the phase it is in, whether an op
     encloses it, whether it is in a sync or a copy the user asked for, its step (-1: outside the steps) and
     its timeline bar (the index of the step's top-level event it is under, -1 for a marker or none),
-    whether its own phase took over (the phase it opens, where none is open or it is a compile), and the
-    innermost frame of the user's code around it with the first library call that frame made (name ids, -1
-    for none)."""
+    whether its own phase took over (the phase it opens, where none is open or it is a compile), the
+    innermost frame of the user's code around it with the first library call that frame made, and the
+    innermost user range around it (not a step marker; name ids, -1 for none)."""
 
     phase: torch.Tensor
     under_op: torch.Tensor
@@ -97,6 +107,7 @@ class Context:
     took: torch.Tensor
     frame: torch.Tensor
     library: torch.Tensor
+    user_range: torch.Tensor
 
 
 def context_of(events: Events, names: Names, step_rows: torch.Tensor, windows, before: int) -> Context:
@@ -108,9 +119,11 @@ def context_of(events: Events, names: Names, step_rows: torch.Tensor, windows, b
     marker = torch.full((n,), -1, dtype=torch.long)
     marker[step_rows] = torch.arange(before, before + len(step_rows))
     name, user, library = names.name_id[events.kind], names.user_frame[events.kind], names.library_frame[events.kind]
-    ctx = Context(phase=own.clone(), under_op=torch.zeros(n, dtype=torch.bool), in_sync=sync_op.clone(),
+    user_range = names.annotation[events.kind] & ~names.step[events.kind]
+    ctx = Context(phase=own.clone(), under_op=torch.zeros(n, dtype=torch.bool), in_sync=sync_op | events.device_read,
                   in_copy=copy_op.clone(), step=marker.clone(), top=torch.full((n,), -1, dtype=torch.long),
-                  took=own >= 0, frame=torch.where(user, name, -1), library=torch.full((n,), -1, dtype=torch.long))
+                  took=own >= 0, frame=torch.where(user, name, -1), library=torch.full((n,), -1, dtype=torch.long),
+                  user_range=torch.where(user_range, name, -1))
     roots = (parent < 0).nonzero().flatten()
     placed = window_of(windows, events.start[roots])  # work outside a marker, placed by time
     is_marker = marker[roots] >= 0
@@ -124,7 +137,8 @@ def context_of(events: Events, names: Names, step_rows: torch.Tensor, windows, b
         ctx.phase[at] = torch.where(took, mine, phase)
         under = ctx.under_op[up] | is_op[up]
         ctx.under_op[at] = under
-        ctx.in_sync[at] = ctx.in_sync[up] | (sync_op[at] & ~under)
+        # a copy to the host (.cpu(), .item(), print) waits for the device: a sync wherever it is made
+        ctx.in_sync[at] = ctx.in_sync[up] | (sync_op[at] & ~under) | events.device_read[at]
         ctx.in_copy[at] = ctx.in_copy[up] | (copy_op[at] & ~under)
         step, top, here = ctx.step[up], ctx.top[up], marker[at]
         ctx.step[at] = torch.where(here >= 0, here, step)
@@ -133,6 +147,7 @@ def context_of(events: Events, names: Names, step_rows: torch.Tensor, windows, b
         ctx.frame[at] = torch.where(user[at], name[at], frame)
         ctx.library[at] = torch.where(user[at], -1, torch.where(library[at] & (frame >= 0) & (called < 0), name[at],
                                                                 called))
+        ctx.user_range[at] = torch.where(user_range[at], name[at], ctx.user_range[up])
     return ctx
 
 

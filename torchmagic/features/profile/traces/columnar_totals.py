@@ -11,42 +11,77 @@ import torch
 
 from ....core.measure.low_precision import OpCall, freeze
 from ..categories import BACKWARD, CATEGORIES, COPIES, DATA, FORWARD, OPTIMIZER, OTHER, START_UP, SYNCS
-from ..kineto import FIRST_COMPILE
+from ..device_attribution import DeviceLinks
+from ..kineto import CUDA_CONTEXT, FIRST_COMPILE, LAZY_LOADING, LIBRARY_SET_UP
 from ..result import TimelineSpan as Span
 from ..summary import OpStats, TraceSummary
 from ..sweep import count_fp32_call, matmul_precision, shape_text
-from ..traffic import MATMUL_OPS
+from ..traffic import MATMUL_OPS, off_tensor_core_grain
 from .columnar_context import CATEGORY, Context, Events, Names
 from .fields import literal
 
+ONE_TIME = (FIRST_COMPILE, CUDA_CONTEXT, LIBRARY_SET_UP, LAZY_LOADING)  # the one-time costs' codes
 
-def closed_totals(out: TraceSummary, events: Events, names: Names, ctx: Context, allocations: tuple) -> dict:
+
+def closed_totals(out: TraceSummary, events: Events, names: Names, ctx: Context, marked: tuple) -> dict:
     """What the sweep adds up as it closes each event in the steps: self time by category, the operator
     table, the timeline's bars (each in its dominant category); returns the bars' intervals by lane.
-    ``allocations``: the bytes memory records gave ops as the sweep visited them (columnar_memory.py)."""
+    ``marked``: the bytes memory records gave ops as the sweep visited them (columnar_memory.py), each
+    runtime call's one-time cost (a code into ``ONE_TIME``, -1 for none), and the links to the device's
+    events to fill (None where the group has none)."""
+    allocations, one_time, links = marked
     tree, kind = events.tree, events.kind
     length = events.end - events.start
     has = tree.parent >= 0
     self_us = (length - torch.zeros_like(length).scatter_add_(0, tree.parent[has], length[has])).clamp(min=0.0)
     is_step = (ctx.step >= 0) & (ctx.top < 0)  # only a marker has a step but no bar
-    category = torch.where(ctx.phase >= 0, ctx.phase, torch.where(ctx.in_sync, CATEGORY[SYNCS], torch.where(
-        ctx.in_copy, CATEGORY[COPIES], torch.where(names.op[kind], CATEGORY[FORWARD], CATEGORY[OTHER]))))
-    category = torch.where(is_step, CATEGORY[OTHER], category)
+    category = torch.where(ctx.phase >= 0, ctx.phase, torch.where(
+        ctx.in_sync | names.sync_runtime[kind], CATEGORY[SYNCS], torch.where(ctx.in_copy, CATEGORY[COPIES], torch.where(
+            names.op[kind] | names.runtime[kind], CATEGORY[FORWARD], CATEGORY[OTHER]))))
+    category = torch.where(one_time >= 0, CATEGORY[START_UP], torch.where(is_step, CATEGORY[OTHER], category))
     closing = tree.close_order()
     # outside the steps nothing is counted; a memory record is visited, never opened
     closing = closing[(ctx.step[closing] >= 0) & ~names.memory[kind[closing]]]
     totals = torch.zeros(len(CATEGORIES), dtype=torch.float64).scatter_add_(0, category[closing], self_us[closing])
     for code, total in enumerate(totals.tolist()):
         out.category_us[CATEGORIES[code]] += total
-    if bool((category[closing] == CATEGORY[START_UP]).any()):
-        out.one_time_us[FIRST_COMPILE] = out.one_time_us.get(FIRST_COMPILE, 0.0) + totals[CATEGORY[START_UP]].item()
+    _one_time(out, torch.where(one_time >= 0, one_time, torch.where(category == CATEGORY[START_UP], 0, -1))[closing],
+              self_us[closing])
     rows = closing[~is_step[closing] & ~names.python[kind[closing]]]  # Python frames are in no op's row
     _operator_table(out, names, (kind[rows], self_us[rows], length[rows], closing_keys(tree, rows)), allocations)
     ops = rows[names.op[kind[rows]]]
-    _inputs(out, events, names, ops, category[ops], self_us[ops])
+    precision = _inputs(out, events, names, (ops, category[ops], self_us[ops]), links)
+    if links is not None:
+        _op_links(links, events, names, (ops, category[ops], precision))
     for phase, field in ((OPTIMIZER, "optimizer_us"), (DATA, "data_us"), (COPIES, "copy_us")):
         setattr(out, field, getattr(out, field) + float(self_us[rows][category[rows] == CATEGORY[phase]].sum()))
     return _timeline(out, events, names, ctx.top, (closing, category, self_us))
+
+
+def _one_time(out: TraceSummary, kind: torch.Tensor, self_us: torch.Tensor) -> None:
+    """Each one-time cost's self time (``kind``: codes into ONE_TIME, -1 for none, in closing order), the
+    first to close first."""
+    marked = kind >= 0
+    if not bool(marked.any()):
+        return
+    kind, self_us = kind[marked], self_us[marked]
+    sums = torch.zeros(len(ONE_TIME), dtype=torch.float64).scatter_add_(0, kind, self_us).tolist()
+    first = torch.full((len(ONE_TIME),), len(kind)).scatter_reduce_(0, kind, torch.arange(len(kind)), "amin")
+    for code in torch.argsort(first).tolist():
+        if first[code] < len(kind):
+            out.one_time_us[ONE_TIME[code]] = out.one_time_us.get(ONE_TIME[code], 0.0) + sums[code]
+
+
+def _op_links(links: DeviceLinks, events: Events, names: Names, ops: tuple) -> None:
+    """Each op's name, category and matmul precision by its id, for its kernels (the last to close of an id
+    wins, as the sweep's dict keeps it)."""
+    rows, category, precision = ops
+    linked = (events.external[rows] != 0).nonzero().flatten().tolist()
+    external = events.external[rows].tolist()
+    name, category = names.name_id[events.kind[rows]].tolist(), category.tolist()
+    op_of_corr, op_names = links.op_of_corr, names.names
+    for i in linked:
+        op_of_corr[external[i]] = (op_names[name[i]], CATEGORIES[category[i]], precision.get(i))
 
 
 def closing_keys(tree, rows: torch.Tensor) -> torch.Tensor:
@@ -88,10 +123,14 @@ def _operator_table(out: TraceSummary, names: Names, closed: tuple, allocations:
             stats.allocated_bytes += given[i]
 
 
-def _inputs(out: TraceSummary, events: Events, names: Names, ops, category, self_us) -> None:
-    """What ops' inputs decide, over the ops in the steps in closing order: each op's self time by its shapes
-    (where shapes were recorded), and matmuls' time by precision, each distinct fp32 call kept for the amp rule
-    (at most sweep.MAX_MATMUL_CALLS of them, the first to close)."""
+def _inputs(out: TraceSummary, events: Events, names: Names, ops: tuple, links: DeviceLinks | None) -> dict:
+    """What ops' inputs decide, over the ops in the steps in closing order (``ops``: their indices, categories
+    and self times): each op's self time by its shapes (where shapes were recorded), and matmuls' time by
+    precision, each distinct fp32 call kept for the amp rule (at most sweep.MAX_MATMUL_CALLS of them, the
+    first to close), with ``links`` (where kernels are linked) a 16-bit matmul off the tensor cores' grain and
+    each kept fp32 call by the op's id.  Returns the matmuls' precisions ("low" or "fp32") by their place in
+    ``ops``."""
+    ops, category, self_us = ops
     name, inputs = names.name_id[events.kind[ops]], events.inputs[ops]
     if events.shapes:
         count = len(events.input_lists)
@@ -103,17 +142,26 @@ def _inputs(out: TraceSummary, events: Events, names: Names, ops, category, self
             op, code = divmod(int(unique[i]), count)
             out.ops[names.names[op]].shapes[shape_text(events.input_lists[code][0])] += sums[i]
     matmul = torch.tensor([n in MATMUL_OPS for n in names.names], dtype=torch.bool)[name]
-    for op, code, forward, us in zip(name[matmul].tolist(), inputs[matmul].tolist(),
-                                     (category[matmul] == CATEGORY[FORWARD]).tolist(), self_us[matmul].tolist()):
+    places = matmul.nonzero().flatten().tolist()
+    external = events.external[ops[matmul]].tolist() if links is not None else [0] * len(places)
+    precisions = {}
+    for place, op, code, forward, us, corr in zip(places, name[matmul].tolist(), inputs[matmul].tolist(),
+                                                  (category[matmul] == CATEGORY[FORWARD]).tolist(),
+                                                  self_us[matmul].tolist(), external):
         shapes, dtypes, concrete = events.input_lists[code]
-        precision = matmul_precision(_Inputs(dtypes))
+        precision = precisions[place] = matmul_precision(_Inputs(dtypes))
         if precision == "low":
             out.matmul_low_us += us
+            shape = off_tensor_core_grain(names.names[op], shapes) if corr else None
+            if shape is not None:
+                links.misaligned[corr] = shape
         elif precision == "fp32":
             out.matmul_fp32_us += us
             out.matmul_fp32_calls += 1
             call = OpCall(names.names[op], freeze(shapes), freeze(dtypes), freeze([literal(v) for v in concrete]))
-            count_fp32_call(out, call, us, forward)
+            if count_fp32_call(out, call, us, forward) is not None and corr:
+                links.fp32_call_of_corr[corr] = call
+    return precisions
 
 
 @dataclass

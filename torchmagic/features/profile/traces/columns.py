@@ -3,10 +3,10 @@ cost of a few list comprehensions a slice (columnar.py summarises it without a l
 
 What the columnar summary covers is read here; anything else gives the reading up (its columns let go), and
 the operator report is read as before (ops.py): a slice the typed decoder refused, a value the checked path
-would refuse, cut or replace, device work, runtime calls, or FLOPs.  So where the columns are kept, every
-event is a plain op, user range, Python frame or memory record (or one the summary sets aside), exactly as
-ops.py's typed path would have made its TraceEvent; an op's inputs (shapes, types, non-tensor values) are
-kept once per distinct text, as that path keeps them.
+would refuse, cut or replace, or FLOPs.  So where the columns are kept, every event is a plain op, user range,
+Python frame, runtime call, kernel (or copy, or memset) or memory record (or one the summary sets aside),
+exactly as ops.py's typed path would have made its TraceEvent; an op's inputs (shapes, types, non-tensor
+values) are kept once per distinct text, as that path keeps them.
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 import torch
 from torch._C._autograd import DeviceType
 
-from ..events import ANNOTATION, MEMORY, OP, PYTHON, event_kind
-from ..kineto import STEP_PREFIX, USER_ANNOTATION, activity
+from ..events import ANNOTATION, DEVICE, MEMORY, OP, PYTHON, RUNTIME, event_kind
+from ..kineto import DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, is_runtime
 from ..sweep import device_label
 from .fields import DEVICE_TYPES, INT_LIMIT, EventFields
 from .records import EMPTY_LIST, LISTS_KEPT, NO_ARGS, PlainFields
 
-IN_SCOPE = (OP, ANNOTATION, PYTHON, MEMORY, None)  # the light kinds the columnar summary reads (None: set aside)
+# the light kinds the columnar summary reads (None: set aside)
+IN_SCOPE = (OP, ANNOTATION, PYTHON, MEMORY, RUNTIME, DEVICE, None)
 # times whose ns, ends and differences all fit in int64 (the columns' type): ±2**61 ns, 73 years either side of
 # the clock's zero (kineto writes µs since the epoch, 1.7e12 today); a trace beyond is read as events
 TIME_LIMIT_US = 2**61 / 1000
@@ -41,9 +42,10 @@ class EventKind:
 
 @dataclass
 class TraceColumns:
-    """A host-only trace's timed events in file order: start and end in ns (as ops.TraceEvent rounds the
-    file's µs), thread and kind codes (``threads``, ``kinds`` give what they stand for), and autograd
-    sequence numbers."""
+    """A trace's timed events in file order: start and end in ns (as ops.TraceEvent rounds the file's µs),
+    thread (a device event's stream) and kind codes (``threads``, ``kinds`` give what they stand for),
+    autograd sequence numbers, and the op each belongs to (``External id``: an op's own, a runtime call's or a
+    kernel's launching op's)."""
 
     start: array = field(default_factory=lambda: array("q"))
     end: array = field(default_factory=lambda: array("q"))
@@ -51,6 +53,7 @@ class TraceColumns:
     kind: array = field(default_factory=lambda: array("i"))
     sequence: array = field(default_factory=lambda: array("q"))
     inputs: array = field(default_factory=lambda: array("i"))  # code into ``input_lists``
+    external: array = field(default_factory=lambda: array("q"))
     threads: list = field(default_factory=list)   # code -> tid as kept (an int, or a string)
     kinds: list[EventKind] = field(default_factory=list)  # code -> what the pair is read as
     input_lists: list = field(default_factory=list)  # code -> (shapes, input types, non-tensor inputs) as kept
@@ -60,7 +63,11 @@ class TraceColumns:
     memory_bytes: array = field(default_factory=lambda: array("q"))
     memory_device: array = field(default_factory=lambda: array("i"))
     devices: list[str] = field(default_factory=list)
+    # runtime calls' and device events' rows, and CUPTI's correlation id that links a call to its kernels
+    linked_rows: array = field(default_factory=lambda: array("q"))
+    correlation: array = field(default_factory=lambda: array("q"))
     steps: bool = False  # a ProfilerStep marker was read
+    kernels: bool = False  # a kernel, copy or memset was read
 
 
 class ColumnReading:
@@ -75,6 +82,7 @@ class ColumnReading:
         self._input_codes: dict[tuple, int] = {}   # an op's inputs' texts -> code
         self._device_codes: dict[tuple, int] = {}  # a memory record's (device type, index) -> code
         self._memory_kinds: set[int] = set()       # the kind codes of memory records
+        self._linked_kinds: set[int] = set()       # ... of runtime calls and device events
         self._input_code(NO_ARGS)  # code 0: none recorded
 
     def __call__(self, batch) -> None:
@@ -105,11 +113,19 @@ class ColumnReading:
         try:
             ts, dur = array("d", [r.ts for r in timed]), array("d", [r.dur or 0.0 for r in timed])
             sequence = array("q", [a.sequence for a in args])
-            array("q", [a.correlation for a in args])
+            correlation = array("q", [a.correlation for a in args])
+            # kineto.external_id: ``External id``, else the name torch 1.8-1.9 wrote
+            external = array("q", [a.external if a.external is not None else a.external_before_1_10 or 0
+                                   for a in args])
         except (TypeError, OverflowError):  # None, or past 64 bits (signed), as the checked path refuses them
             return False
         if not _plain_times(ts, dur) or (self._memory_kinds and not self._memory(timed, kinds, args)):
             return False
+        cols.external += external
+        if self._linked_kinds:
+            rows = [i for i, kind in enumerate(kinds) if kind in self._linked_kinds]
+            cols.linked_rows.extend([len(cols.start) + i for i in rows])
+            cols.correlation.extend([correlation[i] for i in rows])
         start = (torch.frombuffer(ts, dtype=torch.float64) * 1000).round().long()
         _append(cols.start, start)
         _append(cols.end, start + (torch.frombuffer(dur, dtype=torch.float64) * 1000).round().long())
@@ -175,9 +191,9 @@ class ColumnReading:
         return [codes[key] for key in keys]
 
     def _new_kind(self, pair: tuple) -> int | None:
-        raw_name, raw_cat = pair
-        name, text = self.plain.text(raw_name), self.plain.text(raw_cat)
-        if name is None or text is None or len(self._kind_codes) >= LISTS_KEPT:
+        # as the checked path keeps them: a long name (a templated kernel's) cut, one not ASCII made printable
+        name, text = (self.plain.check.text(value, {}, 0, "'name'") for value in pair)
+        if len(self._kind_codes) >= LISTS_KEPT:
             return None
         cat = activity(text, name)
         kind = event_kind(cat, name)
@@ -185,9 +201,12 @@ class ColumnReading:
             return None
         cols = self.columns
         cols.steps = cols.steps or (cat == USER_ANNOTATION and name.startswith(STEP_PREFIX))
+        cols.kernels = cols.kernels or kind == DEVICE
         cols.kinds.append(EventKind(name, cat, kind))
         if kind == MEMORY:
             self._memory_kinds.add(len(cols.kinds) - 1)
+        if cat in DEVICE_ACTIVITIES or is_runtime(cat):  # linked by CUPTI's correlation id (a name set aside too)
+            self._linked_kinds.add(len(cols.kinds) - 1)
         return len(cols.kinds) - 1
 
     def _new_thread(self, tid) -> int | None:

@@ -230,7 +230,7 @@ def operator_summary(trace: RankTrace, limit: int,
     columns = alongside.held_columns() if alongside is not None else None
     if columns is not None:
         summary, first, shapes = columnar_summary(columns, trace, limit)
-        return summary, Seen(start=first, shapes=shapes, steps=columns.steps, meta=trace.meta)
+        return summary, Seen(start=first, shapes=shapes, kernels=columns.kernels, steps=columns.steps, meta=trace.meta)
     held = alongside.held(trace.meta) if alongside is not None else None
     if held is not None:
         groups, seen = held
