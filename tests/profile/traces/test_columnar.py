@@ -267,9 +267,9 @@ class _Ids:
 def _random_trace(rng, device: bool = False) -> list[dict]:
     """Steps of randomly nested events on two threads, in a shuffled or kept file order, times rounded to the
     ns as kineto writes them, children now and then outliving their parent by a ns, memory records among them;
-    with ``device``, runtime calls (some on an OS thread id of their own, some slow enough to be a one-time cost,
-    some outside any op) and the kernels, copies and memsets they launch on two streams (some lost, some never
-    launched in the trace)."""
+    with ``device``, ops on a third thread (tid 0), runtime calls (some on an OS thread id of their own, some slow
+    enough to be a one-time cost, some outside any op) and the kernels, copies and memsets they launch on two
+    streams (some lost, some never launched in the trace, some stamped before their launch)."""
     events, t, ids = [], rng.uniform(0, 1e6), _Ids()
 
     def call(at: float, end: float, tid: int, op: int) -> None:
@@ -280,8 +280,9 @@ def _random_trace(rng, device: bool = False) -> list[dict]:
         events.append(event(name, round(at, 3), dur, cat=cat, tid=tid if rng.random() < 0.5 else 10 + tid, **links))
         if rng.random() < 0.85:
             kernel, kind = rng.choice(_DEVICE)
-            events.append(event(kernel, round(at + rng.uniform(0, 3 * (dur + 1)), 3), round(rng.uniform(0, 20), 3),
-                                cat=kind, tid=rng.choice([7, 8]), **links))
+            skew = rng.uniform(-50, 0) if rng.random() < 0.1 else rng.uniform(0, 3 * (dur + 1))  # clocks apart
+            events.append(event(kernel, round(at + skew, 3), round(rng.uniform(0, 20), 3), cat=kind,
+                                tid=rng.choice([7, 8]), **links))
         if rng.random() < 0.05:  # a kernel whose launch is not in the trace
             events.append(event("lost_kernel", round(at, 3), 1.0, cat="kernel", tid=7,
                                 correlation=ids.call + rng.choice([0, 100]), **{"External id": op}))
@@ -300,7 +301,8 @@ def _random_trace(rng, device: bool = False) -> list[dict]:
             if name in ("aten::mm", "aten::addmm") and rng.random() < 0.7:
                 args.update({"Input type": [rng.choice(["float", "c10::BFloat16", "c10::Half"])] * 2,
                              "Input Dims": [[rng.choice([4, 8]), 4], [4, rng.choice([4, 3])]]})
-            events.append(event(name, round(at, 3), round(dur, 3), cat=cat, tid=rng.choice([1, 1, 1, 2]), **args))
+            tid = rng.choice([1, 1, 1, 2] + ([0] if device else []))  # 0: a falsy id the linking reads past
+            events.append(event(name, round(at, 3), round(dur, 3), cat=cat, tid=tid, **args))
             if rng.random() < 0.2:
                 events.append(_memory(round(at + dur / 2, 3), rng.choice([64, -64, 4096]), rng.choice([0, 1])))
             children(at, at + dur, depth + 1, ids.op if cat == "cpu_op" else op)

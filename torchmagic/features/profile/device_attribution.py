@@ -17,9 +17,9 @@ from .summary import OpStats, TraceSummary
 
 @dataclass
 class DeviceLinks:
-    """What the host side of a group of steps tells about its device work, as the sweep (or the columnar
-    summary) found it.  Kineto links a kernel to its op by the op's ``External id`` (an op's correlation id
-    here) and to its runtime call by CUPTI's correlation id."""
+    """What the host side of a group of steps tells about its device work, as the sweep found it (the columnar
+    summary holds the same as tensors: traces/columnar_device.py).  Kineto links a kernel to its op by the op's
+    ``External id`` (an op's correlation id here) and to its runtime call by CUPTI's correlation id."""
 
     op_of_corr: dict[int, tuple[str, str, str | None]] = field(default_factory=dict)  # -> (op, category, precision)
     # CUPTI correlation id of a launch no op encloses -> (its innermost user range or None, category)

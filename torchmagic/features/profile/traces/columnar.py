@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..device_attribution import Busy, attribute_device, count_lost_events
-from ..events import ANNOTATION, DEVICE, MEMORY, OP, PYTHON, RUNTIME, Ev
+from ..events import ANNOTATION, DEVICE, MEMORY, OP, PYTHON, RUNTIME
 from ..kineto import CPU_OP, STEP_PREFIX, USER_ANNOTATION
 from ..summarizer import discount_waiting, memory_levels
 from ..summary import TraceSummary
@@ -31,14 +30,15 @@ from ..sweep import MAIN_LANE
 from ..timeline import bound_timeline
 from .columnar_context import Events, context_of, names_of
 from .columnar_memory import MemoryColumns, memory_records
-from .columnar_runtime import device_reads, device_records, first_launches, relinked_threads, runtime_opened
+from .columnar_device import DeviceBusy, DeviceColumns, attribute, count_lost, device_reads, first_launches
+from .columnar_runtime import relinked_threads, runtime_opened
 from .columnar_totals import closed_totals, opened_totals
 from .columns import EventKind, TraceColumns
 from .groups import group_starts
 from .rank import RankTrace
 from .tree import event_tree
 
-_SLICE = 1 << 20  # events worked on at once where a step's figure is made for every event
+_SLICE = 1 << 18  # events worked on at once where a figure is made for every event (a few MB a figure)
 
 
 @dataclass
@@ -71,8 +71,8 @@ class _Carried:
     main: object = None  # the first step's thread (its tid: an int or a string, never None)
     others_after: list = field(default_factory=list)
     op_calls: Counter = field(default_factory=Counter)  # op name -> calls so far (a first call may set up)
-    first_kernels: dict = field(default_factory=dict)  # kernel name -> the CUPTI id of its first launch
-    busy_before: Busy = Busy()  # the group before's device intervals
+    first_kernels: dict = field(default_factory=dict)  # kernel name id -> the CUPTI id of its first launch
+    busy_before: DeviceBusy = field(default_factory=DeviceBusy)  # the group before's device intervals
     first_launch: int | None = None  # the lowest runtime call's CUPTI id so far (lost events)
 
 
@@ -146,9 +146,9 @@ def _add_whole_trace_marker(table: _Table) -> None:
 
 
 def _light(table: _Table) -> torch.Tensor:
-    """Each row's light kind (events.event_kind's; -1 for a row the summary sets aside)."""
-    kinds = torch.tensor([-1 if k.kind is None else k.kind for k in table.kinds], dtype=torch.long)
-    return kinds[table.kind.long()]
+    """Each row's light kind (events.event_kind's; -1 for a row the summary sets aside), a byte each."""
+    kinds = torch.tensor([-1 if k.kind is None else k.kind for k in table.kinds], dtype=torch.int8)
+    return kinds[table.kind]
 
 
 def _correlation(table: _Table, rows: torch.Tensor) -> torch.Tensor:
@@ -172,14 +172,13 @@ def _groups(table: _Table, trace: RankTrace, cuts: list[int]) -> Iterator[torch.
     group = torch.empty(len(table.start), dtype=torch.int32)
     for at in range(0, len(table.start), _SLICE):
         group[at:at + _SLICE] = (torch.searchsorted(cuts, table.start[at:at + _SLICE], right=True) - 1).clamp(min=0)
-    device = _light(table)[table.linked_rows] == DEVICE  # of the linked rows
-    spanning, last = _spanning(table, trace, cuts, group)
-    _launched_in(table, group, device)
-    counts = torch.bincount(group, minlength=len(cuts)).tolist()
+    on_device = _light(table) == DEVICE
+    spanning, last = _spanning(table, trace, cuts, group, on_device)
+    _launched_in(table, group, on_device[table.linked_rows])
+    del on_device
     first = group[spanning]
-    by_group = torch.argsort(group, stable=True)  # each group's events together, in the file's order
-    del group
-    for g, own in enumerate(torch.split(by_group, counts)):
+    for g in range(len(cuts)):  # a group's rows found when it is read: no index of all rows held besides
+        own = (group == g).nonzero().flatten()
         copied = spanning[(first < g) & (last >= g)]
         yield torch.cat([own, copied]).sort().values if len(copied) else own
 
@@ -187,33 +186,39 @@ def _groups(table: _Table, trace: RankTrace, cuts: list[int]) -> Iterator[torch.
 def _launched_in(table: _Table, group: torch.Tensor, device: torch.Tensor) -> None:
     """Move each kernel (or copy) to its launch's group (``device``: which linked rows are on the device): the
     group whose range of launch correlation ids (CUPTI numbers calls in order) holds its id, where that group
-    is not a later one than its own by time (groups.StepGroups._launched_in)."""
+    is not a later one than its own by time (groups.StepGroups._launched_in).  A slice of the rows at a time."""
     linked, correlation = table.linked_rows, table.correlation
-    has = correlation != 0
-    launches, kernels = linked[has & ~device], linked[has & device]
-    if not len(launches) or not len(kernels):
-        return
-    ids, by = correlation[has & ~device], group[launches].long()
-    count = int(by.max()) + 1
-    low = torch.full((count,), torch.iinfo(torch.long).max).scatter_reduce_(0, by, ids, "amin")
-    high = torch.full((count,), torch.iinfo(torch.long).min).scatter_reduce_(0, by, ids, "amax")
+    count = int(group.max()) + 1 if len(group) else 0
+    low = torch.full((count,), torch.iinfo(torch.long).max)
+    high = torch.full((count,), torch.iinfo(torch.long).min)
+    for at in range(0, len(linked), _SLICE):
+        ids, launch = correlation[at:at + _SLICE], ~device[at:at + _SLICE]
+        launch &= ids != 0
+        by = group[linked[at:at + _SLICE][launch]].long()
+        low.scatter_reduce_(0, by, ids[launch], "amin")
+        high.scatter_reduce_(0, by, ids[launch], "amax")
     ranges = sorted((lo, hi, g) for g, (lo, hi) in enumerate(zip(low.tolist(), high.tolist())) if lo <= hi)
-    lows = torch.tensor([r[0] for r in ranges], dtype=torch.long)
-    highs, groups = (torch.tensor([r[i] for r in ranges], dtype=torch.long) for i in (1, 2))
-    ids, own = correlation[has & device], group[kernels].long()
-    i = torch.searchsorted(lows, ids, right=True) - 1
-    found = i.clamp(min=0)
-    launched = (i >= 0) & (ids <= highs[found]) & (groups[found] <= own)
-    group[kernels] = torch.where(launched, groups[found], own).to(group.dtype)
+    if not ranges:
+        return
+    lows, highs, groups = (torch.tensor([r[i] for r in ranges], dtype=torch.long) for i in range(3))
+    for at in range(0, len(linked), _SLICE):
+        ids, kernel = correlation[at:at + _SLICE], device[at:at + _SLICE] & (correlation[at:at + _SLICE] != 0)
+        rows, ids = linked[at:at + _SLICE][kernel], ids[kernel]
+        own = group[rows].long()
+        i = torch.searchsorted(lows, ids, right=True) - 1
+        found = i.clamp(min=0)
+        launched = (i >= 0) & (ids <= highs[found]) & (groups[found] <= own)
+        group[rows] = torch.where(launched, groups[found], own).to(group.dtype)
 
 
-def _spanning(table: _Table, trace: RankTrace, cuts: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def _spanning(table: _Table, trace: RankTrace, cuts: torch.Tensor, group: torch.Tensor,
+              on_device: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The host events begun outside the steps and open across a later group's start (``group``: the one each
-    begins in): their indices, and the last group each is open in."""
+    begins in; ``on_device``: which rows are device events, never copied): their indices, and the last group
+    each is open in."""
     steps = sorted(trace.steps.values())
     step_start = torch.tensor([round(a * 1000) for a, _ in steps], dtype=torch.long)
     step_end = torch.tensor([round(b * 1000) for _, b in steps], dtype=torch.long)
-    on_device = _light(table) == DEVICE
     found = []
     for at in range(0, len(table.start), _SLICE):
         start, end, mine = table.start[at:at + _SLICE], table.end[at:at + _SLICE], group[at:at + _SLICE].long()
@@ -226,7 +231,7 @@ def _spanning(table: _Table, trace: RankTrace, cuts: torch.Tensor, group: torch.
     return spanning, (torch.searchsorted(cuts, table.end[spanning] - 1, right=True) - 1).clamp(min=0)
 
 
-def _events(table: _Table, rows: torch.Tensor, names, inputs: tuple) -> tuple[Events, list[Ev]]:
+def _events(table: _Table, rows: torch.Tensor, names, inputs: tuple) -> tuple[Events, DeviceColumns]:
     """A group's host events (ops, user ranges, Python frames, runtime calls, memory records) in the sweep's
     visiting order, their times as its floats, and its device events as the summarizer's records.
     ``inputs``: the ops' input lists, whether shapes were recorded, and whether there are several groups."""
@@ -234,17 +239,17 @@ def _events(table: _Table, rows: torch.Tensor, names, inputs: tuple) -> tuple[Ev
     light = torch.tensor([-1 if k.kind is None else k.kind for k in table.kinds], dtype=torch.long)[
         table.kind[rows].long()]
     host = rows[(light == OP) | (light == ANNOTATION) | (light == PYTHON) | (light == MEMORY) | (light == RUNTIME)]
-    device = _device(table, rows[light == DEVICE], grouped)
+    device = _device(table, rows[light == DEVICE], names, grouped)
     start = (table.start[host] - table.first).double() / 1000.0
     end = start + (table.end[host] - table.start[host]).double() / 1000.0
     external, correlation = table.external[host], _correlation(table, host)
     thread = table.thread[host].long()
-    if device:  # runtime calls joined to their op's thread (events.link_runtime_threads)
+    if len(device):  # runtime calls joined to their op's thread (events.link_runtime_threads)
         thread = relinked_threads(table.kind[host].long(), thread, external, names, table.tids)
     lane, codes = _first_seen_order(thread)
     tree = event_tree(lane, start, end)
     at, order = host[tree.order], tree.order
-    reads = device_reads(device)
+    reads = device_reads(device, names.names)
     device_read = names.runtime[table.kind[at].long()] & torch.isin(correlation[order], reads)
     events = Events(table.kind[at].long(), start[order], end[order], lane[order], table.sequence[at],
                     table.inputs[at].long(), external[order], correlation[order], device_read, at, tree, table.kinds,
@@ -252,19 +257,18 @@ def _events(table: _Table, rows: torch.Tensor, names, inputs: tuple) -> tuple[Ev
     return events, device
 
 
-def _device(table: _Table, rows: torch.Tensor, grouped: bool) -> list[Ev]:
-    """A group's device events as the summarizer's records, in the order the events path holds them: the file's,
-    where there are several groups those linked to a launch (put in their group once all are read) last."""
+def _device(table: _Table, rows: torch.Tensor, names, grouped: bool) -> DeviceColumns:
+    """A group's device events, in the order the events path holds them: the file's, where there are several
+    groups those linked to a launch (put in their group once all are read) last."""
     correlation = _correlation(table, rows)
     if grouped:
         order = torch.argsort((correlation != 0).long(), stable=True)
         rows, correlation = rows[order], correlation[order]
     start = (table.start[rows] - table.first).double() / 1000.0
     end = start + (table.end[rows] - table.start[rows]).double() / 1000.0
-    kinds, tids = table.kinds, table.tids
-    return device_records([kinds[k].name for k in table.kind[rows].tolist()],
-                          (start.tolist(), end.tolist(), [tids[t] for t in table.thread[rows].tolist()]),
-                          (table.external[rows].tolist(), correlation.tolist()))
+    tids = table.tids
+    return DeviceColumns(start, end, names.name_id[table.kind[rows].long()],
+                         [tids[t] for t in table.thread[rows].tolist()], table.external[rows], correlation)
 
 
 def _first_seen_order(codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -277,7 +281,7 @@ def _first_seen_order(codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return rank[inverse], unique[order]
 
 
-def _add(out: TraceSummary, group: tuple[Events, list[Ev]], names, carried: _Carried, memory: MemoryColumns,
+def _add(out: TraceSummary, group: tuple[Events, DeviceColumns], names, carried: _Carried, memory: MemoryColumns,
          last: bool) -> None:
     """One group's events summarised into ``out``, as TraceSummarizer.add summarises them (``last``: no step
     follows)."""
@@ -297,9 +301,9 @@ def _add(out: TraceSummary, group: tuple[Events, list[Ev]], names, carried: _Car
     first = first_launches(device, carried.first_kernels)
     links, one_time = runtime_opened(out, events, names, context, (carried.op_calls, first))
     records, allocations = memory_records(out, events, names, memory, carried.windows)
-    bars = closed_totals(out, events, names, context, (allocations, one_time, links if device else None))
+    bars = closed_totals(out, events, names, context, (allocations, one_time, links if len(device) else None))
     gaps = opened_totals(out, events, names, context)
     carried.others_after = discount_waiting(out, (bars, gaps), carried.windows[before:], carried.others_after)
     memory_levels(out, records, carried.windows, (carried.level, carried.base), last)
-    carried.busy_before = attribute_device(device, out, links, carried.windows, carried.busy_before)
-    carried.first_launch = count_lost_events(device, out, links, carried.first_launch)
+    carried.busy_before = attribute(out, device, links, names.names, (carried.windows, carried.busy_before))
+    carried.first_launch = count_lost(out, device, links, carried.first_launch)

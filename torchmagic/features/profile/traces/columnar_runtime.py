@@ -1,60 +1,18 @@
-"""Runtime calls and device events in the columnar summary (columnar.py): a group's runtime calls joined to
-their op's thread (events.link_runtime_threads), what the sweep notes as it opens each runtime call
-(sweep._runtime_opened: when a launch returned, whether it was made in a step, copies to the host and explicit
-syncs, one-time costs, launches no op encloses), and the device's events made the records that
-device_attribution reads, as the summarizer hands them over."""
+"""Runtime calls in the columnar summary (columnar.py): a group's runtime calls joined to their op's thread
+(events.link_runtime_threads), and what the sweep notes as it opens each (sweep._runtime_opened): when a launch
+returned, whether it was made in a step, copies to the host and explicit syncs, one-time costs, launches no op
+encloses."""
 
 from __future__ import annotations
 
 
 import torch
 
-from ..categories import CATEGORIES, COPIES, DATA, FORWARD, SYNCS
-from ..device_attribution import DeviceLinks
-from ..events import OP, Ev
+from ..categories import COPIES, DATA, FORWARD, SYNCS
 from ..kineto import START_UP_MIN_US, one_time_cost
 from .columnar_context import CATEGORY, Context, Events, Names
+from .columnar_device import ColumnLinks, Keyed
 from .columnar_totals import ONE_TIME
-
-
-class _Correlated:
-    """What device_attribution reads of a device event's raw event: CUPTI's correlation id."""
-
-    __slots__ = ("_correlation",)
-
-    def __init__(self, correlation: int):
-        self._correlation = correlation
-
-    def correlation_id(self) -> int:
-        return self._correlation
-
-
-def device_records(names: list[str], times: tuple, links: tuple) -> list[Ev]:
-    """Device events' records (``names``; ``times``: start and end, µs since the trace's first event, and stream;
-    ``links``: the launching op's id and CUPTI's correlation id), as events.read_events makes them."""
-    records = []
-    for name, start, end, stream, external, correlation in zip(names, *times, *links):
-        ev = Ev(name, start, end, stream, OP, _Correlated(correlation))
-        ev.corr = external
-        records.append(ev)
-    return records
-
-
-def first_launches(device: list[Ev], first_kernels: dict[str, int]) -> set[int]:
-    """The CUPTI correlation ids of the launches in this group that are a kernel's first in the trace
-    (``first_kernels``, the groups' before, updated), as the summarizer finds them."""
-    first: dict[str, int] = {}
-    for ev in sorted(device, key=lambda ev: ev.start):
-        if ev.name not in first_kernels:
-            first.setdefault(ev.name, ev.raw.correlation_id())
-    first_kernels.update(first)
-    return set(first.values()) - {0}  # 0: no id
-
-
-def device_reads(device: list[Ev]) -> torch.Tensor:
-    """The CUPTI correlation ids of the group's copies to the host (sorted)."""
-    return torch.tensor(sorted({ev.raw.correlation_id() for ev in device if "DtoH" in ev.name} - {0}),
-                        dtype=torch.long)
 
 
 def relinked_threads(kind: torch.Tensor, thread: torch.Tensor, external: torch.Tensor, names: Names,
@@ -78,33 +36,34 @@ def relinked_threads(kind: torch.Tensor, thread: torch.Tensor, external: torch.T
     return thread
 
 
-def runtime_opened(out, events: Events, names: Names, ctx: Context, known: tuple) -> tuple[DeviceLinks, torch.Tensor]:
+def runtime_opened(out, events: Events, names: Names, ctx: Context, known: tuple) -> tuple[ColumnLinks, torch.Tensor]:
     """What the sweep notes as it opens each runtime call, and the group's data loading in the steps; returns
     the links for the device's events and each event's one-time cost (a code into ONE_TIME, -1 for none).
-    ``known``: op calls so far (by name; this group's added) and this group's first launches of a kernel."""
+    ``known``: op calls so far (by name; this group's added) and the CUPTI ids of this group's first launches
+    of a kernel."""
     op_calls, first = known
-    kind, links = events.kind, DeviceLinks()
+    kind, links = events.kind, ColumnLinks()
     data = ctx.took & (names.phase[kind] == CATEGORY[DATA]) & (ctx.step >= 0)
-    links.data_intervals = list(zip(events.start[data].tolist(), events.end[data].tolist()))
+    links.data = torch.stack([events.start[data], events.end[data]], dim=1)
     one_time = torch.full((len(kind),), -1, dtype=torch.long)
     rows = names.runtime[kind].nonzero().flatten()
     if len(rows):
         _links(links, events, names, ctx, rows)
         _syncs(out, events, names, ctx, rows)
-        _one_time(events, names, rows, (op_calls, first), one_time)
+        _one_time(events, names, rows, (op_calls, set(first.tolist())), one_time)
     ops = names.name_id[kind[names.op[kind]]]
     op_calls.update({names.names[i]: count for i, count in enumerate(torch.bincount(ops).tolist()) if count})
     return links, one_time
 
 
-def _links(links: DeviceLinks, events: Events, names: Names, ctx: Context, rows: torch.Tensor) -> None:
+def _links(links: ColumnLinks, events: Events, names: Names, ctx: Context, rows: torch.Tensor) -> None:
     """When each launch returned, whether each call was made in a step, and each launch no op encloses in a
     step (its innermost user range and category), by CUPTI's correlation id, the last visited of an id kept."""
     corr, step, kind = events.correlation[rows], ctx.step[rows], events.kind[rows]
     launch = names.launch[kind]
-    links.launch_end.update(zip(corr[launch].tolist(), events.end[rows][launch].tolist()))
+    links.launch_end = Keyed.last_of(corr[launch], events.end[rows][launch])
     has = corr != 0
-    links.launched_in_step.update(zip(corr[has].tolist(), (step[has] >= 0).tolist()))
+    links.in_step = Keyed.last_of(corr[has], step[has] >= 0)
     outside = has & (step >= 0) & ~ctx.under_op[rows]
     if not bool(outside.any()):
         return
@@ -112,10 +71,7 @@ def _links(links: DeviceLinks, events: Events, names: Names, ctx: Context, rows:
     phase, sync = ctx.phase[at], ctx.in_sync[at] | names.sync_runtime[events.kind[at]]
     category = torch.where(phase >= 0, phase, torch.where(sync, CATEGORY[SYNCS], torch.where(
         ctx.in_copy[at], CATEGORY[COPIES], CATEGORY[FORWARD])))  # as sweep._category has a runtime call's
-    user_range = ctx.user_range[at].tolist()
-    links.launches.update(zip(corr[outside].tolist(),
-                              ((None if r < 0 else names.names[r], CATEGORIES[c])
-                               for r, c in zip(user_range, category.tolist()))))
+    links.launches = Keyed.last_of(corr[outside], ctx.user_range[at], category)
 
 
 def _syncs(out, events: Events, names: Names, ctx: Context, rows: torch.Tensor) -> None:

@@ -11,13 +11,13 @@ import torch
 
 from ....core.measure.low_precision import OpCall, freeze
 from ..categories import BACKWARD, CATEGORIES, COPIES, DATA, FORWARD, OPTIMIZER, OTHER, START_UP, SYNCS
-from ..device_attribution import DeviceLinks
 from ..kineto import CUDA_CONTEXT, FIRST_COMPILE, LAZY_LOADING, LIBRARY_SET_UP
 from ..result import TimelineSpan as Span
 from ..summary import OpStats, TraceSummary
 from ..sweep import count_fp32_call, matmul_precision, shape_text
 from ..traffic import MATMUL_OPS, off_tensor_core_grain
 from .columnar_context import CATEGORY, Context, Events, Names
+from .columnar_device import FP32, LOW, ColumnLinks, Keyed
 from .fields import literal
 
 ONE_TIME = (FIRST_COMPILE, CUDA_CONTEXT, LIBRARY_SET_UP, LAZY_LOADING)  # the one-time costs' codes
@@ -72,16 +72,17 @@ def _one_time(out: TraceSummary, kind: torch.Tensor, self_us: torch.Tensor) -> N
             out.one_time_us[ONE_TIME[code]] = out.one_time_us.get(ONE_TIME[code], 0.0) + sums[code]
 
 
-def _op_links(links: DeviceLinks, events: Events, names: Names, ops: tuple) -> None:
+def _op_links(links: ColumnLinks, events: Events, names: Names, ops: tuple) -> None:
     """Each op's name, category and matmul precision by its id, for its kernels (the last to close of an id
     wins, as the sweep's dict keeps it)."""
     rows, category, precision = ops
-    linked = (events.external[rows] != 0).nonzero().flatten().tolist()
-    external = events.external[rows].tolist()
-    name, category = names.name_id[events.kind[rows]].tolist(), category.tolist()
-    op_of_corr, op_names = links.op_of_corr, names.names
-    for i in linked:
-        op_of_corr[external[i]] = (op_names[name[i]], CATEGORIES[category[i]], precision.get(i))
+    codes = torch.zeros(len(rows), dtype=torch.long)
+    for place, kept in precision.items():
+        codes[place] = LOW if kept == "low" else FP32 if kept == "fp32" else 0
+    external = events.external[rows]
+    linked = external != 0
+    links.ops = Keyed.last_of(external[linked], names.name_id[events.kind[rows]][linked], category[linked],
+                              codes[linked])
 
 
 def closing_keys(tree, rows: torch.Tensor) -> torch.Tensor:
@@ -123,7 +124,7 @@ def _operator_table(out: TraceSummary, names: Names, closed: tuple, allocations:
             stats.allocated_bytes += given[i]
 
 
-def _inputs(out: TraceSummary, events: Events, names: Names, ops: tuple, links: DeviceLinks | None) -> dict:
+def _inputs(out: TraceSummary, events: Events, names: Names, ops: tuple, links: ColumnLinks | None) -> dict:
     """What ops' inputs decide, over the ops in the steps in closing order (``ops``: their indices, categories
     and self times): each op's self time by its shapes (where shapes were recorded), and matmuls' time by
     precision, each distinct fp32 call kept for the amp rule (at most sweep.MAX_MATMUL_CALLS of them, the
@@ -160,7 +161,7 @@ def _inputs(out: TraceSummary, events: Events, names: Names, ops: tuple, links: 
             out.matmul_fp32_calls += 1
             call = OpCall(names.names[op], freeze(shapes), freeze(dtypes), freeze([literal(v) for v in concrete]))
             if count_fp32_call(out, call, us, forward) is not None and corr:
-                links.fp32_call_of_corr[corr] = call
+                links.fp32_calls[corr] = call
     return precisions
 
 
