@@ -1,16 +1,18 @@
 """The operator report's two paths on one trace, side by side (issue 34): the columnar summary
-(traces/columnar.py, what ``torchmagic.analyze`` uses for a host-only trace) against the events path (ops.py's
-sweep over one adapter object per event, what it uses for any other trace).
+(traces/columnar.py, what ``torchmagic.analyze`` uses for a trace the columns cover) against the events path
+(ops.py's sweep over one adapter object per event, what it uses for any other: FLOPs recorded, values refused).
 
-    python -m benchmarks.columnar_ops [--sizes 50,250] [--real]
+    python -m benchmarks.columnar_ops [--sizes 50,250] [--real] [--template TRACE]
 
-Each trace is the tiled DDP rank of ``benchmarks.trace_analysis``.  The per-rank pass reads it once, the
+Each trace is the tiled DDP rank of ``benchmarks.trace_analysis`` (CPU; host work only), or the trace file
+``--template`` tiled the same way (tests/data/traces/hta_resnet_host_ahead_rank-0.json.gz: a real GPU job's,
+kernels and runtime calls included).  The per-rank pass reads it once, the
 columns alongside (timed with and without them); then, each timed, the columnar summary of those columns, and
 the events path's operator pass (a second reading of the file into groups of steps, spilled, then summarised),
 both over the same groups of steps.  Every field of the two summaries is compared: equal, floats to 1e-9 of
 their value (the sums are taken in another order).  ``--real`` checks the nesting (tree.py) against the sweep's
-stack on every real trace under tests/data, GPU ones included (whose host events the columns do not read
-yet): each host event's self time as the sweep closes it, against the tree's.
+stack on every real trace under tests/data, GPU ones included: each host event's self time as the sweep closes
+it, against the tree's (tests/profile/traces/test_columnar.py compares every field of the two summaries there).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import time
 import torch
 
 from benchmarks.machine import machine_line
-from benchmarks.trace_analysis import make_template, write_tiled
+from benchmarks.trace_analysis import make_template, read_template, write_tiled
 from torchmagic.core.gc_pause import gc_paused
 from torchmagic.features.profile.events import MEMORY
 from torchmagic.features.profile.summary import TraceSummary
@@ -115,6 +117,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="50,250", help="trace sizes in MB")
     parser.add_argument("--real", action="store_true", help="check the nesting on the real traces in tests/data")
+    parser.add_argument("--template", help="a trace file to tile instead of the CPU DDP job profiled here")
     args = parser.parse_args()
     print(machine_line())
     if args.real:
@@ -123,7 +126,7 @@ def main() -> None:
             events, differ = sweep_self_times_agree(path)
             print(f"{os.path.basename(path)}: {events:,} host events, self times differing from the sweep's: {differ}")
     with tempfile.TemporaryDirectory() as tmp:
-        template = make_template(tmp)
+        template = read_template(args.template) if args.template else make_template(tmp)
         for size in (float(s) for s in args.sizes.split(",")):
             path = os.path.join(tmp, f"{size:g}MB.json")
             events = write_tiled(template, path, size)

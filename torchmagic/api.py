@@ -223,8 +223,8 @@ def analyze(source, *, label: str | None = None, operators: bool = True):
     ``step_s``, ``compute_s``, ``comm_s``, ``exposed_comm_s``, ``wait_s``, ``transfer_s``,
     ``dataloader_s`` ... in seconds per step), ``.straggler`` (the rank the others wait for, or
     None) and ``.findings``.  A job of one rank also gets ``.profile``, the report ``%%torchprofile``
-    gives (operators, categories, findings, over every step: a trace of host work only is read into columns
-    with the per-rank pass; one with device work over 300,000 events is read again, in groups of steps
+    gives (operators, categories, findings, over every step: the trace is read into columns with the per-rank
+    pass; one the columns do not cover, FLOPs recorded, over 300,000 events is read again, in groups of steps
     spilled to a temporary folder and summarised group after group), unless ``operators=False``.  A file that is not a trace raises
     ``TraceFileError`` (a ValueError) naming it.
     """

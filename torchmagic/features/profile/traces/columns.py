@@ -1,5 +1,5 @@
-"""A host-only trace read into columns as the per-rank pass reads it: the operator report's input at the
-cost of a few list comprehensions a slice (columnar.py summarises it without a loop over events).
+"""A trace read into columns as the per-rank pass reads it: the operator report's input at the cost of a few
+list comprehensions a slice (columnar.py summarises it without a loop over host events).
 
 What the columnar summary covers is read here; anything else gives the reading up (its columns let go), and
 the operator report is read as before (ops.py): a slice the typed decoder refused, a value the checked path

@@ -1,14 +1,15 @@
 """One rank's operator-level report from its trace file, as ``%%torchprofile`` gives it.
 
-A trace of host work only is read into columns as the per-rank pass reads it (columns.py) and summarised
-over them (columnar.py), whatever its size.  Any other trace's events are handed, one adapter object each,
-to the summary and rules ``%%torchprofile`` runs on the profiler's own events (profile/trace.py,
-profile/rules/): the same categories, operator table and findings, over every step.  Unlike the cross-rank
-pass this holds events (about 0.75 KB each), so it is done for a job of one rank: in the per-rank pass's own
-reading of the file where the trace is held at once (``AlongsideReading``), else in a second reading; a
-trace of more than ``OPS_EVENT_LIMIT`` events is read into groups of consecutive steps of about that many
-events each, spilled to a private temporary folder (groups.py), and summarised one group at a time into one
-summary (summarizer.py).  The columnar summary is cut into the same groups of steps.
+A trace is read into columns as the per-rank pass reads it (columns.py) and summarised over them
+(columnar.py), whatever its size: host work, runtime calls and the device's kernels, copies and memsets.  A
+trace the columns do not cover (FLOPs, or a value the checked path refuses, cuts or replaces) has its events
+handed, one adapter object each, to the summary and rules ``%%torchprofile`` runs on the profiler's own events
+(profile/trace.py, profile/rules/): the same categories, operator table and findings, over every step.  Unlike
+the cross-rank pass this holds events (about 0.75 KB each), so it is done for a job of one rank: in the
+per-rank pass's own reading of the file where the trace is held at once (``AlongsideReading``), else in a
+second reading; a trace of more than ``OPS_EVENT_LIMIT`` events is read into groups of consecutive steps of
+about that many events each, spilled to a private temporary folder (groups.py), and summarised one group at a
+time into one summary (summarizer.py).  The columnar summary is cut into the same groups of steps.
 """
 
 from __future__ import annotations
