@@ -35,6 +35,10 @@ from .records import LISTS_KEPT, NO_ARGS, Args, PlainFields
 from .sliced import SlicedTraceReader
 
 MAX_KINDS = 256  # categories, collectives' names: any beyond are counted together
+# what _Reading.records does with a record (its kind's role): hand it to take(), or what take() would do inline
+_TAKEN, _HOST, _BACKWARD, _COUNTED = "taken", "host op", "backward node", "counted"
+_LAUNCH, _DEVICE = "runtime call", "device work"  # not a collective's
+_NO_KIND = (None, None, False, _TAKEN)
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 # bytes per element of record_param_comms' dtype names
@@ -258,30 +262,73 @@ class _Reading:
         self.take(start, end, name, cat, _DictDetails(check, ev, index, args))
 
     def records(self, batch, plain: PlainFields) -> None:
-        """A batch of typed records; one whose values are not plain is read from its dict instead."""
-        self.out.events += len(batch.records)
-        kinds, take = self.kinds, self.take
+        """A batch of typed records; one whose values are not plain is read from its dict instead.  What
+        ``take`` does with a host op (most events) is done here, without the call."""
+        out = self.out
+        out.events += len(batch.records)
+        kinds, take, when, categories = self.kinds, self.take, plain.when, out.categories
+        host_busy, backward, device_busy = out.host_busy, out.backward, out.device_busy
         for position, record in enumerate(batch.records):
             if record.ph != "X":
                 continue
             kind = kinds.get((record.name, record.cat)) or self._kind(record.name, record.cat, plain)
-            (ts, dur, tid), args = plain.when(record), record.args or NO_ARGS
-            name, cat, detailed = kind or (None, None, False)
+            ts, dur, tid = record.ts, record.dur, record.tid
+            if type(ts) is not float or not -math.inf < ts < math.inf or type(dur) is not float \
+                    or not 0 <= dur < math.inf or type(tid) is not int or not -INT_LIMIT < tid < INT_LIMIT:
+                ts, dur, tid = when(record)
+            name, cat, detailed, role = kind or _NO_KIND
+            args = record.args or NO_ARGS
             sizes = _plain_sizes(args, plain) if name == "record_param_comms" else None
             if kind is None or ts is None or tid is None or sizes is False:
-                self.out.events -= 1  # counted again there
+                out.events -= 1  # counted again there
                 self.event(batch.events()[position], batch.first + position)
                 continue
-            take(ts, ts + dur, name, cat, _RecordDetails(args, tid, sizes) if detailed else None)
+            if role is _TAKEN:
+                take(ts, ts + dur, name, cat, _RecordDetails(args, tid, sizes) if detailed else None)
+                continue
+            counted = cat if cat in categories or len(categories) < MAX_KINDS else "(other)"
+            categories[counted] = categories.get(counted, 0) + 1
+            end = ts + dur
+            if ts < self.first:
+                self.first = ts
+            if end > self.last:
+                self.last = end
+            if role is _HOST or role is _BACKWARD:
+                host_busy.add(ts, end)
+                if role is _BACKWARD:
+                    backward.add(ts, end)
+            elif role is not _COUNTED:
+                corr = args.correlation
+                corr = corr if 0 < corr < 1 << 63 else None  # as _RecordDetails.correlation reads it
+                if role is _DEVICE:
+                    device_busy.add(ts, end)
+                    _correlated(out, corr, ts, end)
+                elif corr is not None and not (out.launch_corr and out.launch_corr[-1] == corr
+                                               and out.launch_ts[-1] == ts):
+                    out.launch_ts.append(ts)
+                    out.launch_corr.append(corr)
 
     def _kind(self, raw_name: str | None, raw_cat: str | None, plain: PlainFields) -> tuple | None:
-        """A record's name and category as kept, its current-schema category, and whether ``take`` reads its
-        details (not an op's, but record_param_comms's); None where the name or category is not plain."""
+        """A record's name and category as kept, its current-schema category, whether ``take`` reads its
+        details (not an op's, but record_param_comms's), and what ``records`` does with it (its role: a host op
+        or a backward node's, a runtime call's, device work but a collective's, counted only, or handed to
+        ``take``); None where the name or category is not plain."""
         name, cat = plain.text(raw_name), plain.text(raw_cat)
         if name is None or cat is None:
             return None
         cat = activity(cat, name)
-        kind = name, cat, cat not in (CPU_OP, PYTHON_FUNCTION) or name == "record_param_comms"
+        detailed = cat not in (CPU_OP, PYTHON_FUNCTION) or name == "record_param_comms"
+        if cat == CPU_OP and not name.startswith("c10d::") and name != "record_param_comms":
+            role = _BACKWARD if is_backward_node(name) else _HOST
+        elif cat in DEVICE_ACTIVITIES and (cat != KERNEL or collective_op(cat, name) is None):
+            role = _DEVICE
+        elif is_runtime(cat):
+            role = _LAUNCH
+        elif cat in (CPU_OP, USER_ANNOTATION, KERNEL):
+            role = _TAKEN
+        else:
+            role = _COUNTED  # take() would only count it
+        kind = name, cat, detailed, role
         if len(self.kinds) < LISTS_KEPT:
             self.kinds[raw_name, raw_cat] = kind
         return kind
