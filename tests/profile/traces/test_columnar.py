@@ -199,7 +199,11 @@ def test_synthetic_trace_without_steps(tmp_path):
     event("## unfinished ##", 500, 18446744073709551, cat="user_annotation"),  # 2**64 ns: past int64
     event("aten::mm", 1.7e18, 5),  # ns written as µs: past int64 in ns
     event("gemm", 2, 1, cat="kernel", tid=7, correlation=2**63),  # CUPTI's id past int64: the checked path refuses it
-], ids=["flops", "unknown-device", "string-duration", "huge-duration", "huge-start", "huge-correlation"])
+    # named as a memory record: the checked path reads (and here refuses) its size and device, whatever its category
+    event("[memory]", 2, 1, cat="kernel", tid=7, **{"Bytes": 4, "Device Type": 99}),
+    event("[memory]", 2, 1, cat="user_annotation", **{"Bytes": 4, "Device Type": 99}),
+], ids=["flops", "unknown-device", "string-duration", "huge-duration", "huge-start", "huge-correlation",
+        "kernel-named-memory", "range-named-memory"])
 def test_what_the_columns_do_not_cover_is_read_as_before(tmp_path, extra):
     path = str(write_trace(tmp_path / "t.json", [_step(1, 0), event("aten::add", 1, 5), extra]))
     reading = ColumnReading(path)
@@ -208,6 +212,18 @@ def test_what_the_columns_do_not_cover_is_read_as_before(tmp_path, extra):
     except ValueError:
         pass  # refused by the per-rank pass: torchmagic.analyze says so in one line
     assert reading.columns is None
+
+
+def test_a_kernel_of_no_length_carried_past_its_group(tmp_path):
+    """A kernel of no length whose launch is not in the trace, after a group's last step, is carried to the next
+    group as the summarizer carries it (an interval of no length): the next group's data loading is then counted
+    as exposed, as the events path counts it."""
+    events = [_step(1, 0) | {"dur": 100}, _step(2, 200) | {"dur": 100},
+              event("gemm_kernel", 150, 0, cat="kernel", tid=7),
+              event("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 210, 50, cat="user_annotation")]
+    path = write_trace(tmp_path / "t.json", events)
+    assert _assert_same(path, steps_per_group=1).data_exposed_us == 50.0
+    _assert_same(path)
 
 
 def test_a_stair_of_ops_each_outliving_the_one_before(tmp_path):

@@ -1,10 +1,9 @@
-"""intervals.py's arithmetic on [start, end) times held as tensors (float64 µs): any intervals merged, two
-merged sets' intersection and their overlap, by a sweep over their boundaries sorted once.
+"""intervals.py's arithmetic on [start, end) times held as tensors (float64 µs): any intervals merged (as
+intervals.union merges them, in start order, an interval of no length kept where nothing covers it: whether any
+is left is read), two merged sets' intersection (of positive length) and their overlap.
 
-A set is an (n, 2) tensor of sorted, disjoint intervals of positive length.  intervals.union also keeps an
-isolated interval of no length; no total, overlap or intersection reads one, so these leave them out.  Each
-endpoint is one of the inputs' own (no arithmetic on times), so a total differs from intervals.py's only by
-the order of its sum.
+A set is an (n, 2) tensor of sorted, disjoint intervals.  Each endpoint is one of the inputs' own (no arithmetic
+on times), so a total differs from intervals.py's only by the order of its sum.
 """
 
 from __future__ import annotations
@@ -22,12 +21,25 @@ def as_set(pairs) -> torch.Tensor:
 
 
 def union(*sets: torch.Tensor) -> torch.Tensor:
-    """Intervals (in any order, overlapping or not) merged into a set."""
-    return _covered(torch.cat([as_set(s) for s in sets]), 1)
+    """Intervals (in any order, overlapping or not) merged into a set: sorted by start (then end), each joining
+    the one before where it starts at or before the furthest end so far."""
+    intervals = torch.cat([as_set(s) for s in sets])
+    if not len(intervals):
+        return EMPTY
+    order = torch.argsort(intervals[:, 1], stable=True)
+    order = order[torch.argsort(intervals[order, 0], stable=True)]
+    starts, ends = intervals[order, 0], intervals[order, 1]
+    reach = torch.cummax(ends, 0).values
+    new = torch.ones(len(starts), dtype=torch.bool)
+    new[1:] = starts[1:] > reach[:-1]
+    first = new.nonzero().flatten()
+    last = torch.cat([first[1:] - 1, torch.tensor([len(starts) - 1])])
+    return torch.stack([starts[first], reach[last]], dim=1)
 
 
 def intersection(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Where two sets overlap."""
+    """Where two sets overlap (for some length): a sweep over their boundaries in time order, a start before an
+    end at the same time, keeping the stretches both cover."""
     return _covered(torch.cat([as_set(a), as_set(b)]), 2)
 
 
@@ -41,9 +53,7 @@ def overlap(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _covered(intervals: torch.Tensor, depth: int) -> torch.Tensor:
-    """The stretches covered by at least ``depth`` of ``intervals``: their boundaries in time order, a start
-    before an end at the same time (so union merges intervals that touch, as intervals.union does; where two
-    sets touch, their intersection is a stretch of no length, left out)."""
+    """The stretches of positive length covered by at least ``depth`` of ``intervals``."""
     intervals = intervals[intervals[:, 1] > intervals[:, 0]]
     if not len(intervals):
         return EMPTY

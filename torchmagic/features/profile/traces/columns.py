@@ -19,7 +19,7 @@ import torch
 from torch._C._autograd import DeviceType
 
 from ..events import ANNOTATION, DEVICE, MEMORY, OP, PYTHON, RUNTIME, event_kind
-from ..kineto import DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, is_runtime
+from ..kineto import CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, is_runtime
 from ..sweep import device_label
 from .fields import DEVICE_TYPES, INT_LIMIT, EventFields
 from .records import EMPTY_LIST, LISTS_KEPT, NO_ARGS, PlainFields
@@ -197,8 +197,8 @@ class ColumnReading:
             return None
         cat = activity(text, name)
         kind = event_kind(cat, name)
-        if kind not in IN_SCOPE:
-            return None
+        if kind not in IN_SCOPE or (name == "[memory]" and kind != MEMORY and cat != CPU_OP):
+            return None  # a range, call or kernel named [memory]: the checked path reads its size and device too
         cols = self.columns
         cols.steps = cols.steps or (cat == USER_ANNOTATION and name.startswith(STEP_PREFIX))
         cols.kernels = cols.kernels or kind == DEVICE
