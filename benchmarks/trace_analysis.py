@@ -4,11 +4,12 @@
     python -m benchmarks.trace_analysis [--sizes 50,250,1000] [--hta-python PATH]
 
 Each trace is one rank's kineto trace of a real DDP training step (gloo, one rank, profiled here
-with torch.profiler: ops, data loading, optimizer, the gradient all-reduce) tiled in time to the
-size asked, steps renumbered, written as export_chrome_trace writes it.  ``torchmagic`` is
+with torch.profiler: ops, data loading, optimizer, the gradient all-reduce), or with ``--template`` a trace file
+(a real GPU job's: tests/data/traces/hta_resnet_host_ahead_rank-0.json.gz), tiled in time to the size asked,
+steps, op ids and CUPTI ids renumbered, written as export_chrome_trace writes it.  ``torchmagic`` is
 ``torchmagic.analyze(path)`` as a user calls it (a job of one rank: the per-rank figures, then its
-operator table over every step; this trace holds host work only, so its events are read into columns with
-the per-rank pass and summarised over them, a group of steps at a time); ``tm-ranks`` is
+operator table over every step: its events are read into columns with the per-rank pass and summarised over
+them, a group of steps at a time); ``tm-ranks`` is
 ``analyze(path, operators=False)``, the per-rank pass alone, what each file of a many-rank job
 costs.  Each analysis runs in a
 fresh process that reports its wall time and its peak resident memory (ru_maxrss) above what it
