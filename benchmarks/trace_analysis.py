@@ -1,7 +1,7 @@
 """torchmagic.analyze on big traces: seconds, MB/s and peak memory for traces of 50 MB, 250 MB and
 1 GB, and the same figures for Holistic Trace Analysis (HTA) on the same files where it runs.
 
-    python -m benchmarks.trace_analysis [--sizes 50,250,1000] [--hta-python PATH]
+    python -m benchmarks.trace_analysis [--sizes 50,250,1000] [--hta-python PATH] [--repeats N] [--template TRACE]
 
 Each trace is one rank's kineto trace of a real DDP training step (gloo, one rank, profiled here
 with torch.profiler: ops, data loading, optimizer, the gradient all-reduce), or with ``--template`` a trace file

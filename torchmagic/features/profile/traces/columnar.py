@@ -29,8 +29,8 @@ from ..summary import TraceSummary
 from ..sweep import MAIN_LANE
 from ..timeline import bound_timeline
 from .columnar_context import Events, context_of, names_of
-from .columnar_memory import MemoryColumns, memory_records
 from .columnar_device import DeviceBusy, DeviceColumns, attribute, count_lost, device_reads, first_launches
+from .columnar_memory import MemoryColumns, memory_records
 from .columnar_runtime import relinked_threads, runtime_opened
 from .columnar_totals import closed_totals, opened_totals
 from .columns import EventKind, TraceColumns
@@ -145,10 +145,11 @@ def _add_whole_trace_marker(table: _Table) -> None:
     table.external = grown(table.external, 0)
 
 
-def _light(table: _Table) -> torch.Tensor:
-    """Each row's light kind (events.event_kind's; -1 for a row the summary sets aside), a byte each."""
+def _light(table: _Table, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """Each row's light kind (events.event_kind's; -1 for a row the summary sets aside), a byte each: of
+    ``rows``, or of every row."""
     kinds = torch.tensor([-1 if k.kind is None else k.kind for k in table.kinds], dtype=torch.int8)
-    return kinds[table.kind]
+    return kinds[table.kind if rows is None else table.kind[rows]]
 
 
 def _correlation(table: _Table, rows: torch.Tensor) -> torch.Tensor:
@@ -233,11 +234,10 @@ def _spanning(table: _Table, trace: RankTrace, cuts: torch.Tensor, group: torch.
 
 def _events(table: _Table, rows: torch.Tensor, names, inputs: tuple) -> tuple[Events, DeviceColumns]:
     """A group's host events (ops, user ranges, Python frames, runtime calls, memory records) in the sweep's
-    visiting order, their times as its floats, and its device events as the summarizer's records.
-    ``inputs``: the ops' input lists, whether shapes were recorded, and whether there are several groups."""
+    visiting order, their times as its floats, and its device events.  ``inputs``: the ops' input lists,
+    whether shapes were recorded, and whether there are several groups."""
     input_lists, shapes, grouped = inputs
-    light = torch.tensor([-1 if k.kind is None else k.kind for k in table.kinds], dtype=torch.long)[
-        table.kind[rows].long()]
+    light = _light(table, rows)
     host = rows[(light == OP) | (light == ANNOTATION) | (light == PYTHON) | (light == MEMORY) | (light == RUNTIME)]
     device = _device(table, rows[light == DEVICE], names, grouped)
     start = (table.start[host] - table.first).double() / 1000.0
