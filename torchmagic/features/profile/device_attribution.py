@@ -11,6 +11,7 @@ from typing import NamedTuple
 from .categories import OTHER
 from .events import Ev
 from .intervals import intersection, overlap, union
+from .kineto import is_pageable_upload
 from .result import TimelineSpan as Span
 from .summary import OpStats, TraceSummary
 
@@ -83,7 +84,7 @@ def attribute_device(device: list[Ev], out: TraceSummary, links: DeviceLinks, wi
             out.launch_delay_us.append(max(ev.start - launched, 0.0))
         out.device_category_us[category] += dur
         out.device_kernels += 1
-        if "HtoD" in ev.name and "Pageable" in ev.name:
+        if is_pageable_upload(ev.name):
             out.pageable_h2d += 1
             out.pageable_h2d_us += dur
         intervals.append((ev.start, ev.end))

@@ -117,6 +117,16 @@ def timing_note(counts: dict[str, int]) -> str | None:
     return None
 
 
+def is_copy_to_host(name: str) -> bool:
+    """A device event that copies to the host ("Memcpy DtoH (Device -> Pageable)"): its call waits for the device."""
+    return "DtoH" in name
+
+
+def is_pageable_upload(name: str) -> bool:
+    """A copy to the device from pageable (not pinned) host memory: staged, and synchronous to the host."""
+    return "HtoD" in name and "Pageable" in name
+
+
 def is_runtime(activity_type: str) -> bool:
     return activity_type.endswith(RUNTIME_SUFFIXES)
 

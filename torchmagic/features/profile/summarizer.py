@@ -20,7 +20,7 @@ from .categories import OTHER
 from .device_attribution import Busy, attribute_device, count_lost_events
 from .events import ANNOTATION, PYTHON, Ev, link_runtime_threads, read_events
 from .intervals import near, overlap, subtract, union
-from .kineto import STEP_PREFIX
+from .kineto import STEP_PREFIX, is_copy_to_host
 from .summary import TraceSummary
 from .sweep import MAIN_LANE, Sweep
 from .timeline import bound_timeline
@@ -81,7 +81,7 @@ class TraceSummarizer:
                       flops=self.flops)
         sweep.op_calls = self.op_calls
         sweep.first_launches = self._first_launches(device)
-        sweep.device_reads = {ev.raw.correlation_id() for ev in device if "DtoH" in ev.name} - {0}  # 0: no id
+        sweep.device_reads = {ev.raw.correlation_id() for ev in device if is_copy_to_host(ev.name)} - {0}  # 0: no id
         for tid, evs in by_thread.items():
             sweep.run(evs, MAIN_LANE if tid == self.main_tid else f"CPU thread {tid}")
         self.others_after = discount_waiting(out, (sweep.bars, sweep.gaps), self.windows[before:], self.others_after)

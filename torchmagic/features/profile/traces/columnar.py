@@ -249,7 +249,7 @@ def _events(table: _Table, rows: torch.Tensor, names, inputs: tuple) -> tuple[Ev
     lane, codes = _first_seen_order(thread)
     tree = event_tree(lane, start, end)
     at, order = host[tree.order], tree.order
-    reads = device_reads(device, names.names)
+    reads = device_reads(device, names)
     device_read = names.runtime[table.kind[at].long()] & torch.isin(correlation[order], reads)
     events = Events(table.kind[at].long(), start[order], end[order], lane[order], table.sequence[at],
                     table.inputs[at].long(), external[order], correlation[order], device_read, at, tree, table.kinds,
@@ -305,5 +305,5 @@ def _add(out: TraceSummary, group: tuple[Events, DeviceColumns], names, carried:
     gaps = opened_totals(out, events, names, context)
     carried.others_after = discount_waiting(out, (bars, gaps), carried.windows[before:], carried.others_after)
     memory_levels(out, records, carried.windows, (carried.level, carried.base), last)
-    carried.busy_before = attribute(out, device, links, names.names, (carried.windows, carried.busy_before))
+    carried.busy_before = attribute(out, device, links, names, (carried.windows, carried.busy_before))
     carried.first_launch = count_lost(out, device, links, carried.first_launch)

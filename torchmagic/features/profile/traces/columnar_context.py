@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..categories import CATEGORIES, COPY_OPS, NO_KERNEL_OPS, START_UP, SYNC_OPS, SYNC_RUNTIME, phase_of
+from ..categories import (CATEGORIES, COPIES, COPY_OPS, FORWARD, NO_KERNEL_OPS, OTHER, START_UP, SYNC_OPS, SYNC_RUNTIME,
+                          SYNCS, phase_of)
 from ..events import ANNOTATION, DEVICE, MEMORY, OP, PYTHON, RUNTIME
 from ..frames import is_library_frame, is_user_frame
-from ..kineto import LAUNCH_CALLS, STEP_PREFIX, is_backward_node
+from ..kineto import LAUNCH_CALLS, STEP_PREFIX, is_backward_node, is_copy_to_host, is_pageable_upload
 from .columns import EventKind
 from .tree import EventTree
 
@@ -62,6 +63,8 @@ class Names:
     library_frame: torch.Tensor  # a Python frame of an installed package (frames.is_library_frame)
     name_id: torch.Tensor   # the same id for the same name under another category
     names: list[str]        # name_id -> name
+    to_host: torch.Tensor   # by name id: a copy to the host (kineto.is_copy_to_host)
+    pageable: torch.Tensor  # by name id: a copy from pageable host memory (kineto.is_pageable_upload)
 
 
 def names_of(kinds: list[EventKind]) -> Names:
@@ -86,7 +89,9 @@ def names_of(kinds: list[EventKind]) -> Names:
                   device=flag(lambda k: k.kind == DEVICE),
                   user_frame=flag(lambda k: k.kind == PYTHON and is_user_frame(k.name)),
                   library_frame=flag(lambda k: k.kind == PYTHON and is_library_frame(k.name)),
-                  name_id=torch.tensor(name_id, dtype=torch.long), names=list(ids))
+                  name_id=torch.tensor(name_id, dtype=torch.long), names=list(ids),
+                  to_host=torch.tensor([is_copy_to_host(name) for name in ids], dtype=torch.bool),
+                  pageable=torch.tensor([is_pageable_upload(name) for name in ids], dtype=torch.bool))
 
 
 @dataclass
@@ -149,6 +154,16 @@ def context_of(events: Events, names: Names, step_rows: torch.Tensor, windows, b
                                                                 called))
         ctx.user_range[at] = torch.where(user_range[at], name[at], ctx.user_range[up])
     return ctx
+
+
+def category_of(names: Names, kind: torch.Tensor, ctx: Context, at: torch.Tensor) -> torch.Tensor:
+    """sweep._category of the events ``at`` (codes into CATEGORIES): the phase they are in, else a sync (asked
+    for, or a runtime call that waits), a copy asked for, an op's or a call's own work, or other."""
+    phase = ctx.phase[at]
+    sync = ctx.in_sync[at] | names.sync_runtime[kind[at]]
+    work = names.op[kind[at]] | names.runtime[kind[at]]
+    return torch.where(phase >= 0, phase, torch.where(sync, CATEGORY[SYNCS], torch.where(
+        ctx.in_copy[at], CATEGORY[COPIES], torch.where(work, CATEGORY[FORWARD], CATEGORY[OTHER]))))
 
 
 def window_of(windows, t: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ from ..categories import CATEGORIES, OTHER
 from ..result import TimelineSpan as Span
 from ..summary import OpStats, TraceSummary
 from .column_intervals import EMPTY, as_set, intersection, overlap, total, union
-from .columnar_context import CATEGORY
+from .columnar_context import CATEGORY, Names
 
 LOW, FP32 = 1, 2  # a matmul's precision codes (0: neither)
 _NONE = torch.empty(0, dtype=torch.long)
@@ -92,13 +92,13 @@ def first_launches(device: DeviceColumns, first_kernels: dict[int, int]) -> torc
     return torch.tensor(sorted(set(new.values()) - {0}), dtype=torch.long)  # 0: no id
 
 
-def device_reads(device: DeviceColumns, names: list[str]) -> torch.Tensor:
+def device_reads(device: DeviceColumns, names: Names) -> torch.Tensor:
     """The CUPTI ids of the group's copies to the host (sorted)."""
-    reads = torch.tensor(["DtoH" in name for name in names], dtype=torch.bool)[device.name]
+    reads = names.to_host[device.name]
     return torch.unique(device.correlation[reads & (device.correlation != 0)])
 
 
-def attribute(out: TraceSummary, device: DeviceColumns, links: ColumnLinks, names: list[str],
+def attribute(out: TraceSummary, device: DeviceColumns, links: ColumnLinks, names: Names,
               steps: tuple[list, DeviceBusy]) -> DeviceBusy:
     """device_attribution.attribute_device over columns; ``steps``: the windows so far, the group before's busy
     time."""
@@ -117,7 +117,7 @@ def attribute(out: TraceSummary, device: DeviceColumns, links: ColumnLinks, name
         launched &= ~found
         owner = torch.where(launched, links.launches.values[0][where], owner)
         category = torch.where(launched, links.launches.values[1][where], category)
-    _per_op(out, owner, length, names)
+    _per_op(out, owner, length, names.names)
     _matmuls(out, device, links, precision, length)
     out.kernel_us.extend(length.tolist())
     where, returned = links.launch_end.find(device.correlation)
@@ -127,10 +127,10 @@ def attribute(out: TraceSummary, device: DeviceColumns, links: ColumnLinks, name
     for code, us in enumerate(sums):
         out.device_category_us[CATEGORIES[code]] += us
     out.device_kernels += len(device)
-    pageable = torch.tensor(["HtoD" in name and "Pageable" in name for name in names], dtype=torch.bool)[device.name]
+    pageable = names.pageable[device.name]
     out.pageable_h2d += int(pageable.sum())
     out.pageable_h2d_us += float(length[pageable].sum())
-    _timeline(out, device, category, length, names)
+    _timeline(out, device, category, length, names.names)
     where, known = links.in_step.find(device.correlation)  # never for 0, no call's id
     in_step = known & links.in_step.values[0][where] if len(links.in_step.keys) else known
     intervals = torch.stack([device.start, device.end], dim=1)

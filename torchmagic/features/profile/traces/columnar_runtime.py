@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from ..categories import COPIES, DATA, FORWARD, SYNCS
+from ..categories import DATA
 from ..kineto import START_UP_MIN_US, one_time_cost
-from .columnar_context import CATEGORY, Context, Events, Names
+from .columnar_context import CATEGORY, Context, Events, Names, category_of
 from .columnar_device import ColumnLinks, Keyed
 from .columnar_totals import ONE_TIME
 
@@ -68,10 +68,7 @@ def _links(links: ColumnLinks, events: Events, names: Names, ctx: Context, rows:
     if not bool(outside.any()):
         return
     at = rows[outside]
-    phase, sync = ctx.phase[at], ctx.in_sync[at] | names.sync_runtime[events.kind[at]]
-    category = torch.where(phase >= 0, phase, torch.where(sync, CATEGORY[SYNCS], torch.where(
-        ctx.in_copy[at], CATEGORY[COPIES], CATEGORY[FORWARD])))  # as sweep._category has a runtime call's
-    links.launches = Keyed.last_of(corr[outside], ctx.user_range[at], category)
+    links.launches = Keyed.last_of(corr[outside], ctx.user_range[at], category_of(names, events.kind, ctx, at))
 
 
 def _syncs(out, events: Events, names: Names, ctx: Context, rows: torch.Tensor) -> None:

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 import torch
 
 from ....core.measure.low_precision import OpCall, freeze
-from ..categories import BACKWARD, CATEGORIES, COPIES, DATA, FORWARD, OPTIMIZER, OTHER, START_UP, SYNCS
+from ..categories import BACKWARD, CATEGORIES, COPIES, DATA, FORWARD, OPTIMIZER, OTHER, START_UP
 from ..kineto import CUDA_CONTEXT, FIRST_COMPILE, LAZY_LOADING, LIBRARY_SET_UP
 from ..result import TimelineSpan as Span
 from ..summary import OpStats, TraceSummary
 from ..sweep import count_fp32_call, matmul_precision, shape_text
 from ..traffic import MATMUL_OPS, off_tensor_core_grain
-from .columnar_context import CATEGORY, Context, Events, Names
+from .columnar_context import CATEGORY, Context, Events, Names, category_of
 from .columnar_device import FP32, LOW, ColumnLinks, Keyed
 from .fields import literal
 
@@ -35,9 +35,7 @@ def closed_totals(out: TraceSummary, events: Events, names: Names, ctx: Context,
     has = tree.parent >= 0
     self_us = (length - torch.zeros_like(length).scatter_add_(0, tree.parent[has], length[has])).clamp(min=0.0)
     is_step = (ctx.step >= 0) & (ctx.top < 0)  # only a marker has a step but no bar
-    category = torch.where(ctx.phase >= 0, ctx.phase, torch.where(
-        ctx.in_sync | names.sync_runtime[kind], CATEGORY[SYNCS], torch.where(ctx.in_copy, CATEGORY[COPIES], torch.where(
-            names.op[kind] | names.runtime[kind], CATEGORY[FORWARD], CATEGORY[OTHER]))))
+    category = category_of(names, kind, ctx, torch.arange(len(kind)))
     category = torch.where(one_time >= 0, CATEGORY[START_UP], torch.where(is_step, CATEGORY[OTHER], category))
     closing = tree.close_order()
     # outside the steps nothing is counted; a memory record is visited, never opened

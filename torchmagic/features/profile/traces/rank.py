@@ -213,8 +213,7 @@ class _RecordDetails:
         self.args, self.tid, self.sizes = args, tid, sizes
 
     def correlation(self) -> int | None:
-        corr = self.args.correlation
-        return corr if 0 < corr < 1 << 63 else None
+        return _plain_correlation(self.args.correlation)
 
     def finished(self) -> bool:
         return self.args.finished
@@ -297,16 +296,11 @@ class _Reading:
                 host_busy.add(ts, end)
                 if role is _BACKWARD:
                     backward.add(ts, end)
-            elif role is not _COUNTED:
-                corr = args.correlation
-                corr = corr if 0 < corr < 1 << 63 else None  # as _RecordDetails.correlation reads it
-                if role is _DEVICE:
-                    device_busy.add(ts, end)
-                    _correlated(out, corr, ts, end)
-                elif corr is not None and not (out.launch_corr and out.launch_corr[-1] == corr
-                                               and out.launch_ts[-1] == ts):
-                    out.launch_ts.append(ts)
-                    out.launch_corr.append(corr)
+            elif role is _DEVICE:
+                device_busy.add(ts, end)
+                _correlated(out, _plain_correlation(args.correlation), ts, end)
+            elif role is _LAUNCH:
+                _launched(out, _plain_correlation(args.correlation), ts)
 
     def _kind(self, raw_name: str | None, raw_cat: str | None, plain: PlainFields) -> tuple | None:
         """A record's name and category as kept, its current-schema category, whether ``take`` reads its
@@ -365,11 +359,7 @@ class _Reading:
             out.device_busy.add(start, end)
             _correlated(out, details.correlation(), start, end)
         elif is_runtime(cat):
-            corr = details.correlation()
-            if corr is not None and not (out.launch_corr and out.launch_corr[-1] == corr
-                                         and out.launch_ts[-1] == start):
-                out.launch_ts.append(start)
-                out.launch_corr.append(corr)
+            _launched(out, details.correlation(), start)
 
     def annotation(self, name: str, start: float, end: float, details) -> None:
         """A user annotation: a step, data loading, an optimizer's step, or a host backend's collective."""
@@ -417,6 +407,19 @@ def _correlated(out: RankTrace, corr: int | None, start: float, end: float) -> N
         out.kernel_start.append(start)
         out.kernel_end.append(end)
         out.kernel_corr.append(corr)
+
+
+def _launched(out: RankTrace, corr: int | None, start: float) -> None:
+    """Keep a runtime call's start with its correlation id (once: the same call written again in a row is not
+    kept again)."""
+    if corr is not None and not (out.launch_corr and out.launch_corr[-1] == corr and out.launch_ts[-1] == start):
+        out.launch_ts.append(start)
+        out.launch_corr.append(corr)
+
+
+def _plain_correlation(corr: int) -> int | None:
+    """A typed record's correlation id, None for none (0, or past 64 bits)."""
+    return corr if 0 < corr < 1 << 63 else None
 
 
 def _correlation(args: dict) -> int | None:
