@@ -8,8 +8,9 @@ per-round ratios, with a distribution-free CI.  The cycle collector is paused wh
 or its peak read, as timeit and torch.utils.benchmark do: a full collection in a large process
 takes longer than many a step, and whether one lands in a run is chance.  What a run used to fix for
 all its rounds is the same in every run: the host allocator settled (``settle_allocator``), 10 ms of
-untimed calls before each short block, autocast's cast cache cleared after each call; and the rounds fall into
-blocks, each started afresh, the unit of the speedup's interval (docs/statistics.md).
+untimed calls before each short block, a per-step context (autocast, inference_mode) entered on each call as a
+loop enters it, so each call pays for it and for its casts; and the rounds fall into blocks, each started afresh,
+the unit of the speedup's interval (docs/statistics.md).
 The model, its optimizers and torch's global settings are put back afterwards.
 """
 
@@ -288,9 +289,7 @@ class _Comparison:
         return _in_variant(entry, self.env, warm_up)
 
     def _runner(self, entry: MeasuredVariant) -> Callable[[], Any]:
-        call = _bound(self.fn, entry)
-        if entry.variant.autocasts:
-            call = _casting_afresh(call)
+        call = entry.variant.in_step(_bound(self.fn, entry), self.env, lambda: entry.built)
         return graph_steps(call) if entry.variant.uses_cuda_graphs(self.env) else call
 
     def _record_graph_pool(self, entry: MeasuredVariant, before: int, skips: int) -> None:
@@ -370,21 +369,6 @@ def _amp_dtype(name: str | None, device: Device) -> torch.dtype:
     if name is not None:
         return AMP_DTYPES[name]
     return device.low_precision().dtype or torch.bfloat16
-
-
-def _casting_afresh(call: Callable[[], Any]) -> Callable[[], Any]:
-    """Each call pays for its casts, as each step of a loop does: autocast keeps the low-precision copies of
-    the weights it cast until its context closes, and the variant's context spans a block of calls, so the
-    calls after a block's first found them cast (amp on BERT read 1.17x where interleaved blocked_autorange
-    runs, each in its own autocast context, read 1.10x)."""
-
-    def call_casting() -> Any:
-        __tracebackhide__ = True  # noqa: F841
-        value = call()
-        torch.clear_autocast_cache()  # (after a failed call, the variant's context closing clears it)
-        return value
-
-    return call_casting
 
 
 def _in_variant(entry: MeasuredVariant, env: Env, fn: Callable[[], Any]) -> Callable[[], Any]:

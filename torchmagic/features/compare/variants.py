@@ -43,12 +43,16 @@ class Technique:
 
     ``build(model, env)`` returns the model to run in its place (once per variant);
     ``around_call(model, env)`` is a context entered around each call, outside the timed
-    region.  ``unsupported(model, env)`` says why it cannot run here, or None.
+    region (a setting the user makes once, or a layout change a real loop would not redo each step);
+    ``in_step(model, env)`` is a context the step itself enters, on every call and timed with it, as a
+    loop writes ``with torch.autocast(...):`` around each step.  ``unsupported(model, env)`` says why it
+    cannot run here, or None.
     """
 
     name: str
     build: Callable[[Any, Env], Any] | None = None
     around_call: Callable[[Any, Env], AbstractContextManager] | None = None
+    in_step: Callable[[Any, Env], AbstractContextManager] | None = None
     precision: str = "fp32"
     compiles: bool = False
     needs_model: bool = False
@@ -113,6 +117,26 @@ class Variant:
                 if technique.around_call is not None:
                     stack.enter_context(technique.around_call(model, env))
             yield
+
+    def in_step(self, call: Callable[[], Any], env: Env, built: Callable[[], Any]) -> Callable[[], Any]:
+        """``call`` inside each technique's per-step context, entered afresh on each call (leaving autocast's
+        clears its cast cache, so each call pays for its casts as each step of a loop does).  Nested plain
+        ``with`` blocks, no ExitStack: the contexts' own cost is timed, and should be what a loop pays.
+        ``built`` gives the built model at each call (a closure holding it would keep a dropped variant alive)."""
+        for technique in reversed(self.techniques):
+            if technique.in_step is not None:
+                call = _entering(technique.in_step, call, env, built)
+        return call
+
+
+def _entering(context: Callable[[Any, Env], AbstractContextManager], call: Callable[[], Any], env: Env,
+              built: Callable[[], Any]) -> Callable[[], Any]:
+    def step() -> Any:
+        __tracebackhide__ = True  # noqa: F841  (the step's error is the user's)
+        with context(built(), env):
+            return call()
+
+    return step
 
 
 def _precision(technique: Technique, env: Env) -> str:
@@ -344,10 +368,10 @@ def _int8_unsupported(model, env):
 
 
 TECHNIQUES: dict[str, Technique] = {
-    "amp": Technique("amp", around_call=_autocast, precision="amp", caveat=_amp_caveat),
+    "amp": Technique("amp", in_step=_autocast, precision="amp", caveat=_amp_caveat),
     "channels_last": Technique("channels_last", around_call=_channels_last, needs_model=True,
                                unsupported=_channels_last_unsupported),
-    "inference_mode": Technique("inference_mode", around_call=_inference_mode),
+    "inference_mode": Technique("inference_mode", in_step=_inference_mode),
     "tf32": Technique("tf32", around_call=_tf32, precision="tf32", caveat=_tf32_caveat),
     "int8": Technique("int8", build=_int8, precision="int8", needs_model=True, build_order=10,
                       unsupported=_int8_unsupported),
