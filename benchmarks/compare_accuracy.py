@@ -173,6 +173,11 @@ def _under(context, model, fn):
 
 
 def between_runs(repeats: int, pairs: int = PAIRS) -> None:
+    # Timer sets torch's thread count around every measurement, and torch.set_num_threads turns MKL's dynamic
+    # threading off for the rest of the process (mkl_set_dynamic(false)): BERT's fp32 eager then ran 3-8% slower
+    # here and amp's speedup read that much higher, so every comparison before the first reference timed another
+    # process than the reference did.  Made once, first, the call puts both in the state the reference leaves.
+    torch.set_num_threads(torch.get_num_threads())
     model, fn = bert_inference()
     with torch.no_grad():
         fn(torch.compile(model))  # the first compile in the process (inductor's loading) outside the figures
@@ -223,8 +228,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.pairs < min_pairs():
         parser.error(f"--pairs: at least {min_pairs()} (the reference's own 95% interval needs them)")
-    if args.between_runs:  # as a notebook runs: torch's threads and malloc as they are
-        print(f"{machine_line()}; {torch.get_num_threads()} threads, malloc as it is")
+    if args.between_runs:  # as a notebook runs: torch's thread count and malloc as they are
+        print(f"{machine_line()}; {torch.get_num_threads()} threads (set once first, as Timer does), malloc as it is")
         print(f"\n5. between runs: BERT inference, {args.repeats} comparisons at default settings, each followed by "
               "an interleaved blocked_autorange estimate")
         between_runs(args.repeats, args.pairs)
