@@ -42,8 +42,8 @@ class Technique:
     """One change to how the code runs.
 
     ``build(model, env)`` returns the model to run in its place (once per variant);
-    ``around_call(model, env)`` is a context entered around each call, outside the timed
-    region (a setting the user makes once, or a layout change a real loop would not redo each step);
+    ``around_call(model, env)`` is a context entered around each block of calls (and each untimed run), outside the
+    timed region (a setting the user makes once, or a layout change a real loop would not redo each step);
     ``in_step(model, env)`` is a context the step itself enters, on every call and timed with it, as a
     loop writes ``with torch.autocast(...):`` around each step.  ``unsupported(model, env)`` says why it
     cannot run here, or None.
@@ -131,12 +131,38 @@ class Variant:
 
 def _entering(context: Callable[[Any, Env], AbstractContextManager], call: Callable[[], Any], env: Env,
               built: Callable[[], Any]) -> Callable[[], Any]:
+    """A ``with`` block whose entering and leaving a Ctrl-C cannot split (torch.autocast's __enter__ and
+    __exit__ are Python: one landing between its nesting count and the rest left the count raised, so the
+    user's own autocast never cleared its cast cache again); the call itself stays interruptible."""
     def step() -> Any:
         __tracebackhide__ = True  # noqa: F841  (the step's error is the user's)
-        with context(built(), env):
-            return call()
+        manager = _enter(context(built(), env))
+        try:
+            deliver_pending()  # a Ctrl-C held while entering: raised here, so the context is left
+            value = call()
+        except BaseException as exc:
+            if not _leave(manager, exc):
+                raise
+            return None
+        _leave(manager, None)
+        return value
 
     return step
+
+
+@uninterruptible
+def _enter(manager: AbstractContextManager) -> AbstractContextManager:
+    manager.__enter__()
+    return manager
+
+
+@uninterruptible
+def _leave(manager: AbstractContextManager, exc: BaseException | None) -> bool:
+    try:
+        return bool(manager.__exit__(type(exc) if exc else None, exc, exc.__traceback__ if exc else None))
+    finally:
+        if exc is None:
+            deliver_pending()
 
 
 def _precision(technique: Technique, env: Env) -> str:
