@@ -120,8 +120,8 @@ class Variant:
 
     def in_step(self, call: Callable[[], Any], env: Env, built: Callable[[], Any]) -> Callable[[], Any]:
         """``call`` inside each technique's per-step context, entered afresh on each call (leaving autocast's
-        clears its cast cache, so each call pays for its casts as each step of a loop does).  Nested plain
-        ``with`` blocks, no ExitStack: the contexts' own cost is timed, and should be what a loop pays.
+        clears its cast cache, so each call pays for its casts as each step of a loop does).  One wrapper per
+        context, no ExitStack: the contexts' own cost is timed, and should be close to what a loop pays.
         ``built`` gives the built model at each call (a closure holding it would keep a dropped variant alive)."""
         for technique in reversed(self.techniques):
             if technique.in_step is not None:
