@@ -123,7 +123,7 @@ def assert_unchanged(shell, before: dict, where: str) -> None:
     assert after["settings"] == before["settings"], where
     assert after["profiler"] is False and after["inference_mode"] is False, where
     assert after["autocast_nesting"] == before["autocast_nesting"] == 0, \
-        f"{where}: autocast's nesting left at {after['autocast_nesting']} (the user's own autocast then keeps its casts)"
+        f"{where}: autocast's nesting left at {after['autocast_nesting']} (the user's autocast then keeps its casts)"
     assert after["model"] == before["model"] and after["optimizer"] == before["optimizer"], where
     assert all(torch.equal(a, b) for a, b in zip(after["weights"], before["weights"])), \
         f"{where}: the model's weights changed"

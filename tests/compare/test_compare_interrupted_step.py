@@ -38,7 +38,8 @@ INTERRUPTED = textwrap.dedent("""
         except KeyboardInterrupt:
             outcome = "interrupted"
         timer.join()
-        seen.append({"outcome": outcome, "nesting": autocast_nesting(), "inference_mode": torch.is_inference_mode_enabled(),
+        seen.append({"outcome": outcome, "nesting": autocast_nesting(),
+                     "inference_mode": torch.is_inference_mode_enabled(),
                      "settings_kept": TorchSettings.capture() == before})
         if seen[-1] != {"outcome": "interrupted", "nesting": 0, "inference_mode": False, "settings_kept": True}:
             break  # what follows would start from what this one left
