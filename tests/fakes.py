@@ -30,6 +30,7 @@ class FakeCudaDevice(Device):
         self.reserved = 0
         self.high_water = 0  # like the allocator's peak counter, for peak_scope
         self.syncs = 0
+        self.energy_read_at: list[float] = []  # when energy_mj() was read, with watts set (perf_counter's seconds)
         self.cache_empties = 0
         self.ooms = 0
         self.samplers_closed = 0
@@ -52,7 +53,10 @@ class FakeCudaDevice(Device):
     watts: float | None = None   # set: the device has NVML's energy counter, drawing this much all along
 
     def energy_mj(self) -> int | None:
-        return None if self.watts is None else round(self.watts * time.perf_counter() * 1000)
+        if self.watts is None:
+            return None
+        self.energy_read_at.append(time.perf_counter())
+        return round(self.watts * self.energy_read_at[-1] * 1000)
 
     def synchronize(self) -> None:
         self.syncs += 1

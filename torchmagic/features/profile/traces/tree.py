@@ -3,9 +3,18 @@
 The sweep visits one thread's events by (start, end descending, file order) and keeps a stack of open
 events, popping the top while it ended by the next event's start: so an event stays open until everything
 above it has closed (a child may outlive its parent), and its parent is the stack's top when it is visited.
-That rule is kept here as it is, in one loop that does nothing else (about 0.1 µs an event on the 2-core
-CPU machine, linear however the events overlap): the order is sorted with torch, and everything the summary
-derives from the nesting is worked out over columns (columnar_context.py, columnar_totals.py).
+That rule is worked out here over columns, without a loop over events (the loop took 0.4 µs an event on the
+2-core CPU machine, half of the operator report's reading of the nesting), from two facts about the stack:
+- an event is still on the stack at a later visit of its thread exactly when it ends after that visit's start
+  (a pop needs its end at or before some start, and starts only grow), and the popping stops at the first such
+  event from the top: so the parent is the **latest earlier event of the thread that ends after the start**;
+- an event is popped at the first visit starting at or after its end, or when its last child is popped if
+  that is later (it waits under its children), or at its thread's end.
+The first is a "nearest to the left above a threshold" query, answered for every event at once by skipping
+blocks of 2^k events whose latest end is not past the threshold (a table of block maxima, k from high to low);
+depths follow from the parents by pointer jumping, and the closing visits from the ends by a search, then
+from the deepest level up.  Everything the summary derives from the nesting is worked out over columns too
+(columnar_context.py, columnar_totals.py).
 """
 
 from __future__ import annotations
@@ -45,27 +54,71 @@ def event_tree(thread: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> 
     order = torch.argsort(-end, stable=True)
     order = order[torch.argsort(start[order], stable=True)]
     order = order[torch.argsort(thread[order], stable=True)]
-    parent, depth, after = _stack(thread[order].tolist(), start[order].tolist(), end[order].tolist())
-    return EventTree(order, torch.tensor(parent, dtype=torch.long), torch.tensor(depth, dtype=torch.long),
-                     torch.tensor(after, dtype=torch.long))
+    thread, start, end = thread[order], start[order], end[order]
+    if not len(order):
+        return EventTree(order, order.clone(), order.clone(), order.clone())
+    first, bounds = _thread_bounds(thread)
+    parent = _parents(start, end, first)
+    depth = _depths(parent)
+    return EventTree(order, parent, depth, _closing_visits(start, end, (parent, depth), bounds))
 
 
-def _stack(thread: list, start: list[float], end: list[float]) -> tuple[list[int], list[int], list[int]]:
-    """The sweep's stack over events in visiting order: each one's parent, depth and closing visit."""
+def _thread_bounds(thread: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+    """For each event (in visiting order, a thread's events together), where its thread's events begin; and where
+    each thread's events begin, then the end."""
+    n = len(thread)
+    changes = torch.ones(n, dtype=torch.bool)
+    changes[1:] = thread[1:] != thread[:-1]
+    begins = changes.nonzero().flatten()
+    return torch.repeat_interleave(begins, torch.diff(begins, append=torch.tensor([n]))), begins.tolist() + [n]
+
+
+def _parents(start: torch.Tensor, end: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+    """Each event's latest earlier event of its thread that ends after it starts (-1 for none): the stack's top."""
     n = len(start)
-    parent, depth, after = [-1] * n, [0] * n, [n] * n
-    stack: list[int] = []
-    pop, push = stack.pop, stack.append
-    current = None
-    for i in range(n):
-        if thread[i] != current:  # a thread's run ends: what is open closes at its end
-            current = thread[i]
-            while stack:
-                after[pop()] = i
-        at = start[i]
-        while stack and end[stack[-1]] <= at:
-            after[pop()] = i
-        if stack:
-            parent[i], depth[i] = stack[-1], len(stack)
-        push(i)
-    return parent, depth, after
+    position = torch.arange(n) - 1  # the candidate: the event before, then further left as blocks are skipped
+    maxima = [end]  # maxima[k][j]: the latest end among the 2^k events up to j (valid from j = 2^k - 1)
+    while (1 << len(maxima)) <= n:
+        k, half = len(maxima), 1 << (len(maxima) - 1)
+        level = maxima[-1].clone()
+        level[half:] = torch.maximum(maxima[-1][half:], maxima[-1][:-half])
+        maxima.append(level)
+    for k in range(len(maxima) - 1, -1, -1):
+        size = 1 << k
+        inside = position - size + 1 >= first  # the block holds only this thread's events, before this one
+        at = position.clamp(min=0)
+        skip = inside & (maxima[k][at] <= start)
+        position = torch.where(skip, position - size, position)
+    del maxima
+    found = (position >= first) & (end[position.clamp(min=0)] > start)
+    return torch.where(found, position, -1)
+
+
+def _depths(parent: torch.Tensor) -> torch.Tensor:
+    """How many ancestors each event has (Wyllie's pointer jumping: log2 of the deepest nesting passes)."""
+    depth = (parent >= 0).long()
+    up = parent.clone()
+    while True:
+        has = up >= 0
+        if not bool(has.any()):
+            return depth
+        ancestor = up.clamp(min=0)
+        depth = torch.where(has, depth + depth[ancestor], depth)
+        up = torch.where(has, up[ancestor], up)
+
+
+def _closing_visits(start: torch.Tensor, end: torch.Tensor, nesting: tuple[torch.Tensor, torch.Tensor],
+                    bounds: list[int]) -> torch.Tensor:
+    """The visit whose popping closes each event: the first of its thread starting at or after its end (never
+    itself), the thread's end if none, or its last child's closing visit if that is later.  ``nesting``: the
+    events' parents and depths; ``bounds``: where each thread's events begin, then the end."""
+    (parent, depth), n = nesting, len(start)
+    after = torch.empty(n, dtype=torch.long)
+    for begin, stop in zip(bounds, bounds[1:]):
+        after[begin:stop] = torch.searchsorted(start[begin:stop], end[begin:stop]) + begin
+    after = torch.maximum(after, torch.arange(n) + 1)
+    by_depth = torch.argsort(depth, descending=True, stable=True)
+    counts = torch.bincount(depth).flip(0).tolist()
+    for level in torch.split(by_depth, counts)[:-1]:  # deepest first; the top level has no parent to close
+        after.scatter_reduce_(0, parent[level], after[level], "amax")
+    return after
