@@ -4,7 +4,9 @@ for a profile held in memory (trace.py), and as :class:`IntervalSet` for traces 
 
 Trace events nest (an op inside its parent) and mostly arrive in start order per thread, so
 merging each new interval into the one being built keeps only the top-level spans; whatever
-arrives out of order is merged again when the set is closed.
+arrives out of order is merged again when the set is closed.  Closing, subtracting and joining
+sets, and measuring one inside many windows, are done over tensors: a rank's host work holds
+tens of thousands of spans, and a per-span loop was most of the time of a rank's summary.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import bisect
 import math
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
+
+import torch
 
 Pairs = Sequence[tuple[float, float]]  # sorted and disjoint
 
@@ -70,24 +74,6 @@ def near(intervals: Pairs, start: float, end: float) -> Pairs:
     return intervals[first:last]
 
 
-class _Pairs(Sequence):
-    """Parallel arrays of starts and ends seen as a sequence of pairs, without building one."""
-
-    __slots__ = ("starts", "ends")
-
-    def __init__(self, starts: array, ends: array):
-        self.starts, self.ends = starts, ends
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def __getitem__(self, i):
-        return self.starts[i], self.ends[i]
-
-    def __iter__(self):
-        return zip(self.starts, self.ends)
-
-
 class IntervalSet:
     """A union of [start, end) intervals: add them in any order, then read the merged union."""
 
@@ -115,23 +101,11 @@ class IntervalSet:
     def merged(self) -> tuple[array, array]:
         """Sorted, disjoint starts and ends (arrays of floats: 16 bytes an interval)."""
         if self._merged is None:
-            raw_starts, raw_ends = array("d", self._starts), array("d", self._ends)
+            starts, ends = _tensor(self._starts), _tensor(self._ends)
             if self._open is not None:
-                raw_starts.append(self._open[0])
-                raw_ends.append(self._open[1])
-            n = len(raw_starts)
-            in_order = all(raw_starts[i] <= raw_starts[i + 1] for i in range(n - 1))
-            order = range(n) if in_order else sorted(range(n), key=raw_starts.__getitem__)
-            starts, ends = array("d"), array("d")
-            for i in order:
-                start, end = raw_starts[i], raw_ends[i]
-                if ends and start <= ends[-1]:
-                    if end > ends[-1]:
-                        ends[-1] = end
-                else:
-                    starts.append(start)
-                    ends.append(end)
-            self._merged = (starts, ends)
+                starts = torch.cat([starts, torch.tensor(self._open[:1], dtype=torch.float64)])
+                ends = torch.cat([ends, torch.tensor(self._open[1:], dtype=torch.float64)])
+            self._merged = tuple(map(_array, _merge(starts, ends)))
         return self._merged
 
     def total(self) -> float:
@@ -148,22 +122,40 @@ class IntervalSet:
             i += 1
         return length
 
+    def within_each(self, windows: Sequence[tuple[float, float]]) -> list[float]:
+        """The union's length inside each [start, end) of ``windows``: what it covers up to the end, less what it
+        covers up to the start (the union's lengths summed once, in order)."""
+        starts, ends = (_tensor(part) for part in self.merged())
+        bounds = torch.tensor(windows, dtype=torch.float64).reshape(-1, 2).T.contiguous()  # starts, then ends
+        if not len(starts):
+            return [0.0] * bounds.shape[1]
+        lengths = ends - starts
+        before = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(lengths, 0)[:-1]])
+
+        def covered(t: torch.Tensor) -> torch.Tensor:  # the union's length up to t
+            last = torch.searchsorted(starts, t, right=True) - 1
+            at = last.clamp(min=0)
+            inside = torch.minimum((t - starts[at]).clamp(min=0.0), lengths[at])
+            return torch.where(last >= 0, before[at] + inside, 0.0)
+
+        return (covered(bounds[1]) - covered(bounds[0])).clamp(min=0.0).tolist()
+
     def minus(self, other: IntervalSet) -> IntervalSet:
-        """This union less ``other``'s."""
-        # ``other``'s pairs, read by index again and again, made tuples once (for the time of the subtraction)
-        pieces = list(subtract(_Pairs(*self.merged()), list(zip(*other.merged()))))
-        # sorted, each of some length, none touching the next (both unions are): add() would keep each as it is
-        result = IntervalSet()
-        result._starts = array("d", [start for start, _ in pieces])
-        result._ends = array("d", [end for _, end in pieces])
-        return result
+        """This union less ``other``'s: where, after every boundary of both, this one covers and the other not."""
+        mine, theirs = [tuple(map(_tensor, part.merged())) for part in (self, other)]
+        points = torch.cat([*mine, *theirs])
+        ones = [torch.ones(len(mine[0]), dtype=torch.int8), torch.ones(len(theirs[0]), dtype=torch.int8)]
+        zeros = [torch.zeros_like(one) for one in ones]
+        order = torch.argsort(points, stable=True)
+        points = points[order]
+        in_mine = torch.cumsum(torch.cat([ones[0], -ones[0], zeros[1], zeros[1]])[order], 0)
+        in_theirs = torch.cumsum(torch.cat([zeros[0], zeros[0], ones[1], -ones[1]])[order], 0)
+        kept = (in_mine[:-1] == 1) & (in_theirs[:-1] == 0) & (points[1:] > points[:-1])
+        return _closed(*_merge(points[:-1][kept], points[1:][kept]))
 
     def union(self, *others: IntervalSet) -> IntervalSet:
-        result = IntervalSet()
-        for part in (self, *others):
-            for start, end in zip(*part.merged()):
-                result.add(start, end)
-        return result
+        parts = [tuple(map(_tensor, part.merged())) for part in (self, *others)]
+        return _closed(*_merge(torch.cat([s for s, _ in parts]), torch.cat([e for _, e in parts])))
 
     def clipped(self, start: float, end: float) -> list[tuple[float, float]]:
         """The union's pieces inside [start, end), for drawing."""
@@ -176,3 +168,38 @@ class IntervalSet:
                 pieces.append((lo, hi))
             i += 1
         return pieces
+
+
+def _merge(starts: torch.Tensor, ends: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Intervals (any order) merged where they overlap or touch, sorted: a new one begins where a start is past
+    every end before it (in start order, ties kept in the order given)."""
+    if not len(starts):
+        return starts, ends
+    order = torch.argsort(starts, stable=True)
+    starts, reach = starts[order], torch.cummax(ends[order], 0).values
+    begins = torch.ones(len(starts), dtype=torch.bool)
+    begins[1:] = starts[1:] > reach[:-1]
+    heads = begins.nonzero().flatten()
+    lasts = torch.cat([heads[1:] - 1, torch.tensor([len(starts) - 1])])
+    return starts[heads], reach[lasts]
+
+
+def _closed(starts: torch.Tensor, ends: torch.Tensor) -> IntervalSet:
+    """An IntervalSet holding intervals already merged."""
+    result = IntervalSet()
+    result._starts, result._ends = _array(starts), _array(ends)
+    result._merged = (result._starts, result._ends)
+    return result
+
+
+def _tensor(values: array) -> torch.Tensor:
+    """An array of floats as a tensor (a copy: the array may grow after)."""
+    return torch.frombuffer(values, dtype=torch.float64).clone() if len(values) else torch.empty(0, dtype=torch.float64)
+
+
+def _array(values: torch.Tensor) -> array:
+    """A tensor of floats as an array ('d')."""
+    out = array("d", bytes(8 * len(values)))
+    if len(values):
+        torch.frombuffer(out, dtype=torch.float64).copy_(values)
+    return out

@@ -38,8 +38,10 @@ def summarize_rank(trace: RankTrace, matched: list[Matched]) -> RankSummary:
     comm, work = trace.comm, trace.hiding
     active = work.union(trace.data, comm)
 
+    step_spans = [(s, e) for _, s, e in windows]
+
     def per_step(intervals) -> float:
-        return sum(intervals.within(s, e) for _, s, e in windows) / n * US
+        return sum(intervals.within_each(step_spans)) / n * US
 
     starts = [s for _, s, _ in windows]
 
@@ -78,7 +80,8 @@ def summarize_rank(trace: RankTrace, matched: list[Matched]) -> RankSummary:
         described = sum(b for name, b in trace.comm_bytes.items() if name.startswith(key))
         collectives[op] = {"calls": calls[op], "seconds_per_step": per_step(spans[op]), "bytes": described or None}
     waiting = heads.minus(tails)
-    step_waits = {number: waiting.within(s, e) * US for number, s, e in windows if number is not None}
+    step_waits = {number: us * US for (number, _, _), us in zip(windows, waiting.within_each(step_spans))
+                  if number is not None}
     return RankSummary(
         rank=trace.rank, path=shown_path(trace.path), device="gpu" if trace.on_device else "cpu",
         step_waits_s=step_waits,

@@ -1,0 +1,55 @@
+"""IntervalSet's operations over tensors (closing a set, subtracting, joining, lengths inside windows) against the
+plain loops over sorted lists in the same module, on intervals of every shape: overlapping, touching, nested,
+of no length, out of order, on a coarse grid (many equal ends) or a fine one."""
+
+from __future__ import annotations
+
+import hypothesis
+from hypothesis import strategies as st
+
+from torchmagic.features.profile.intervals import IntervalSet, overlap, subtract, union
+
+
+@st.composite
+def _intervals(draw):
+    grid = draw(st.sampled_from([4, 30, 10**6]))
+    starts = draw(st.lists(st.integers(0, grid), max_size=40))
+    lengths = draw(st.lists(st.one_of(st.just(0), st.just(1), st.integers(0, grid)), min_size=len(starts),
+                            max_size=len(starts)))
+    return [(s / 3, (s + n) / 3) for s, n in zip(starts, lengths)]  # thirds: not integers
+
+
+def _set(intervals) -> IntervalSet:
+    result = IntervalSet()
+    for start, end in intervals:
+        result.add(start, end)
+    return result
+
+
+def _pairs(intervals: IntervalSet) -> list[tuple[float, float]]:
+    return list(zip(*intervals.merged()))
+
+
+def _listed(intervals) -> list[tuple[float, float]]:
+    """The plain union of the intervals that have a length (IntervalSet.add drops the others)."""
+    return union((s, e) for s, e in intervals if e > s)
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(_intervals(), _intervals(), _intervals())
+def test_the_set_operations_are_the_plain_loops(a, b, c):
+    assert _pairs(_set(a)) == _listed(a)
+    assert _pairs(_set(a).minus(_set(b))) == list(subtract(_listed(a), _listed(b)))
+    assert _pairs(_set(a).union(_set(b), _set(c))) == _listed(a + b + c)
+    assert _pairs(_set(a).minus(_set(b)).union(_set(c)).minus(_set(a))) == \
+        list(subtract(_listed(list(subtract(_listed(a), _listed(b))) + c), _listed(a)))
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(_intervals(), _intervals())
+def test_the_length_inside_each_window_is_the_overlap(a, windows):
+    got = _set(a).within_each(windows)
+    for (start, end), length in zip(windows, got, strict=True):
+        want = overlap(_listed(a), [(start, end)]) if end > start else 0.0
+        assert abs(length - want) <= 1e-9 * max(1.0, want)
+        assert abs(length - _set(a).within(start, end)) <= 1e-9 * max(1.0, want)
