@@ -5,8 +5,8 @@ for a profile held in memory (trace.py), and as :class:`IntervalSet` for traces 
 Trace events nest (an op inside its parent) and mostly arrive in start order per thread, so
 merging each new interval into the one being built keeps only the top-level spans; whatever
 arrives out of order is merged again when the set is closed.  Closing, subtracting and joining
-sets, and measuring one inside many windows, are done over tensors: a rank's host work holds
-tens of thousands of spans, and a per-span loop was most of the time of a rank's summary.
+sets, and measuring one inside many windows, are column_intervals.py's work over tensors: a rank's
+host work holds tens of thousands of spans, and a per-span loop was most of a rank's summary.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 
 import torch
+
+from . import column_intervals as sets
 
 Pairs = Sequence[tuple[float, float]]  # sorted and disjoint
 
@@ -84,6 +86,12 @@ class IntervalSet:
         self._open: list[float] | None = None   # [start, end] being extended
         self._merged: tuple[array, array] | None = None
 
+    @classmethod
+    def of(cls, intervals: Sequence[tuple[float, float]]) -> IntervalSet:
+        """The union of ``intervals`` (any order; those of no length left out, as ``add`` leaves them)."""
+        given = sets.as_set(intervals)
+        return _closed(sets.union(given[given[:, 1] > given[:, 0]]))
+
     def add(self, start: float, end: float) -> None:
         if end <= start:
             return
@@ -101,11 +109,11 @@ class IntervalSet:
     def merged(self) -> tuple[array, array]:
         """Sorted, disjoint starts and ends (arrays of floats: 16 bytes an interval)."""
         if self._merged is None:
-            starts, ends = _tensor(self._starts), _tensor(self._ends)
+            raw = torch.stack([_tensor(self._starts), _tensor(self._ends)], dim=1)
             if self._open is not None:
-                starts = torch.cat([starts, torch.tensor(self._open[:1], dtype=torch.float64)])
-                ends = torch.cat([ends, torch.tensor(self._open[1:], dtype=torch.float64)])
-            self._merged = tuple(map(_array, _merge(starts, ends)))
+                raw = torch.cat([raw, torch.tensor([self._open], dtype=torch.float64)])
+            merged = sets.union(raw)
+            self._merged = (_array(merged[:, 0]), _array(merged[:, 1]))
         return self._merged
 
     def total(self) -> float:
@@ -123,39 +131,20 @@ class IntervalSet:
         return length
 
     def within_each(self, windows: Sequence[tuple[float, float]]) -> list[float]:
-        """The union's length inside each [start, end) of ``windows``: what it covers up to the end, less what it
-        covers up to the start (the union's lengths summed once, in order)."""
-        starts, ends = (_tensor(part) for part in self.merged())
-        bounds = torch.tensor(windows, dtype=torch.float64).reshape(-1, 2).T.contiguous()  # starts, then ends
-        if not len(starts):
-            return [0.0] * bounds.shape[1]
-        lengths = ends - starts
-        before = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(lengths, 0)[:-1]])
-
-        def covered(t: torch.Tensor) -> torch.Tensor:  # the union's length up to t
-            last = torch.searchsorted(starts, t, right=True) - 1
-            at = last.clamp(min=0)
-            inside = torch.minimum((t - starts[at]).clamp(min=0.0), lengths[at])
-            return torch.where(last >= 0, before[at] + inside, 0.0)
-
-        return (covered(bounds[1]) - covered(bounds[0])).clamp(min=0.0).tolist()
+        """The union's length inside each [start, end) of ``windows``."""
+        return sets.within_each(self._set(), sets.as_set(windows)).tolist()
 
     def minus(self, other: IntervalSet) -> IntervalSet:
-        """This union less ``other``'s: where, after every boundary of both, this one covers and the other not."""
-        mine, theirs = [tuple(map(_tensor, part.merged())) for part in (self, other)]
-        points = torch.cat([*mine, *theirs])
-        ones = [torch.ones(len(mine[0]), dtype=torch.int8), torch.ones(len(theirs[0]), dtype=torch.int8)]
-        zeros = [torch.zeros_like(one) for one in ones]
-        order = torch.argsort(points, stable=True)
-        points = points[order]
-        in_mine = torch.cumsum(torch.cat([ones[0], -ones[0], zeros[1], zeros[1]])[order], 0)
-        in_theirs = torch.cumsum(torch.cat([zeros[0], zeros[0], ones[1], -ones[1]])[order], 0)
-        kept = (in_mine[:-1] == 1) & (in_theirs[:-1] == 0) & (points[1:] > points[:-1])
-        return _closed(*_merge(points[:-1][kept], points[1:][kept]))
+        """This union less ``other``'s."""
+        return _closed(sets.difference(self._set(), other._set()))
 
     def union(self, *others: IntervalSet) -> IntervalSet:
-        parts = [tuple(map(_tensor, part.merged())) for part in (self, *others)]
-        return _closed(*_merge(torch.cat([s for s, _ in parts]), torch.cat([e for _, e in parts])))
+        return _closed(sets.union(*(part._set() for part in (self, *others))))
+
+    def _set(self) -> torch.Tensor:
+        """The merged union as column_intervals holds a set."""
+        starts, ends = self.merged()
+        return torch.stack([_tensor(starts), _tensor(ends)], dim=1)
 
     def clipped(self, start: float, end: float) -> list[tuple[float, float]]:
         """The union's pieces inside [start, end), for drawing."""
@@ -170,24 +159,10 @@ class IntervalSet:
         return pieces
 
 
-def _merge(starts: torch.Tensor, ends: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Intervals (any order) merged where they overlap or touch, sorted: a new one begins where a start is past
-    every end before it (in start order, ties kept in the order given)."""
-    if not len(starts):
-        return starts, ends
-    order = torch.argsort(starts, stable=True)
-    starts, reach = starts[order], torch.cummax(ends[order], 0).values
-    begins = torch.ones(len(starts), dtype=torch.bool)
-    begins[1:] = starts[1:] > reach[:-1]
-    heads = begins.nonzero().flatten()
-    lasts = torch.cat([heads[1:] - 1, torch.tensor([len(starts) - 1])])
-    return starts[heads], reach[lasts]
-
-
-def _closed(starts: torch.Tensor, ends: torch.Tensor) -> IntervalSet:
-    """An IntervalSet holding intervals already merged."""
+def _closed(merged: torch.Tensor) -> IntervalSet:
+    """An IntervalSet holding a set column_intervals merged (sorted, disjoint, none of no length)."""
     result = IntervalSet()
-    result._starts, result._ends = _array(starts), _array(ends)
+    result._starts, result._ends = _array(merged[:, 0]), _array(merged[:, 1])
     result._merged = (result._starts, result._ends)
     return result
 
@@ -198,7 +173,7 @@ def _tensor(values: array) -> torch.Tensor:
 
 
 def _array(values: torch.Tensor) -> array:
-    """A tensor of floats as an array ('d')."""
+    """A tensor of floats (a column) as an array ('d')."""
     out = array("d", bytes(8 * len(values)))
     if len(values):
         torch.frombuffer(out, dtype=torch.float64).copy_(values)

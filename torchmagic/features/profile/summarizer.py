@@ -19,7 +19,7 @@ from ...core.gc_pause import gc_paused
 from .categories import OTHER
 from .device_attribution import Busy, attribute_device, count_lost_events
 from .events import ANNOTATION, PYTHON, Ev, link_runtime_threads, read_events
-from .intervals import near, overlap, subtract, union
+from .intervals import IntervalSet
 from .kineto import STEP_PREFIX, is_copy_to_host
 from .summary import TraceSummary
 from .sweep import MAIN_LANE, Sweep
@@ -131,12 +131,14 @@ def discount_waiting(out: TraceSummary, swept: tuple[dict, list], windows, befor
     the Python gaps (index, start, end) a sweep found; ``before``: other threads' work that began in the
     group of steps before; returns what of it and of this group's runs past its steps."""
     bars, python_gaps = swept
-    others = union([iv for lane, ivs in bars.items() if lane != MAIN_LANE for iv in ivs] + list(before))
-    for index, start, end in python_gaps:
-        out.python_gap_us[index] += end - start - (overlap([(start, end)], near(others, start, end)) if others else 0.0)
-    if not others:
+    others = IntervalSet.of([iv for lane, ivs in bars.items() if lane != MAIN_LANE for iv in ivs] + list(before))
+    worked = others.within_each([(start, end) for _, start, end in python_gaps]) if python_gaps else []
+    for (index, start, end), meanwhile in zip(python_gaps, worked):
+        out.python_gap_us[index] += end - start - meanwhile
+    starts, ends = others.merged()
+    if not starts:
         return []
-    gaps = list(subtract(union(windows), union(bars.get(MAIN_LANE, []))))
-    out.category_us[OTHER] = max(out.category_us[OTHER] - overlap(gaps, others), 0.0)
+    gaps = IntervalSet.of(windows).minus(IntervalSet.of(bars.get(MAIN_LANE, [])))
+    out.category_us[OTHER] = max(out.category_us[OTHER] - (gaps.total() - gaps.minus(others).total()), 0.0)
     end = windows[-1][1] if windows else -math.inf
-    return [(max(start, end), stop) for start, stop in others if stop > end]
+    return [(max(start, end), stop) for start, stop in zip(starts, ends) if stop > end]

@@ -1,4 +1,4 @@
-"""traces/column_intervals.py against intervals.py on random intervals: the same merged stretches (an isolated one
+"""column_intervals.py against intervals.py on random intervals: the same merged stretches (an isolated one
 of no length included), intersections and overlaps."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import hypothesis
 import hypothesis.strategies as st
 
 from torchmagic.features.profile import intervals
-from torchmagic.features.profile.traces import column_intervals
+from torchmagic.features.profile import column_intervals
 
 # starts on a coarse grid (so intervals touch and coincide often) or anywhere; lengths 0 now and then
 _TIMES = st.one_of(st.integers(0, 20).map(float), st.floats(0, 100, allow_nan=False))

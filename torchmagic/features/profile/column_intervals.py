@@ -1,6 +1,7 @@
 """intervals.py's arithmetic on [start, end) times held as tensors (float64 µs): any intervals merged (as
 intervals.union merges them, in start order, an interval of no length kept where nothing covers it: whether any
-is left is read), two merged sets' intersection (of positive length) and their overlap.
+is left is read), two merged sets' intersection and difference (of positive length) and their overlap, and a
+set's length inside each of many windows.  The columnar summary works on these; so does intervals.IntervalSet.
 
 A set is an (n, 2) tensor of sorted, disjoint intervals.  Each endpoint is one of the inputs' own (no arithmetic
 on times), so a total differs from intervals.py's only by the order of its sum.
@@ -50,6 +51,37 @@ def total(a: torch.Tensor) -> float:
 def overlap(a: torch.Tensor, b: torch.Tensor) -> float:
     """Total length where two sets overlap."""
     return total(intersection(a, b))
+
+
+def difference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Where ``a`` covers and ``b`` does not (for some length): a sweep over both sets' boundaries in time order,
+    keeping the stretches after which ``a`` covers and ``b`` not."""
+    a, b = as_set(a), as_set(b)
+    times = torch.cat([a[:, 0], a[:, 1], b[:, 0], b[:, 1]])
+    one_a, one_b = torch.ones(len(a), dtype=torch.long), torch.ones(len(b), dtype=torch.long)
+    in_a = torch.cat([one_a, -one_a, torch.zeros(2 * len(b), dtype=torch.long)])
+    in_b = torch.cat([torch.zeros(2 * len(a), dtype=torch.long), one_b, -one_b])
+    order = torch.argsort(times, stable=True)
+    times, in_a, in_b = times[order], torch.cumsum(in_a[order], 0), torch.cumsum(in_b[order], 0)
+    kept = (in_a[:-1] > 0) & (in_b[:-1] == 0) & (times[1:] > times[:-1])
+    return union(torch.stack([times[:-1][kept], times[1:][kept]], dim=1))
+
+
+def within_each(a: torch.Tensor, windows: torch.Tensor) -> torch.Tensor:
+    """A merged set's length inside each window ((n, 2) starts and ends): what it covers up to the window's end,
+    less what it covers up to its start (the set's lengths summed once, in order)."""
+    a, windows = as_set(a), as_set(windows)
+    if not len(a):
+        return torch.zeros(len(windows), dtype=torch.float64)
+    starts, lengths = a[:, 0].contiguous(), a[:, 1] - a[:, 0]
+    before = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(lengths, 0)[:-1]])
+
+    def covered(t: torch.Tensor) -> torch.Tensor:  # the set's length up to t
+        last = torch.searchsorted(starts, t.contiguous(), right=True) - 1
+        at = last.clamp(min=0)
+        return torch.where(last >= 0, before[at] + torch.minimum((t - starts[at]).clamp(min=0.0), lengths[at]), 0.0)
+
+    return (covered(windows[:, 1]) - covered(windows[:, 0])).clamp(min=0.0)
 
 
 def _covered(intervals: torch.Tensor, depth: int) -> torch.Tensor:
