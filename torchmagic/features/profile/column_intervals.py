@@ -24,12 +24,14 @@ def as_set(pairs) -> torch.Tensor:
 def union(*sets: torch.Tensor) -> torch.Tensor:
     """Intervals (in any order, overlapping or not) merged into a set: sorted by start (then end), each joining
     the one before where it starts at or before the furthest end so far."""
-    intervals = torch.cat([as_set(s) for s in sets])
+    intervals = as_set(sets[0]) if len(sets) == 1 else torch.cat([as_set(s) for s in sets])
     if not len(intervals):
         return EMPTY
-    order = torch.argsort(intervals[:, 1], stable=True)
-    order = order[torch.argsort(intervals[order, 0], stable=True)]
-    starts, ends = intervals[order, 0], intervals[order, 1]
+    starts, ends = intervals[:, 0], intervals[:, 1]
+    if not bool((starts[1:] >= starts[:-1]).all()):  # (most sets come in order: no sort, no copies; ties merge alike)
+        order = torch.argsort(ends, stable=True)
+        order = order[torch.argsort(starts[order], stable=True)]
+        starts, ends = starts[order], ends[order]
     reach = torch.cummax(ends, 0).values
     new = torch.ones(len(starts), dtype=torch.bool)
     new[1:] = starts[1:] > reach[:-1]

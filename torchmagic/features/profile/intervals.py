@@ -109,7 +109,7 @@ class IntervalSet:
     def merged(self) -> tuple[array, array]:
         """Sorted, disjoint starts and ends (arrays of floats: 16 bytes an interval)."""
         if self._merged is None:
-            raw = torch.stack([_tensor(self._starts), _tensor(self._ends)], dim=1)
+            raw = torch.stack([_tensor(self._starts, copy=False), _tensor(self._ends, copy=False)], dim=1)
             if self._open is not None:
                 raw = torch.cat([raw, torch.tensor([self._open], dtype=torch.float64)])
             merged = sets.union(raw)
@@ -144,7 +144,7 @@ class IntervalSet:
     def _set(self) -> torch.Tensor:
         """The merged union as column_intervals holds a set."""
         starts, ends = self.merged()
-        return torch.stack([_tensor(starts), _tensor(ends)], dim=1)
+        return torch.stack([_tensor(starts, copy=False), _tensor(ends, copy=False)], dim=1)
 
     def clipped(self, start: float, end: float) -> list[tuple[float, float]]:
         """The union's pieces inside [start, end), for drawing."""
@@ -167,14 +167,18 @@ def _closed(merged: torch.Tensor) -> IntervalSet:
     return result
 
 
-def _tensor(values: array) -> torch.Tensor:
-    """An array of floats as a tensor (a copy: the array may grow after)."""
-    return torch.frombuffer(values, dtype=torch.float64).clone() if len(values) else torch.empty(0, dtype=torch.float64)
+def _tensor(values: array, copy: bool = True) -> torch.Tensor:
+    """An array of floats as a tensor: a copy, unless the tensor is dropped before the array can grow (while a
+    view of it lives, the array cannot be resized)."""
+    if not len(values):
+        return torch.empty(0, dtype=torch.float64)
+    view = torch.frombuffer(values, dtype=torch.float64)
+    return view.clone() if copy else view
 
 
 def _array(values: torch.Tensor) -> array:
     """A tensor of floats (a column) as an array ('d')."""
-    out = array("d", bytes(8 * len(values)))
+    out = array("d", [0.0]) * len(values)  # (made at its size: no bytes of that size made first)
     if len(values):
         torch.frombuffer(out, dtype=torch.float64).copy_(values)
     return out

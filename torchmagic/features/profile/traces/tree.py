@@ -3,11 +3,12 @@
 The sweep visits one thread's events by (start, end descending, file order) and keeps a stack of open
 events, popping the top while it ended by the next event's start: so an event stays open until everything
 above it has closed (a child may outlive its parent), and its parent is the stack's top when it is visited.
-That rule is worked out here over columns, without a loop over events (the loop took 0.4 µs an event on the
-2-core CPU machine, half of the operator report's reading of the nesting), from two facts about the stack:
-- an event is still on the stack at a later visit of its thread exactly when it ends after that visit's start
-  (a pop needs its end at or before some start, and starts only grow), and the popping stops at the first such
-  event from the top: so the parent is the **latest earlier event of the thread that ends after the start**;
+That rule is worked out here over columns, without a loop over events (with the loop, the nesting of a 100 MB
+trace's 475,000 events took 0.16 s on the 2-core EPYC; this way 0.08 s), from two facts about the stack:
+- an earlier event of the thread that ends after a visit's start is still on the stack then (a pop needs its end
+  at or before some start, and starts only grow); every event above the latest such one ends by that start, so
+  the popping takes them and stops there: the parent is the **latest earlier event of the thread that ends
+  after the start**;
 - an event is popped at the first visit starting at or after its end, or when its last child is popped if
   that is later (it waits under its children), or at its thread's end.
 The first is a "nearest to the left above a threshold" query, answered for every event at once by skipping
