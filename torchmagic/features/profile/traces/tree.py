@@ -80,17 +80,16 @@ def _parents(start: torch.Tensor, end: torch.Tensor, first: torch.Tensor) -> tor
     position = torch.arange(n) - 1  # the candidate: the event before, then further left as blocks are skipped
     maxima = [end]  # maxima[k][j]: the latest end among the 2^k events up to j (valid from j = 2^k - 1)
     while (1 << len(maxima)) <= n:
-        k, half = len(maxima), 1 << (len(maxima) - 1)
+        half = 1 << (len(maxima) - 1)
         level = maxima[-1].clone()
         level[half:] = torch.maximum(maxima[-1][half:], maxima[-1][:-half])
         maxima.append(level)
-    for k in range(len(maxima) - 1, -1, -1):
-        size = 1 << k
+    while maxima:  # the largest blocks first, each level let go once used
+        size = 1 << (len(maxima) - 1)
+        level = maxima.pop()
         inside = position - size + 1 >= first  # the block holds only this thread's events, before this one
-        at = position.clamp(min=0)
-        skip = inside & (maxima[k][at] <= start)
+        skip = inside & (level[position.clamp(min=0)] <= start)
         position = torch.where(skip, position - size, position)
-    del maxima
     found = (position >= first) & (end[position.clamp(min=0)] > start)
     return torch.where(found, position, -1)
 
