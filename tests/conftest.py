@@ -1,7 +1,14 @@
+import signal
+
 import pytest
 import torch
 
 torch.manual_seed(0)
+# The tests send SIGINT as Jupyter does to a kernel, which handles it.  A shell's background job (`pytest &`,
+# job control off) starts with SIGINT ignored, and so does this process then: each Ctrl-C a test sends would be
+# dropped (the magics leave an ignored SIGINT ignored), and those tests fail as if the magic had lost it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 # One intra-op thread: with two OpenMP threads on a 2-core machine, any other busy process
 # (a DataLoader worker, a parallel job) makes every small matmul spin in a barrier for ms,
 # which distorts the time shares the rules read.  Tests assert no absolute times but backstops many

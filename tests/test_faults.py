@@ -220,7 +220,7 @@ def test_sigint_from_a_timer_thread(notebook, magic):
         where = f"{magic}, SIGINT #{i}"
         assert isinstance(result.error_in_exec, KeyboardInterrupt), \
             f"{where}: {result.error_in_exec!r} (before: {result.error_before_exec!r}); it printed: " \
-            f"{captured.stdout[-2000:]!r}"  # (seen once, not reproduced in 200 trials)
+            f"{captured.stdout[-2000:]!r}"
         assert "torchmagic/" not in captured.stdout + captured.stderr, where
         # one line on what was measured, then the report (if any), then the user's traceback
         assert captured.stdout.startswith("interrupted"), f"{where}: {captured.stdout[:300]!r}"
