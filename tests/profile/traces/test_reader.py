@@ -70,5 +70,6 @@ def test_interval_unions_agree_with_brute_force():
         assert a.union(b).total() == len(grid_a | grid_b)
         lo = rng.randint(0, 100)
         hi = lo + rng.randint(0, 40)
-        assert a.within(lo, hi) == len({t for t in grid_a if lo <= t < hi})
-        assert sum(e - s for s, e in a.clipped(lo, hi)) == a.within(lo, hi)
+        assert a.within_each([(lo, hi)]) == [len({t for t in grid_a if lo <= t < hi})]
+        assert sum(e - s for s, e in a.clipped(lo, hi)) == a.within_each([(lo, hi)])[0]
+        assert a.overlap(b) == len(grid_a & grid_b)

@@ -12,7 +12,6 @@ host work holds tens of thousands of spans, and a per-span loop was most of a ra
 from __future__ import annotations
 
 import bisect
-import math
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -50,30 +49,6 @@ def intersection(a: Pairs, b: Pairs) -> Iterator[tuple[float, float]]:
 def overlap(a: Pairs, b: Pairs) -> float:
     """Total length where two sorted, disjoint lists overlap."""
     return sum(hi - lo for lo, hi in intersection(a, b))
-
-
-def subtract(a: Pairs, b: Pairs) -> Iterator[tuple[float, float]]:
-    """The parts of ``a`` that ``b`` does not cover, in order (both sorted and disjoint)."""
-    j = 0
-    for start, end in a:
-        cursor = start
-        while j < len(b) and b[j][1] <= cursor:
-            j += 1
-        k = j
-        while k < len(b) and b[k][0] < end:
-            if b[k][0] > cursor:
-                yield cursor, b[k][0]
-            cursor = max(cursor, b[k][1])
-            k += 1
-        if cursor < end:
-            yield cursor, end
-
-
-def near(intervals: Pairs, start: float, end: float) -> Pairs:
-    """The members of a sorted, disjoint list that can overlap [start, end)."""
-    first = max(bisect.bisect_right(intervals, (start, math.inf)) - 1, 0)
-    last = bisect.bisect_left(intervals, (end, -math.inf))
-    return intervals[first:last]
 
 
 class IntervalSet:
@@ -120,19 +95,13 @@ class IntervalSet:
         starts, ends = self.merged()
         return sum(e - s for s, e in zip(starts, ends))
 
-    def within(self, start: float, end: float) -> float:
-        """The union's length inside [start, end)."""
-        starts, ends = self.merged()
-        i = max(bisect.bisect_right(starts, start) - 1, 0)
-        length = 0.0
-        while i < len(starts) and starts[i] < end:
-            length += max(0.0, min(ends[i], end) - max(starts[i], start))
-            i += 1
-        return length
-
     def within_each(self, windows: Sequence[tuple[float, float]]) -> list[float]:
         """The union's length inside each [start, end) of ``windows``."""
         return sets.within_each(self._set(), sets.as_set(windows)).tolist()
+
+    def overlap(self, other: IntervalSet) -> float:
+        """Total length where this union and ``other``'s overlap."""
+        return sets.overlap(self._set(), other._set())
 
     def minus(self, other: IntervalSet) -> IntervalSet:
         """This union less ``other``'s."""

@@ -139,6 +139,6 @@ def discount_waiting(out: TraceSummary, swept: tuple[dict, list], windows, befor
     if not starts:
         return []
     gaps = IntervalSet.of(windows).minus(IntervalSet.of(bars.get(MAIN_LANE, [])))
-    out.category_us[OTHER] = max(out.category_us[OTHER] - (gaps.total() - gaps.minus(others).total()), 0.0)
+    out.category_us[OTHER] = max(out.category_us[OTHER] - gaps.overlap(others), 0.0)
     end = windows[-1][1] if windows else -math.inf
     return [(max(start, end), stop) for start, stop in zip(starts, ends) if stop > end]
