@@ -197,8 +197,11 @@ def between_runs(repeats: int, pairs: int = PAIRS) -> None:
         met = sum(low <= ref.ci[1] and ref.ci[0] <= high for (low, high), ref in zip(cis, references))
         pooled = statistics.median(their_estimates)
         held_pooled = sum(low <= pooled <= high for low, high in cis)
-        overlapping = sum(cis[a][0] <= cis[b][1] and cis[b][0] <= cis[a][1]
-                          for a in range(repeats) for b in range(a + 1, repeats))
+        overlapping = _overlapping_pairs(cis)
+        # the same questions asked of the reference itself (pairs x 0.1 s of blocked_autorange a variant): how far the
+        # machine lets any one run's interval hold between runs
+        their_overlapping = _overlapping_pairs([ref.ci for ref in references])
+        their_next = sum(a.ci[0] <= b.estimate <= a.ci[1] for a, b in zip(references, references[1:]))
         estimates = [ours[n][0] for ours, _ in rows]
         widths = [(high - low) / s for (low, high), s in zip(cis, estimates)]
         their_widths = [(ref.ci[1] - ref.ci[0]) / ref.estimate for ref in references]
@@ -207,7 +210,13 @@ def between_runs(repeats: int, pairs: int = PAIRS) -> None:
         print(f"  {n:15s} held the interleaved estimate in {held}/{repeats} (met its own interval in {met}), their "
               f"median ({pooled:.3f}) in {held_pooled}/{repeats}; intervals overlapping in {overlapping}/{runs_paired} "
               f"pairs; run-to-run SD of the speedup {spread:.1%} (the reference's {their_spread:.1%}), median width "
-              f"{statistics.median(widths):.1%} (the reference's {statistics.median(their_widths):.1%})")
+              f"{statistics.median(widths):.1%} (the reference's {statistics.median(their_widths):.1%}); the "
+              f"reference's own intervals overlapping in {their_overlapping}/{runs_paired} pairs, holding the next "
+              f"reference's estimate in {their_next}/{repeats - 1}")
+
+
+def _overlapping_pairs(intervals: list[tuple[float, float]]) -> int:
+    return sum(a[0] <= b[1] and b[0] <= a[1] for i, a in enumerate(intervals) for b in intervals[i + 1:])
 
 
 def pin_malloc_thresholds() -> bool:

@@ -21,6 +21,7 @@ from .features.autobatch.run import run_autobatch
 from .features.autobatch.run import objects_to_restore as restored_by_autobatch
 from .features.compare.result import CompareResult
 from .features.compare.options import CompareOptions
+from .features.compare.repeated import compared_again
 from .features.compare.run import Workload, run_compare
 from .features.compare.run import objects_to_restore as restored_by_compare
 from .features.compare.variants import DEFAULT_VARIANTS, Variant, parse_variants
@@ -134,8 +135,12 @@ def compare(fn: Callable[..., Any], *, model: Any = None,
         state = restored_by_compare(model, referenced_values(fn), getattr(inspect.unwrap(fn), "__globals__", {}))
     call = fn if model is not None else (lambda _model: fn())
     device = choose_device(device, [model, *referenced_values(fn)])
-    return _finish(run_compare(Workload(call, model), options, state=state, device=device,
-                               label=label or getattr(fn, "__name__", "compare")))
+    outcome = run_compare(Workload(call, model), options, state=state, device=device,
+                          label=label or getattr(fn, "__name__", "compare"))
+    code = getattr(inspect.unwrap(fn), "__code__", None)  # the same function's code, defined again or not
+    if outcome.result is not None and outcome.error is None and code is not None:
+        outcome.result.notes.extend(compared_again(outcome.result, code, model))
+    return _finish(outcome)
 
 
 def memory(namespace: dict[str, Any] | None = None, *, top: int = 10) -> MemoryResult:

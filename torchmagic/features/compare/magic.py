@@ -15,6 +15,7 @@ from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, r
 from ...core.shell import is_internal
 from ...core.state import values_named
 from .options import CompareOptions
+from .repeated import compared_again
 from .run import Workload, advance_notes, objects_to_restore, run_compare
 from .summary import remember_measured
 from .variants import DEFAULT_VARIANTS, TECHNIQUES, parse_variants
@@ -83,7 +84,7 @@ class CompareMagics(TorchMagicsBase):
         finally:
             if progress:
                 progress.close()
-        self._after_run(run, after_eager, cell, flag_notes)
+        self._after_run(run, after_eager, cell, flag_notes, workload.model)
         return self.cell_outcome(args, run)
 
     def _options(self, line: str):
@@ -134,10 +135,10 @@ class CompareMagics(TorchMagicsBase):
         workload = Workload(run_cell, model, output, after_baseline=lambda: after_eager.update(namespace))
         return workload, state, device
 
-    def _after_run(self, run, after_eager: dict, cell: str, flag_notes: list[str]) -> None:
+    def _after_run(self, run, after_eager: dict, cell: str, flag_notes: list[str], model) -> None:
         """What an ended run leaves: its cleanup notes printed, the cell's variables as eager's first run
         left them, the measured speedups kept for the next profile of this cell, the notes on the
-        line's flags first in the report."""
+        line's flags first in the report and on intervals that miss this cell's last run's last."""
         if run.result is not None and flag_notes:
             run.result = replace(run.result, notes=[*flag_notes, *run.result.notes])
         if isinstance(run.error, KeyboardInterrupt):  # what was cleaned up: one line each, however it is shown
@@ -152,6 +153,7 @@ class CompareMagics(TorchMagicsBase):
             namespace.update(after_eager)
         if run.result is not None and run.error is None:  # for the profile rules: the next profile of this cell
             remember_measured(run.result, code_key(cell))
+            run.result.notes.extend(compared_again(run.result, code_key(cell), model))
 
     def _model_name(self, name: str | None, names: set[str]) -> str | None:
         """The variable holding the model the variants change: --model, else the one module with
