@@ -15,8 +15,11 @@ import math
 from array import array
 from collections import Counter, defaultdict
 
+import torch
+
 from ...core.gc_pause import gc_paused
 from .categories import OTHER
+from .column_intervals import as_set
 from .device_attribution import Busy, attribute_device, count_lost_events
 from .events import ANNOTATION, PYTHON, Ev, link_runtime_threads, read_events
 from .intervals import IntervalSet
@@ -130,8 +133,9 @@ def discount_waiting(out: TraceSummary, swept: tuple[dict, list], windows, befor
     for the Python time after each op called from Python.  ``swept``: the group's timeline bars by lane and
     the Python gaps (index, start, end) a sweep found; ``before``: other threads' work that began in the
     group of steps before; returns what of it and of this group's runs past its steps."""
-    bars, python_gaps = swept
-    others = IntervalSet.of([iv for lane, ivs in bars.items() if lane != MAIN_LANE for iv in ivs] + list(before))
+    bars, python_gaps = swept  # each lane's bars: (start, end) pairs, or a tensor of them (the columnar summary's)
+    others = IntervalSet.of(torch.cat([as_set(ivs) for lane, ivs in bars.items() if lane != MAIN_LANE]
+                                      + [as_set(list(before))]))
     worked = others.within_each([(start, end) for _, start, end in python_gaps]) if python_gaps else []
     for (index, start, end), meanwhile in zip(python_gaps, worked):
         out.python_gap_us[index] += end - start - meanwhile

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
 
 from .result import TimelineSpan as Span
 from .summary import TraceSummary
 
 MAX_BARS_PER_LANE = 1000  # the drawing is ~1000 pixels wide
+BINNED = "(binned)"
 
 
 def bound_timeline(out: TraceSummary) -> None:
@@ -27,19 +31,98 @@ def bound_timeline(out: TraceSummary) -> None:
         width = (max(s.start_us + s.dur_us for s in spans) - t0) / MAX_BARS_PER_LANE
         bins: dict[int, list[Span]] = defaultdict(list)
         for s in spans:
-            bins[min(int((s.start_us - t0) / width), MAX_BARS_PER_LANE - 1)].append(s)
-        bars: list[list] = []  # [start, end, category]
+            bins[min(int((s.start_us - t0) / width), MAX_BARS_PER_LANE - 1) if width else 0].append(s)
+        binned = []
         for index in sorted(bins):
             members = bins[index]
             time_in: dict[str, float] = defaultdict(float)
             for s in members:
                 time_in[s.category] += s.dur_us
-            category = max(time_in, key=time_in.get)
-            start = members[0].start_us
-            end = max(s.start_us + s.dur_us for s in members)
-            if bars and bars[-1][2] == category and start - bars[-1][1] <= width:
-                bars[-1][1] = max(bars[-1][1], end)  # one bar across neighbouring bins
-            else:
-                bars.append([start, end, category])
-        bounded += [Span(lane, start, end - start, category, "(binned)") for start, end, category in bars]
+            binned.append((members[0].start_us, max(s.start_us + s.dur_us for s in members),
+                           max(time_in, key=time_in.get)))
+        bounded += _joined(lane, binned, width)
     out.timeline = bounded
+
+
+@dataclass
+class Bars:
+    """Timeline bars as columns, in the order they are added: each one's lane (codes into ``lanes``), start and
+    duration (µs, float64), category (codes into ``categories``) and name (codes into ``names``)."""
+
+    lanes: list[str]
+    lane: torch.Tensor
+    start: torch.Tensor
+    dur: torch.Tensor
+    categories: list[str] | tuple[str, ...]
+    category: torch.Tensor
+    names: list[str]
+    name: torch.Tensor
+
+
+def add_bounded(out: TraceSummary, bars: Bars) -> None:
+    """``out.timeline`` with ``bars`` added after its own, then bounded exactly as bound_timeline bounds it;
+    a bar is made a Span only where it is kept (a lane past MAX_BARS_PER_LANE is binned over tensors)."""
+    if not len(bars.lane):
+        return
+    held: dict[str, list[Span]] = defaultdict(list)
+    for span in out.timeline:
+        held[span.lane].append(span)
+    rows_of: dict[str, list[torch.Tensor]] = {}
+    codes, inverse = torch.unique(bars.lane, return_inverse=True)
+    first = torch.full((len(codes),), len(inverse)).scatter_reduce_(0, inverse, torch.arange(len(inverse)), "amin")
+    for code in codes[torch.argsort(first)].tolist():  # lanes in the order their first bar comes
+        rows_of.setdefault(bars.lanes[code], []).append((bars.lane == code).nonzero().flatten())
+    bounded: list[Span] = []
+    for lane in [*held, *(lane for lane in rows_of if lane not in held)]:
+        spans = held.get(lane, [])
+        rows = torch.cat(rows_of[lane]).sort().values if lane in rows_of else torch.empty(0, dtype=torch.long)
+        if len(spans) + len(rows) <= MAX_BARS_PER_LANE:
+            spans = spans + [Span(lane, start, dur, bars.categories[c], bars.names[n]) for start, dur, c, n in zip(
+                bars.start[rows].tolist(), bars.dur[rows].tolist(), bars.category[rows].tolist(),
+                bars.name[rows].tolist())]
+            spans.sort(key=lambda s: s.start_us)
+            bounded += spans
+        else:
+            bounded += _binned_tensors(lane, spans, bars, rows)
+    out.timeline = bounded
+
+
+def _binned_tensors(lane: str, held: list[Span], bars: Bars, rows: torch.Tensor) -> list[Span]:
+    """bound_timeline's bins for one lane (its spans held, then ``rows`` of ``bars``), over tensors: the same
+    sums in the same order, the same ties."""
+    categories = list(dict.fromkeys([*bars.categories, *(s.category for s in held)]))
+    code = {c: i for i, c in enumerate(categories)}
+    own = torch.tensor([code[c] for c in bars.categories], dtype=torch.long)
+    start = torch.cat([torch.tensor([s.start_us for s in held], dtype=torch.float64), bars.start[rows]])
+    dur = torch.cat([torch.tensor([s.dur_us for s in held], dtype=torch.float64), bars.dur[rows]])
+    category = torch.cat([torch.tensor([code[s.category] for s in held], dtype=torch.long), own[bars.category[rows]]])
+    order = torch.argsort(start, stable=True)
+    start, dur, category = start[order], dur[order], category[order]
+    end = start + dur
+    t0 = start[0]
+    width = float((end.max() - t0) / MAX_BARS_PER_LANE)
+    index = ((start - t0) / width).long().clamp_(max=MAX_BARS_PER_LANE - 1) if width else torch.zeros_like(order)
+    count, n = len(categories), len(start)
+    key = index * count + category
+    sums = torch.zeros(MAX_BARS_PER_LANE * count, dtype=torch.float64).scatter_add_(0, key, dur)
+    first = torch.full((MAX_BARS_PER_LANE * count,), n).scatter_reduce_(0, key, torch.arange(n), "amin")
+    sums = torch.where(first < n, sums, -torch.inf).view(MAX_BARS_PER_LANE, count)
+    tied = sums == sums.max(dim=1, keepdim=True).values  # the first of the largest, as max() over a dict gives it
+    dominant = torch.where(tied, first.view(MAX_BARS_PER_LANE, count), n).argmin(dim=1)
+    opened = torch.full((MAX_BARS_PER_LANE,), n).scatter_reduce_(0, index, torch.arange(n), "amin")
+    closed = torch.full((MAX_BARS_PER_LANE,), -torch.inf, dtype=torch.float64).scatter_reduce_(0, index, end, "amax")
+    used = (opened < n).nonzero().flatten()
+    binned = zip(start[opened[used]].tolist(), closed[used].tolist(),
+                 [categories[c] for c in dominant[used].tolist()])
+    return _joined(lane, binned, width)
+
+
+def _joined(lane: str, binned, width: float) -> list[Span]:
+    """Bins (start, end, category) in time order as bars: one bar across neighbouring bins of one category."""
+    bars: list[list] = []  # [start, end, category]
+    for start, end, category in binned:
+        if bars and bars[-1][2] == category and start - bars[-1][1] <= width:
+            bars[-1][1] = max(bars[-1][1], end)
+        else:
+            bars.append([start, end, category])
+    return [Span(lane, start, end - start, category, BINNED) for start, end, category in bars]

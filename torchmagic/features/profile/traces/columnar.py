@@ -27,7 +27,6 @@ from ..kineto import CPU_OP, STEP_PREFIX, USER_ANNOTATION
 from ..summarizer import discount_waiting, memory_levels
 from ..summary import TraceSummary
 from ..sweep import MAIN_LANE
-from ..timeline import bound_timeline
 from .columnar_context import Events, context_of, names_of
 from .columnar_device import DeviceBusy, DeviceColumns, attribute, count_lost, device_reads, first_launches
 from .columnar_memory import MemoryColumns, memory_records
@@ -90,13 +89,10 @@ def columnar_summary(columns: TraceColumns, trace: RankTrace, limit: int) -> tup
         out.python_op_us, out.python_gap_us = array("d"), array("d")
         out.python_op_nodes, out.python_op_sync = array("q"), array("b")
     count = max(len(cuts), 1)
-    for index, rows in enumerate(_groups(table, trace, cuts)):
-        if index:
-            bound_timeline(out)  # at most so many bars per lane between groups too, as the summarizer bounds them
+    for index, rows in enumerate(_groups(table, trace, cuts)):  # (each group's bars bounded as they are added)
         _add(out, _events(table, rows, names, (columns.input_lists, shapes, len(cuts) > 1)), names, carried,
              table.memory, index == count - 1)
     out.event_count = len(table.start)
-    bound_timeline(out)
     return out, table.first, shapes
 
 

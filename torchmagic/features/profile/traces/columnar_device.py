@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..categories import CATEGORIES, OTHER
-from ..result import TimelineSpan as Span
+from ..timeline import Bars, add_bounded
 from ..summary import OpStats, TraceSummary
 from ..column_intervals import EMPTY, as_set, intersection, overlap, total, union
 from .columnar_context import CATEGORY, Names
@@ -180,11 +180,11 @@ def _matmuls(out: TraceSummary, device: DeviceColumns, links: ColumnLinks, preci
 
 def _timeline(out: TraceSummary, device: DeviceColumns, category: torch.Tensor, length: torch.Tensor,
               names: list[str]) -> None:
-    """A bar per device event on its stream's lane (bounded with the others, timeline.bound_timeline)."""
-    lanes = {stream: f"GPU stream {stream}" for stream in set(device.stream)}
-    out.timeline.extend(Span(lanes[stream], start, us, CATEGORIES[code], names[name])
-                        for stream, start, us, code, name in zip(device.stream, device.start.tolist(), length.tolist(),
-                                                                  category.tolist(), device.name.tolist()))
+    """A bar per device event on its stream's lane, added to the timeline and bounded (timeline.add_bounded)."""
+    lanes = {stream: i for i, stream in enumerate(dict.fromkeys(device.stream))}
+    lane = torch.tensor([lanes[stream] for stream in device.stream], dtype=torch.long)
+    add_bounded(out, Bars([f"GPU stream {stream}" for stream in lanes], lane, device.start, length, CATEGORIES,
+                          category.long(), names, device.name.long()))
 
 
 def _busy_time(out: TraceSummary, links: ColumnLinks, steps: tuple, kernels: tuple) -> DeviceBusy:

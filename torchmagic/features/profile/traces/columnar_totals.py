@@ -12,8 +12,8 @@ import torch
 from ....core.measure.low_precision import OpCall, freeze
 from ..categories import BACKWARD, CATEGORIES, COPIES, DATA, FORWARD, OPTIMIZER, OTHER, START_UP
 from ..kineto import CUDA_CONTEXT, FIRST_COMPILE, LAZY_LOADING, LIBRARY_SET_UP
-from ..result import TimelineSpan as Span
 from ..summary import OpStats, TraceSummary
+from ..timeline import Bars, add_bounded
 from ..sweep import count_fp32_call, matmul_precision, shape_text
 from ..traffic import MATMUL_OPS, off_tensor_core_grain
 from .columnar_context import CATEGORY, Context, Events, Names, category_of
@@ -175,7 +175,8 @@ class _Inputs:
 
 def _timeline(out: TraceSummary, events: Events, names: Names, tops: torch.Tensor, closed: tuple) -> dict:
     """A bar per top-level event of a step, in the category that took most of the self time under it (the
-    first to close among those tied, as the sweep's dict keeps them); returns the bars' intervals by lane.
+    first to close among those tied, as the sweep's dict keeps them), added to the timeline and bounded;
+    returns the bars' intervals by lane (a tensor of (start, end) rows each, in closing order).
     ``closed``: the events in the steps in closing order, and every event's category and self time."""
     closing, category, self_us = closed
     top = tops[closing]
@@ -191,15 +192,12 @@ def _timeline(out: TraceSummary, events: Events, names: Names, tops: torch.Tenso
     first = torch.full((len(bars) * count,), len(key)).scatter_reduce_(0, key, torch.arange(len(key)), "amin")
     sums = torch.where(first < len(key), sums, -torch.inf).view(len(bars), count)
     tied = sums == sums.max(dim=1, keepdim=True).values
-    dominant = torch.where(tied, first.view(len(bars), count), len(key)).argmin(dim=1).tolist()
-    intervals: dict[str, list] = {}
-    starts, ends = events.start[bars].tolist(), events.end[bars].tolist()
-    lane_of, name_of = events.thread[bars].tolist(), names.name_id[events.kind[bars]].tolist()
-    lanes = events.lanes
-    for start, end, lane, name, code in zip(starts, ends, lane_of, name_of, dominant):
-        out.timeline.append(Span(lanes[lane], start, end - start, CATEGORIES[code], names.names[name]))
-        intervals.setdefault(lanes[lane], []).append((start, end))
-    return intervals
+    dominant = torch.where(tied, first.view(len(bars), count), len(key)).argmin(dim=1)
+    start, end, lane = events.start[bars], events.end[bars], events.thread[bars].long()
+    add_bounded(out, Bars(events.lanes, lane, start, end - start, CATEGORIES, dominant, names.names,
+                          names.name_id[events.kind[bars]].long()))
+    spans = torch.stack([start, end], dim=1)
+    return {events.lanes[code]: spans[lane == code] for code in torch.unique(lane).tolist()}
 
 
 def opened_totals(out: TraceSummary, events: Events, names: Names, ctx: Context) -> list[tuple[int, float, float]]:
