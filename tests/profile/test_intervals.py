@@ -5,8 +5,10 @@ overlapping, touching, nested, of no length, out of order, on a coarse grid (man
 from __future__ import annotations
 
 import hypothesis
+import torch
 from hypothesis import strategies as st
 
+from torchmagic.features.profile import intervals
 from torchmagic.features.profile.intervals import IntervalSet, overlap, union
 
 
@@ -71,3 +73,25 @@ def test_the_length_inside_each_window_is_the_overlap(a, windows):
     for (start, end), length in zip(windows, got, strict=True):
         want = overlap(_listed(a), [(start, end)]) if end > start else 0.0
         assert abs(length - want) <= 1e-9 * max(1.0, want)
+
+
+@hypothesis.settings(max_examples=300, deadline=None, derandomize=True)
+@hypothesis.given(_intervals(), st.lists(st.integers(0, 40), max_size=6), st.integers(1, 50))
+def test_many_at_once_as_one_by_one(a, cuts, pending):
+    """add_all's chunks (held, then joined ``pending`` rows at a time), between single adds, make the same union."""
+    saved = intervals.PENDING_ROWS
+    intervals.PENDING_ROWS = pending
+    try:
+        result, at = IntervalSet(), 0
+        for number, cut in enumerate(sorted(cuts) + [len(a)]):
+            chunk = a[at:max(at, cut)]
+            if number % 2:  # odd chunks one by one
+                for start, end in chunk:
+                    result.add(start, end)
+            else:
+                result.add_all(torch.tensor([s for s, _ in chunk], dtype=torch.float64),
+                               torch.tensor([e for _, e in chunk], dtype=torch.float64))
+            at = max(at, cut)
+        assert _pairs(result) == _listed(a)
+    finally:
+        intervals.PENDING_ROWS = saved

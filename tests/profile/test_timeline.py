@@ -29,7 +29,8 @@ def bars(draw, most: int = 60):
     durations = st.integers(0, 30) if draw(st.booleans()) else st.floats(0, 30)  # floats: sums round by order
     rows = draw(st.lists(st.tuples(st.integers(0, len(LANES) - 1), st.integers(0, 400), durations,
                                    st.integers(0, len(CATEGORIES) - 1), st.integers(0, 3)), max_size=most))
-    return [(lane, start * grid + 1e6, dur * grid, category, name) for lane, start, dur, category, name in rows]
+    return [(lane, start * grid + 1e6, dur * grid, category, name)
+            for lane, start, dur, category, name in rows]
 
 
 def _spans(rows) -> list[Span]:

@@ -20,6 +20,7 @@ import torch
 from . import column_intervals as sets
 
 Pairs = Sequence[tuple[float, float]]  # sorted and disjoint
+PENDING_ROWS = 1 << 16  # IntervalSet.add_all's intervals held before they are joined: 1 MiB
 
 
 def union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -54,12 +55,14 @@ def overlap(a: Pairs, b: Pairs) -> float:
 class IntervalSet:
     """A union of [start, end) intervals: add them in any order, then read the merged union."""
 
-    __slots__ = ("_starts", "_ends", "_open", "_merged")
+    __slots__ = ("_starts", "_ends", "_open", "_merged", "_pending", "_pending_rows")
 
     def __init__(self):
         self._starts, self._ends = array("d"), array("d")
         self._open: list[float] | None = None   # [start, end] being extended
         self._merged: tuple[array, array] | None = None
+        self._pending: list[torch.Tensor] = []  # add_all's intervals, joined PENDING_ROWS at a time
+        self._pending_rows = 0
 
     @classmethod
     def of(cls, intervals: Sequence[tuple[float, float]]) -> IntervalSet:
@@ -81,8 +84,36 @@ class IntervalSet:
             self._ends.append(current[1])
         self._open = [start, end]
 
+    def add_all(self, starts: torch.Tensor, ends: torch.Tensor) -> None:
+        """Many intervals at once (tensors of floats), kept as their union (those of no length left out, as
+        ``add`` leaves them): held as they are until PENDING_ROWS of them came, then joined (one union of many
+        batches' intervals, rather than a few tensor calls for each batch)."""
+        if not len(starts):
+            return
+        self._merged = None
+        self._pending.append(torch.stack([starts, ends], dim=1))
+        self._pending_rows += len(starts)
+        if self._pending_rows >= PENDING_ROWS:
+            self._join_pending()
+
+    def _join_pending(self) -> None:
+        given = torch.cat(self._pending) if len(self._pending) > 1 else self._pending[0]
+        self._pending, self._pending_rows = [], 0
+        given = given[given[:, 1] > given[:, 0]]
+        if not len(given):
+            return
+        pieces = sets.union(given)
+        if self._open is not None:
+            self._starts.append(self._open[0])
+            self._ends.append(self._open[1])
+            self._open = None
+        self._starts.extend(_array(pieces[:, 0]))
+        self._ends.extend(_array(pieces[:, 1]))
+
     def merged(self) -> tuple[array, array]:
         """Sorted, disjoint starts and ends (arrays of floats: 16 bytes an interval)."""
+        if self._pending:
+            self._join_pending()
         if self._merged is None:
             raw = torch.stack([_tensor(self._starts, copy=False), _tensor(self._ends, copy=False)], dim=1)
             if self._open is not None:

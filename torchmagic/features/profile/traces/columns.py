@@ -71,9 +71,25 @@ class TraceColumns:
     kernels: bool = False  # a kernel, copy or memset was read
 
 
+@dataclass
+class BatchColumns:
+    """The batch just read, as columns: its timed records and memory records (``timed``), each one's kind code
+    (``raw_kinds``: the (name, cat) each code stands for as written), start and duration (µs, as written), and
+    CUPTI correlation id (0 for none): what the per-rank pass reads of it (rank.read_rank)."""
+
+    timed: list
+    kinds: array           # 'i'
+    ts: array              # 'd'
+    dur: array             # 'd'
+    correlation: array     # 'q'
+    raw_kinds: list[tuple]
+    memory: list[int]      # the rows of memory records ('i' [memory]: those of a memory kind's code)
+
+
 class ColumnReading:
     """The per-rank pass's batches read into TraceColumns (rank.read_rank's ``also``), until one holds what
-    the columnar summary does not cover: then it gives up, and ``columns`` is None."""
+    the columnar summary does not cover: then it gives up, and ``columns`` is None.  ``batch``: the last
+    batch's columns, where it was read (else None)."""
 
     def __init__(self, path: str):
         self.plain = PlainFields(EventFields(path, share=True))
@@ -84,9 +100,12 @@ class ColumnReading:
         self._device_codes: dict[tuple, int] = {}  # a memory record's (device type, index) -> code
         self._memory_kinds: set[int] = set()       # the kind codes of memory records
         self._linked_kinds: set[int] = set()       # ... of runtime calls and device events
+        self._raw_kinds: list[tuple] = []          # code -> (name, cat) as written
         self._input_code(NO_ARGS)  # code 0: none recorded
+        self.batch: BatchColumns | None = None
 
     def __call__(self, batch) -> None:
+        self.batch = None
         if self.columns is None:
             return
         if batch.records is None or not self._read(batch.records):
@@ -97,6 +116,7 @@ class ColumnReading:
         """Add a batch's timed records and memory records; False where one is outside what the columns cover."""
         timed = [r for r in records if r.ph == "X" or (r.ph == "i" and r.name == "[memory]")]
         if not timed:
+            self.batch = BatchColumns([], array("i"), array("d"), array("d"), array("q"), self._raw_kinds, [])
             return True
         kinds = self._codes(self._kind_codes, [(r.name, r.cat) for r in timed], self._new_kind)
         threads = self._codes(self._thread_codes, [r.tid for r in timed], self._new_thread)
@@ -120,7 +140,8 @@ class ColumnReading:
                                    for a in args])
         except (TypeError, OverflowError):  # None, or past 64 bits (signed), as the checked path refuses them
             return False
-        if not _plain_times(ts, dur) or (self._memory_kinds and not self._memory(timed, kinds, args)):
+        memory = [i for i, kind in enumerate(kinds) if kind in self._memory_kinds] if self._memory_kinds else []
+        if not _plain_times(ts, dur) or (memory and not self._memory(timed, memory, args)):
             return False
         cols.external += external
         if self._linked_kinds:
@@ -130,17 +151,18 @@ class ColumnReading:
         start = (torch.frombuffer(ts, dtype=torch.float64) * 1000).round().long()
         _append(cols.start, start)
         _append(cols.end, start + (torch.frombuffer(dur, dtype=torch.float64) * 1000).round().long())
+        codes = array("i", kinds)
         cols.thread += array("i", threads)
-        cols.kind += array("i", kinds)
+        cols.kind += codes
         cols.sequence += sequence
         cols.inputs += array("i", inputs)
+        self.batch = BatchColumns(timed, codes, ts, dur, correlation, self._raw_kinds, memory)
         return True
 
-    def _memory(self, timed: list, kinds: list[int], args: list) -> bool:
-        """Keep the batch's memory records (their rows, bytes and device); False where one is not plain (a device
+    def _memory(self, timed: list, rows: list[int], args: list) -> bool:
+        """Keep the batch's memory records (their ``rows``, bytes and device); False where one is not plain (a device
         type torch does not know), or has a duration (as written by kineto, none has)."""
-        cols, memory = self.columns, self._memory_kinds
-        rows = [i for i, kind in enumerate(kinds) if kind in memory]
+        cols = self.columns
         if any(timed[i].dur for i in rows):
             return False
         devices = self._codes(self._device_codes, [(args[i].device_type, args[i].device_id) for i in rows],
@@ -204,6 +226,7 @@ class ColumnReading:
         cols.steps = cols.steps or (cat == USER_ANNOTATION and name.startswith(STEP_PREFIX))
         cols.kernels = cols.kernels or kind == DEVICE
         cols.kinds.append(EventKind(name, cat, kind))
+        self._raw_kinds.append(pair)
         if kind == MEMORY:
             self._memory_kinds.add(len(cols.kinds) - 1)
         if cat in DEVICE_ACTIVITIES or is_runtime(cat):  # linked by CUPTI's correlation id (a name set aside too)

@@ -39,7 +39,7 @@ from ..events import DEVICE, MEMORY, OP, RUNTIME, Ev, event_kind
 from ..summarizer import TraceSummarizer
 from ..summary import TraceSummary
 from .columnar import columnar_summary
-from .columns import ColumnReading, TraceColumns
+from .columns import BatchColumns, ColumnReading, TraceColumns
 from .fields import DEVICE_TYPES, INT_LIMIT, MAX_INPUTS, EventFields, literal
 from .groups import StepGroups, group_starts
 from .rank import RankTrace
@@ -358,6 +358,11 @@ class AlongsideReading:
                 self.reading.batch(batch)
             except TraceFileError as exc:
                 self.error, self.groups, self.reading = exc, None, None
+
+    def batch_columns(self) -> BatchColumns | None:
+        """The last batch as the columns read it (None where they did not): the per-rank pass reads its figures
+        from these rather than from each record again."""
+        return self.columns.batch
 
     def held_columns(self) -> TraceColumns | None:
         """The trace's columns where they hold all of it (None where the reading gave them up)."""

@@ -24,13 +24,17 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from msgspec import UNSET
 
 from ....core.gc_pause import gc_paused
 from ..kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, HOST_BACKENDS, KERNEL, OPTIMIZER_PREFIXES,
                               PYTHON_FUNCTION, STEP_PREFIX, USER_ANNOTATION, activity, is_backward_node, is_runtime)
 from ..intervals import IntervalSet
+from .columns import BatchColumns
 from .fields import INT_LIMIT, EventFields
+from .rank_batch import (BACKWARD, COUNTED, DEVICE, HOST, LAUNCH, NOT_TIMED, TAKEN, UNREAD, BatchRoles, add_links,
+                         category_counts)
 from .records import LISTS_KEPT, NO_ARGS, Args, PlainFields
 from .sliced import SlicedTraceReader
 
@@ -39,6 +43,8 @@ MAX_KINDS = 256  # categories, collectives' names: any beyond are counted togeth
 _TAKEN, _HOST, _BACKWARD, _COUNTED = "taken", "host op", "backward node", "counted"
 _LAUNCH, _DEVICE = "runtime call", "device work"  # not a collective's
 _NO_KIND = (None, None, False, _TAKEN)
+_NO_ROWS = torch.empty(0, dtype=torch.long)
+_ROLE_CODES = {_HOST: HOST, _BACKWARD: BACKWARD, _DEVICE: DEVICE, _LAUNCH: LAUNCH, _COUNTED: COUNTED, _TAKEN: TAKEN}
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 # bytes per element of record_param_comms' dtype names
@@ -170,13 +176,18 @@ def read_rank(events, path: str, also=None) -> RankTrace:
     with gc_paused():  # each slice makes thousands of objects, none in a cycle: the GC's passes would only cost time
         if isinstance(events, SlicedTraceReader):
             plain = PlainFields(reading.check)
+            columns = getattr(also, "batch_columns", None)  # where ``also`` reads batches into columns
             for batch in events:
                 if batch.records is None:
                     reading.event(batch.events()[0], batch.first)
-                else:
-                    reading.records(batch, plain)
+                    if also is not None:
+                        also(batch)
+                    continue
                 if also is not None:
                     also(batch)
+                read = columns() if columns is not None else None
+                if read is None or not reading.columns(batch, read, plain):
+                    reading.records(batch, plain)
         else:
             for position, ev in enumerate(events):
                 reading.event(ev, getattr(events, "index", position))  # the reader's: oversized events not yielded
@@ -245,6 +256,7 @@ class _Reading:
         self.collectives: dict[tuple, Collective] = {}  # (host?, op, start, end, thread, finished) -> it
         self.first, self.last = float("inf"), float("-inf")  # the first start and last end of timed events
         self.kinds: dict[tuple, tuple] = {}  # a record's (name, cat) as written -> what _kind makes of them
+        self.roles = BatchRoles(_ROLE_CODES)  # what _kind makes of the columns' kind codes (``columns``)
 
     def event(self, ev, index: int) -> None:
         """One event from its dict, each field checked as it is read."""
@@ -260,14 +272,16 @@ class _Reading:
         args = check.args(ev, index)
         self.take(start, end, name, cat, _DictDetails(check, ev, index, args))
 
-    def records(self, batch, plain: PlainFields) -> None:
-        """A batch of typed records; one whose values are not plain is read from its dict instead.  What
-        ``take`` does with a host op (most events) is done here, without the call."""
+    def records(self, batch, plain: PlainFields, chosen: list | None = None) -> None:
+        """A batch of typed records (``chosen``: only these of them, as (None, record) pairs, counted already);
+        one whose values are not plain is read from its dict instead.  What ``take`` does with a host op (most
+        events) is done here, without the call."""
         out = self.out
-        out.events += len(batch.records)
+        if chosen is None:
+            out.events += len(batch.records)
         kinds, take, when, categories = self.kinds, self.take, plain.when, out.categories
         host_busy, backward, device_busy = out.host_busy, out.backward, out.device_busy
-        for position, record in enumerate(batch.records):
+        for position, record in enumerate(batch.records) if chosen is None else chosen:
             if record.ph != "X":
                 continue
             kind = kinds.get((record.name, record.cat)) or self._kind(record.name, record.cat, plain)
@@ -280,6 +294,8 @@ class _Reading:
             sizes = _plain_sizes(args, plain) if name == "record_param_comms" else None
             if kind is None or ts is None or tid is None or sizes is False:
                 out.events -= 1  # counted again there
+                if position is None:
+                    position = next(i for i, held in enumerate(batch.records) if held is record)
                 self.event(batch.events()[position], batch.first + position)
                 continue
             if role is _TAKEN:
@@ -301,6 +317,45 @@ class _Reading:
                 _correlated(out, _plain_correlation(args.correlation), ts, end)
             elif role is _LAUNCH:
                 _launched(out, _plain_correlation(args.correlation), ts)
+
+    def columns(self, batch, read: BatchColumns, plain: PlainFields) -> bool:
+        """A batch the columns read, its records' part done over tensors as ``records`` would do it, but for the
+        steps, ranges and collectives ``take`` reads one by one; False (nothing done) where a record's name or
+        category is not plain, or the categories would pass MAX_KINDS: ``records`` reads it then."""
+        table = self.roles.tensors(read.raw_kinds, lambda name, cat: self.kinds.get((name, cat))
+                                   or self._kind(name, cat, plain))
+        out = self.out
+        kind = torch.frombuffer(read.kinds, dtype=torch.int32).long() if read.kinds else _NO_ROWS
+        role = table[0][kind]
+        if bool((role == UNREAD).any()):
+            return False
+        if read.memory:  # a memory record ('i') is no timed event here (an 'X' of its name and category is)
+            role[[i for i in read.memory if read.timed[i].ph != "X"]] = NOT_TIMED
+        timed = role != NOT_TIMED
+        taken = role == TAKEN
+        counts = category_counts(table[1][kind[timed]], ~taken[timed], self.roles.categories, out.categories)
+        if len(set(out.categories) | {name for name, _ in counts}) > MAX_KINDS:
+            return False
+        out.events += len(batch.records)
+        for name, count in counts:
+            out.categories[name] = out.categories.get(name, 0) + count
+        ts = torch.frombuffer(read.ts, dtype=torch.float64) if read.ts else torch.empty(0, dtype=torch.float64)
+        end = ts + torch.frombuffer(read.dur, dtype=torch.float64) if read.ts else ts
+        bulk = timed & ~taken
+        if bool(bulk.any()):
+            self.first, self.last = min(self.first, float(ts[bulk].min())), max(self.last, float(end[bulk].max()))
+        host, backward, device = (role == HOST) | (role == BACKWARD), role == BACKWARD, role == DEVICE
+        out.host_busy.add_all(ts[host], end[host])
+        out.backward.add_all(ts[backward], end[backward])
+        out.device_busy.add_all(ts[device], end[device])
+        corr = torch.frombuffer(read.correlation, dtype=torch.long) if read.ts else _NO_ROWS
+        linked = device & (corr > 0)
+        add_links(out.kernel_start, out.kernel_end, out.kernel_corr, (ts[linked], end[linked], corr[linked]))
+        linked = (role == LAUNCH) & (corr > 0)
+        add_links(out.launch_ts, None, out.launch_corr, (ts[linked], None, corr[linked]))
+        if bool(taken.any()):
+            self.records(batch, plain, [(None, read.timed[i]) for i in taken.nonzero().flatten().tolist()])
+        return True
 
     def _kind(self, raw_name: str | None, raw_cat: str | None, plain: PlainFields) -> tuple | None:
         """A record's name and category as kept, its current-schema category, whether ``take`` reads its
