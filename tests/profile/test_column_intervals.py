@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hypothesis
 import hypothesis.strategies as st
+import torch
 
 from torchmagic.features.profile import intervals
 from torchmagic.features.profile import column_intervals
@@ -26,3 +27,17 @@ def test_the_same_as_intervals_py(a, b):
     assert abs(intervals.overlap(ua, ub) - column_intervals.overlap(ca, cb)) < 1e-9
     assert abs(sum(end - start for start, end in ua) - column_intervals.total(ca)) < 1e-9
     assert column_intervals.union(ca, b).tolist() == column_intervals.union(a + b).tolist()
+
+
+@hypothesis.settings(max_examples=300, deadline=None, derandomize=True)
+@hypothesis.given(rows=st.lists(st.tuples(st.integers(0, 4), _INTERVALS.map(lambda ivs: ivs[:1] or [(0.0, 0.0)])),
+                                max_size=60))
+def test_each_groups_union_is_what_an_interval_set_sums(rows):
+    """grouped_totals against an IntervalSet per group, to the bit (the same pieces summed in the same order)."""
+    group = torch.tensor([g for g, _ in rows], dtype=torch.long)
+    starts = torch.tensor([ivs[0][0] for _, ivs in rows], dtype=torch.float64)
+    ends = torch.tensor([ivs[0][1] for _, ivs in rows], dtype=torch.float64)
+    sets = [intervals.IntervalSet() for _ in range(5)]
+    for g, ivs in rows:
+        sets[g].add(*ivs[0])
+    assert column_intervals.grouped_totals(group, starts, ends, 5).tolist() == [float(s.total()) for s in sets]

@@ -101,3 +101,25 @@ def _covered(intervals: torch.Tensor, depth: int) -> torch.Tensor:
     starts, ends = times[inside & ~before], times[~inside & before]
     keep = ends > starts
     return torch.stack([starts[keep], ends[keep]], dim=1)
+
+
+def grouped_totals(group: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, groups: int) -> torch.Tensor:
+    """Each group's union's length (``group``: each interval's, in [0, groups)), summed piece by piece in start
+    order as intervals.IntervalSet.total sums its merged pieces (the same floats); intervals of no length left
+    out.  A running maximum of the ends within each group (a segmented scan, by doubling) says where a piece
+    ends: the next interval of its group starts past it."""
+    kept = ends > starts
+    group, starts, ends = group[kept], starts[kept], ends[kept]
+    order = torch.argsort(starts, stable=True)
+    order = order[torch.argsort(group[order], stable=True)]
+    group, starts, ends = group[order], starts[order], ends[order]
+    reach, step = ends.clone(), 1
+    while step < len(reach):
+        same = group[step:] == group[:-step]  # groups are runs: the same group k back means all between are too
+        reach[step:] = torch.where(same, torch.maximum(reach[step:], reach[:-step]), reach[step:])
+        step *= 2
+    opens = torch.ones(len(starts), dtype=torch.bool)
+    opens[1:] = (group[1:] != group[:-1]) | (starts[1:] > reach[:-1])
+    first = opens.nonzero().flatten()
+    last = torch.cat([first[1:] - 1, torch.tensor([len(starts) - 1])]) if len(first) else first
+    return torch.zeros(groups, dtype=torch.float64).scatter_add_(0, group[first], reach[last] - starts[first])

@@ -231,7 +231,9 @@ def operator_summary(trace: RankTrace, limit: int,
     columns = alongside.held_columns() if alongside is not None else None
     if columns is not None:
         summary, first, shapes = columnar_summary(columns, trace, limit)
-        return summary, Seen(start=first, shapes=shapes, kernels=columns.kernels, steps=columns.steps, meta=trace.meta)
+        seen = Seen(start=first, shapes=shapes, kernels=columns.kernels, steps=columns.steps, meta=trace.meta)
+        alongside.release_columns()  # (190 MB at 1 GB, let go before the findings are made)
+        return summary, seen
     held = alongside.held(trace.meta) if alongside is not None else None
     if held is not None:
         groups, seen = held
@@ -363,6 +365,10 @@ class AlongsideReading:
         """The last batch as the columns read it (None where they did not): the per-rank pass reads its figures
         from these rather than from each record again."""
         return self.columns.batch
+
+    def release_columns(self) -> None:
+        """Let the columns go once they are summarised."""
+        self.columns.columns = None
 
     def held_columns(self) -> TraceColumns | None:
         """The trace's columns where they hold all of it (None where the reading gave them up)."""

@@ -30,6 +30,7 @@ from msgspec import UNSET
 from ....core.gc_pause import gc_paused
 from ..kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, HOST_BACKENDS, KERNEL, OPTIMIZER_PREFIXES,
                               PYTHON_FUNCTION, STEP_PREFIX, USER_ANNOTATION, activity, is_backward_node, is_runtime)
+from ..column_intervals import grouped_totals
 from ..intervals import IntervalSet
 from .columns import BatchColumns
 from .fields import INT_LIMIT, EventFields
@@ -44,6 +45,7 @@ _TAKEN, _HOST, _BACKWARD, _COUNTED = "taken", "host op", "backward node", "count
 _LAUNCH, _DEVICE = "runtime call", "device work"  # not a collective's
 _NO_KIND = (None, None, False, _TAKEN)
 _NO_ROWS = torch.empty(0, dtype=torch.long)
+_CHUNK = 1 << 18  # runtime calls matched to their steps at a time
 _ROLE_CODES = {_HOST: HOST, _BACKWARD: BACKWARD, _DEVICE: DEVICE, _LAUNCH: LAUNCH, _COUNTED: COUNTED, _TAKEN: TAKEN}
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
@@ -133,26 +135,33 @@ class RankTrace:
         window order; None without steps, or without the correlation ids to tell by.
 
         A host ahead of its GPU leaves kernels running after the step that launched them, the last
-        steps' after the profiled window: clipping kernels to the steps' windows loses them."""
+        steps' after the profiled window: clipping kernels to the steps' windows loses them.  A step's ids
+        are those of the runtime calls inside its window, lowest to highest; a kernel belongs to the step
+        whose lowest id is the highest at or below its own, where its id is not past that step's highest."""
         windows = self.windows()
         if not self.steps or not self.kernel_corr or not self.launch_corr:
             return None
-        starts = [start for _, start, _ in windows]
-        lowest, highest = [math.inf] * len(windows), [-math.inf] * len(windows)
-        for ts, corr in zip(self.launch_ts, self.launch_corr):
-            i = bisect.bisect_right(starts, ts) - 1
-            if i >= 0 and ts < windows[i][2]:
-                lowest[i], highest[i] = min(lowest[i], corr), max(highest[i], corr)
-        ranges = sorted((lowest[i], highest[i], i) for i in range(len(windows)) if lowest[i] <= highest[i])
-        if not ranges:
+        opened = torch.tensor([start for _, start, _ in windows], dtype=torch.float64)
+        closed = torch.tensor([end for _, _, end in windows], dtype=torch.float64)
+        lowest = torch.full((len(windows),), torch.iinfo(torch.long).max)
+        highest = torch.full((len(windows),), torch.iinfo(torch.long).min)
+        calls, ids = _column(self.launch_ts, torch.float64), _column(self.launch_corr, torch.long)
+        for at in range(0, len(calls), _CHUNK):  # (a GPU job's 1 GB rank holds 1.4M calls: their temporaries bounded)
+            ts, corr = calls[at:at + _CHUNK], ids[at:at + _CHUNK]
+            step = torch.searchsorted(opened, ts, right=True) - 1
+            inside = (step >= 0) & (ts < closed[step.clamp(min=0)])
+            lowest.scatter_reduce_(0, step[inside], corr[inside], "amin")
+            highest.scatter_reduce_(0, step[inside], corr[inside], "amax")
+        ranges = (lowest <= highest).nonzero().flatten()
+        if not len(ranges):
             return None
-        firsts = [r[0] for r in ranges]
-        launched = [IntervalSet() for _ in windows]
-        for start, end, corr in zip(self.kernel_start, self.kernel_end, self.kernel_corr):
-            j = bisect.bisect_right(firsts, corr) - 1
-            if j >= 0 and corr <= ranges[j][1]:
-                launched[ranges[j][2]].add(start, end)
-        return [work.total() for work in launched]
+        ranges = ranges[torch.argsort(highest[ranges], stable=True)]  # by (lowest, highest, step), as tuples sort
+        ranges = ranges[torch.argsort(lowest[ranges], stable=True)]
+        kernel = _column(self.kernel_corr, torch.long)
+        at = torch.searchsorted(lowest[ranges], kernel, right=True) - 1
+        owned = (at >= 0) & (kernel <= highest[ranges][at.clamp(min=0)])
+        return grouped_totals(ranges[at[owned]], _column(self.kernel_start, torch.float64)[owned],
+                              _column(self.kernel_end, torch.float64)[owned], len(windows)).tolist()
 
     def windows(self) -> list[tuple[int | None, float, float]]:
         """(step number, start, end) of each profiled step, in time order; the whole trace as one
@@ -160,6 +169,11 @@ class RankTrace:
         if self.steps:
             return sorted(((n, *self.steps[n]) for n in self.steps), key=lambda w: w[1])
         return [(None, *self.span)] if self.span else []
+
+
+def _column(values: array, dtype: torch.dtype) -> torch.Tensor:
+    """An array's values as a tensor, shared with it (the array is not grown while the tensor lives)."""
+    return torch.frombuffer(values, dtype=dtype) if len(values) else torch.empty(0, dtype=dtype)
 
 
 def window_of(windows: list[tuple[int | None, float, float]], starts: list[float], t: float):
