@@ -185,20 +185,19 @@ def window_of(windows: list[tuple[int | None, float, float]], starts: list[float
 def read_rank(events, path: str, also=None) -> RankTrace:
     """Reduce a stream of trace events (dicts, or a SlicedTraceReader's batches) to a RankTrace: each field
     checked as it is read (fields.py), and what repeats kept once (a collective, a launch or a kernel seen again).
-    ``also``: called with each batch once it is read (another reading done in the same pass)."""
+    ``also``: called with each batch first (another reading done in the same pass); where it has ``batch_columns``,
+    a batch it read into columns is taken from those."""
     reading = _Reading(path)
     with gc_paused():  # each slice makes thousands of objects, none in a cycle: the GC's passes would only cost time
         if isinstance(events, SlicedTraceReader):
             plain = PlainFields(reading.check)
             columns = getattr(also, "batch_columns", None)  # where ``also`` reads batches into columns
             for batch in events:
-                if batch.records is None:
-                    reading.event(batch.events()[0], batch.first)
-                    if also is not None:
-                        also(batch)
-                    continue
                 if also is not None:
                     also(batch)
+                if batch.records is None:
+                    reading.event(batch.events()[0], batch.first)
+                    continue
                 read = columns() if columns is not None else None
                 if read is None or not reading.columns(batch, read, plain):
                     reading.records(batch, plain)
