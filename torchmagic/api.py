@@ -139,7 +139,7 @@ def compare(fn: Callable[..., Any], *, model: Any = None,
                           label=label or getattr(fn, "__name__", "compare"))
     code = getattr(inspect.unwrap(fn), "__code__", None)  # the same function's code, defined again or not
     if outcome.result is not None and outcome.error is None and code is not None:
-        outcome.result.notes.extend(compared_again(outcome.result, code, model))
+        outcome.result.notes.extend(compared_again(outcome.result, code, model, "function"))
     return _finish(outcome)
 
 

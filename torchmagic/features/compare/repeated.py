@@ -36,10 +36,11 @@ class _Seen:
 _LAST: dict[tuple, _Seen] = {}
 
 
-def compared_again(result: CompareResult, code: str, model) -> list[str]:
+def compared_again(result: CompareResult, code, model, what: str = "cell") -> list[str]:
     """Notes on the variants whose interval misses the one the last comparison of the same code (on the same
     model object, device, dtype and thread count) gave in this process; this run's intervals are kept for the
-    next."""
+    next.  ``code``: what identifies it (a cell's text's key, a function's code object); ``what``: "cell" or
+    "function", as the note names it."""
     notes, now = [], time.monotonic()
     ref = weakref.ref(model) if model is not None else None
     for v in result.variants[1:]:
@@ -49,21 +50,22 @@ def compared_again(result: CompareResult, code: str, model) -> list[str]:
         last = _LAST.pop(key, None)
         same_model = last is not None and (last.model() if last.model is not None else None) is model
         if same_model and (v.ci[1] < last.ci[0] or last.ci[1] < v.ci[0]):
-            notes.append(_missed(v.name, v.speedup, v.ci, last, now))
+            notes.append(_missed(v.name, (v.speedup, v.ci), last, now, what))
         _LAST[key] = _Seen(v.speedup, v.ci, result.seconds, now, ref)
     while len(_LAST) > _KEPT:
         del _LAST[next(iter(_LAST))]
     return notes
 
 
-def _missed(name: str, speedup: float, ci: tuple[float, float], last: _Seen, now: float) -> str:
+def _missed(name: str, read: tuple, last: _Seen, now: float, what: str) -> str:
+    speedup, (low, high) = read
     apart = max(speedup, last.speedup) / min(speedup, last.speedup) - 1
-    return (f"{name} read {speedup:.3f}x (95% CI {ci[0]:.3f}-{ci[1]:.3f}x) here and {last.speedup:.3f}x "
-            f"({last.ci[0]:.3f}-{last.ci[1]:.3f}x) when this cell was last compared, {_ago(now - last.at)}: the "
-            f"intervals do not meet. Each holds what the machine did during its own run ({last.seconds:.0f} s "
-            f"then); if nothing the cell uses changed, the machine's speed moved between the runs, so on it a "
-            f"difference of {apart:.0%} is not settled by one run: compare the variants you want to tell apart "
-            f"in the same run")
+    return (f"{name} read {speedup:.3f}x (95% CI {low:.3f}-{high:.3f}x) here and {last.speedup:.3f}x "
+            f"({last.ci[0]:.3f}-{last.ci[1]:.3f}x) when this {what} was last compared, {_ago(now - last.at)}: the "
+            f"intervals do not meet. Each holds what the machine did during its own run (the last took "
+            f"{last.seconds:.0f} s); if nothing the {what} uses changed, the machine's speed moved between the runs, "
+            f"so on this machine a difference of {apart:.0%} is not settled by one run: compare the variants you "
+            f"want to tell apart in the same run")
 
 
 def _ago(seconds: float) -> str:
