@@ -138,7 +138,7 @@ class CompareMagics(TorchMagicsBase):
     def _after_run(self, run, after_eager: dict, cell: str, flag_notes: list[str], model) -> None:
         """What an ended run leaves: its cleanup notes printed, the cell's variables as eager's first run
         left them, the measured speedups kept for the next profile of this cell, the notes on the
-        line's flags first in the report and on intervals that miss this cell's last run's last."""
+        line's flags first in the report, and a note where an interval misses the one this cell's last run gave."""
         if run.result is not None and flag_notes:
             run.result = replace(run.result, notes=[*flag_notes, *run.result.notes])
         if isinstance(run.error, KeyboardInterrupt):  # what was cleaned up: one line each, however it is shown

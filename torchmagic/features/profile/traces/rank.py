@@ -44,7 +44,6 @@ MAX_KINDS = 256  # categories, collectives' names: any beyond are counted togeth
 _TAKEN, _HOST, _BACKWARD, _COUNTED = "taken", "host op", "backward node", "counted"
 _LAUNCH, _DEVICE = "runtime call", "device work"  # not a collective's
 _NO_KIND = (None, None, False, _TAKEN)
-_NO_ROWS = torch.empty(0, dtype=torch.long)
 _CHUNK = 1 << 18  # runtime calls matched to their steps at a time
 _ROLE_CODES = {_HOST: HOST, _BACKWARD: BACKWARD, _DEVICE: DEVICE, _LAUNCH: LAUNCH, _COUNTED: COUNTED, _TAKEN: TAKEN}
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
@@ -338,7 +337,7 @@ class _Reading:
         table = self.roles.tensors(read.raw_kinds, lambda name, cat: self.kinds.get((name, cat))
                                    or self._kind(name, cat, plain))
         out = self.out
-        kind = torch.frombuffer(read.kinds, dtype=torch.int32).long() if read.kinds else _NO_ROWS
+        kind = _column(read.kinds, torch.int32).long()
         role = table[0][kind]
         if bool((role == UNREAD).any()):
             return False
@@ -352,8 +351,8 @@ class _Reading:
         out.events += len(batch.records)
         for name, count in counts:
             out.categories[name] = out.categories.get(name, 0) + count
-        ts = torch.frombuffer(read.ts, dtype=torch.float64) if read.ts else torch.empty(0, dtype=torch.float64)
-        end = ts + torch.frombuffer(read.dur, dtype=torch.float64) if read.ts else ts
+        ts = _column(read.ts, torch.float64)
+        end = ts + _column(read.dur, torch.float64)
         bulk = timed & ~taken
         if bool(bulk.any()):
             self.first, self.last = min(self.first, float(ts[bulk].min())), max(self.last, float(end[bulk].max()))
@@ -361,7 +360,7 @@ class _Reading:
         out.host_busy.add_all(ts[host], end[host])
         out.backward.add_all(ts[backward], end[backward])
         out.device_busy.add_all(ts[device], end[device])
-        corr = torch.frombuffer(read.correlation, dtype=torch.long) if read.ts else _NO_ROWS
+        corr = _column(read.correlation, torch.long)
         linked = device & (corr > 0)
         add_links(out.kernel_start, out.kernel_end, out.kernel_corr, (ts[linked], end[linked], corr[linked]))
         linked = (role == LAUNCH) & (corr > 0)
