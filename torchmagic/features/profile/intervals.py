@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 
 from . import column_intervals as sets
+from .array_views import doubles, tensor_view
 
 Pairs = Sequence[tuple[float, float]]  # sorted and disjoint
 PENDING_ROWS = 1 << 16  # IntervalSet.add_all's intervals held before they are joined: 1 MiB
@@ -107,19 +108,20 @@ class IntervalSet:
             self._starts.append(self._open[0])
             self._ends.append(self._open[1])
             self._open = None
-        self._starts.extend(_array(pieces[:, 0]))
-        self._ends.extend(_array(pieces[:, 1]))
+        self._starts.extend(doubles(pieces[:, 0]))
+        self._ends.extend(doubles(pieces[:, 1]))
 
     def merged(self) -> tuple[array, array]:
         """Sorted, disjoint starts and ends (arrays of floats: 16 bytes an interval)."""
         if self._pending:
             self._join_pending()
         if self._merged is None:
-            raw = torch.stack([_tensor(self._starts, copy=False), _tensor(self._ends, copy=False)], dim=1)
+            raw = torch.stack([tensor_view(self._starts, torch.float64), tensor_view(self._ends, torch.float64)],
+                              dim=1)
             if self._open is not None:
                 raw = torch.cat([raw, torch.tensor([self._open], dtype=torch.float64)])
             merged = sets.union(raw)
-            self._merged = (_array(merged[:, 0]), _array(merged[:, 1]))
+            self._merged = (doubles(merged[:, 0]), doubles(merged[:, 1]))
         return self._merged
 
     def total(self) -> float:
@@ -144,7 +146,7 @@ class IntervalSet:
     def _set(self) -> torch.Tensor:
         """The merged union as column_intervals holds a set."""
         starts, ends = self.merged()
-        return torch.stack([_tensor(starts, copy=False), _tensor(ends, copy=False)], dim=1)
+        return torch.stack([tensor_view(starts, torch.float64), tensor_view(ends, torch.float64)], dim=1)
 
     def clipped(self, start: float, end: float) -> list[tuple[float, float]]:
         """The union's pieces inside [start, end), for drawing."""
@@ -162,23 +164,6 @@ class IntervalSet:
 def _closed(merged: torch.Tensor) -> IntervalSet:
     """An IntervalSet holding a set column_intervals merged (sorted, disjoint, none of no length)."""
     result = IntervalSet()
-    result._starts, result._ends = _array(merged[:, 0]), _array(merged[:, 1])
+    result._starts, result._ends = doubles(merged[:, 0]), doubles(merged[:, 1])
     result._merged = (result._starts, result._ends)
     return result
-
-
-def _tensor(values: array, copy: bool = True) -> torch.Tensor:
-    """An array of floats as a tensor: a copy, unless the tensor is dropped before the array can grow (while a
-    view of it lives, the array cannot be resized)."""
-    if not len(values):
-        return torch.empty(0, dtype=torch.float64)
-    view = torch.frombuffer(values, dtype=torch.float64)
-    return view.clone() if copy else view
-
-
-def _array(values: torch.Tensor) -> array:
-    """A tensor of floats (a column) as an array ('d')."""
-    out = array("d", [0.0]) * len(values)  # (made at its size: no bytes of that size made first)
-    if len(values):
-        torch.frombuffer(out, dtype=torch.float64).copy_(values)
-    return out

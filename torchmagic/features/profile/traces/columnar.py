@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..array_views import tensor_view
 from ..events import ANNOTATION, DEVICE, MEMORY, OP, PYTHON, RUNTIME
 from ..kineto import CPU_OP, STEP_PREFIX, USER_ANNOTATION
 from ..summarizer import discount_waiting, memory_levels
@@ -97,22 +98,18 @@ def columnar_summary(columns: TraceColumns, trace: RankTrace, limit: int) -> tup
 
 
 def _table(columns: TraceColumns) -> _Table:
-    start = _tensor(columns.start, torch.long)
-    memory = MemoryColumns(_tensor(columns.memory_rows, torch.long), _tensor(columns.memory_bytes, torch.long),
-                           _tensor(columns.memory_device, torch.int32), columns.devices)
-    table = _Table(start, _tensor(columns.end, torch.long), _tensor(columns.kind, torch.int32),
-                   _tensor(columns.thread, torch.int32), _tensor(columns.sequence, torch.long),
-                   _tensor(columns.inputs, torch.int32), _tensor(columns.external, torch.long),
-                   _tensor(columns.linked_rows, torch.long), _tensor(columns.correlation, torch.long),
+    start = tensor_view(columns.start, torch.long)
+    memory = MemoryColumns(tensor_view(columns.memory_rows, torch.long),
+                           tensor_view(columns.memory_bytes, torch.long),
+                           tensor_view(columns.memory_device, torch.int32), columns.devices)
+    table = _Table(start, tensor_view(columns.end, torch.long), tensor_view(columns.kind, torch.int32),
+                   tensor_view(columns.thread, torch.int32), tensor_view(columns.sequence, torch.long),
+                   tensor_view(columns.inputs, torch.int32), tensor_view(columns.external, torch.long),
+                   tensor_view(columns.linked_rows, torch.long), tensor_view(columns.correlation, torch.long),
                    list(columns.kinds), list(columns.threads), int(start.min()), memory)
     if not columns.steps:
         _add_whole_trace_marker(table)
     return table
-
-
-def _tensor(values, dtype: torch.dtype) -> torch.Tensor:
-    """The array's values, shared with it (the columns are kept for as long as the summary is made)."""
-    return torch.frombuffer(values, dtype=dtype) if len(values) else torch.empty(0, dtype=dtype)
 
 
 def _add_whole_trace_marker(table: _Table) -> None:

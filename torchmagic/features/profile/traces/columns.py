@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from torch._C._autograd import DeviceType
 
+from ..array_views import append_values, tensor_view
 from ..events import ANNOTATION, DEVICE, MEMORY, OP, PYTHON, RUNTIME, event_kind
 from ..kineto import CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, is_runtime
 from ..sweep import device_label
@@ -147,9 +148,9 @@ class ColumnReading:
             rows = [i for i, kind in enumerate(kinds) if kind in self._linked_kinds]
             cols.linked_rows.extend([len(cols.start) + i for i in rows])
             cols.correlation.extend([correlation[i] for i in rows])
-        start = (torch.frombuffer(ts, dtype=torch.float64) * 1000).round().long()
-        _append(cols.start, start)
-        _append(cols.end, start + (torch.frombuffer(dur, dtype=torch.float64) * 1000).round().long())
+        start = (tensor_view(ts, torch.float64) * 1000).round().long()
+        append_values(cols.start, start)
+        append_values(cols.end, start + (tensor_view(dur, torch.float64) * 1000).round().long())
         codes = array("i", kinds)
         cols.thread += array("i", threads)
         cols.kind += codes
@@ -240,18 +241,10 @@ class ColumnReading:
         return len(self.columns.threads) - 1
 
 
-def _append(column: array, values: torch.Tensor) -> None:
-    """``values`` (int64) added to the end of ``column`` ('q'), copied in place (the view lives only as long as
-    the copy: the array can grow again after)."""
-    at = len(column)
-    column.frombytes(bytes(8 * len(values)))
-    torch.frombuffer(column, dtype=torch.long, offset=8 * at, count=len(values)).copy_(values)
-
-
 def _plain_times(ts: array, dur: array) -> bool:
     """Times as PlainFields.times keeps them (finite, durations not negative), checked over the whole slice at
     once (a NaN makes a bound's comparison false), and within ``TIME_LIMIT_US``."""
-    starts, lengths = torch.frombuffer(ts, dtype=torch.float64), torch.frombuffer(dur, dtype=torch.float64)
+    starts, lengths = tensor_view(ts, torch.float64), tensor_view(dur, torch.float64)
     low, high = torch.aminmax(starts)
     shortest, longest = torch.aminmax(lengths)
     return bool(-TIME_LIMIT_US < low) and bool(high < TIME_LIMIT_US) and bool(0 <= shortest) \

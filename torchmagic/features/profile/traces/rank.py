@@ -28,6 +28,7 @@ import torch
 from msgspec import UNSET
 
 from ....core.gc_pause import gc_paused
+from ..array_views import tensor_view
 from ..kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, HOST_BACKENDS, KERNEL, OPTIMIZER_PREFIXES,
                               PYTHON_FUNCTION, STEP_PREFIX, USER_ANNOTATION, activity, is_backward_node, is_runtime)
 from ..column_intervals import grouped_totals
@@ -144,7 +145,7 @@ class RankTrace:
         closed = torch.tensor([end for _, _, end in windows], dtype=torch.float64)
         lowest = torch.full((len(windows),), torch.iinfo(torch.long).max)
         highest = torch.full((len(windows),), torch.iinfo(torch.long).min)
-        calls, ids = _column(self.launch_ts, torch.float64), _column(self.launch_corr, torch.long)
+        calls, ids = tensor_view(self.launch_ts, torch.float64), tensor_view(self.launch_corr, torch.long)
         for at in range(0, len(calls), _CHUNK):  # (a GPU job's 1 GB rank holds 1.4M calls: their temporaries bounded)
             ts, corr = calls[at:at + _CHUNK], ids[at:at + _CHUNK]
             step = torch.searchsorted(opened, ts, right=True) - 1
@@ -156,11 +157,11 @@ class RankTrace:
             return None
         ranges = ranges[torch.argsort(highest[ranges], stable=True)]  # by (lowest, highest, step), as tuples sort
         ranges = ranges[torch.argsort(lowest[ranges], stable=True)]
-        kernel = _column(self.kernel_corr, torch.long)
+        kernel = tensor_view(self.kernel_corr, torch.long)
         at = torch.searchsorted(lowest[ranges], kernel, right=True) - 1
         owned = (at >= 0) & (kernel <= highest[ranges][at.clamp(min=0)])
-        return grouped_totals(ranges[at[owned]], _column(self.kernel_start, torch.float64)[owned],
-                              _column(self.kernel_end, torch.float64)[owned], len(windows)).tolist()
+        return grouped_totals(ranges[at[owned]], tensor_view(self.kernel_start, torch.float64)[owned],
+                              tensor_view(self.kernel_end, torch.float64)[owned], len(windows)).tolist()
 
     def windows(self) -> list[tuple[int | None, float, float]]:
         """(step number, start, end) of each profiled step, in time order; the whole trace as one
@@ -168,11 +169,6 @@ class RankTrace:
         if self.steps:
             return sorted(((n, *self.steps[n]) for n in self.steps), key=lambda w: w[1])
         return [(None, *self.span)] if self.span else []
-
-
-def _column(values: array, dtype: torch.dtype) -> torch.Tensor:
-    """An array's values as a tensor, shared with it (the array is not grown while the tensor lives)."""
-    return torch.frombuffer(values, dtype=dtype) if len(values) else torch.empty(0, dtype=dtype)
 
 
 def window_of(windows: list[tuple[int | None, float, float]], starts: list[float], t: float):
@@ -337,7 +333,7 @@ class _Reading:
         table = self.roles.tensors(read.raw_kinds, lambda name, cat: self.kinds.get((name, cat))
                                    or self._kind(name, cat, plain))
         out = self.out
-        kind = _column(read.kinds, torch.int32).long()
+        kind = tensor_view(read.kinds, torch.int32).long()
         role = table[0][kind]
         if bool((role == UNREAD).any()):
             return False
@@ -351,8 +347,8 @@ class _Reading:
         out.events += len(batch.records)
         for name, count in counts:
             out.categories[name] = out.categories.get(name, 0) + count
-        ts = _column(read.ts, torch.float64)
-        end = ts + _column(read.dur, torch.float64)
+        ts = tensor_view(read.ts, torch.float64)
+        end = ts + tensor_view(read.dur, torch.float64)
         bulk = timed & ~taken
         if bool(bulk.any()):
             self.first, self.last = min(self.first, float(ts[bulk].min())), max(self.last, float(end[bulk].max()))
@@ -360,7 +356,7 @@ class _Reading:
         out.host_busy.add_all(ts[host], end[host])
         out.backward.add_all(ts[backward], end[backward])
         out.device_busy.add_all(ts[device], end[device])
-        corr = _column(read.correlation, torch.long)
+        corr = tensor_view(read.correlation, torch.long)
         linked = device & (corr > 0)
         add_links(out.kernel_start, out.kernel_end, out.kernel_corr, (ts[linked], end[linked], corr[linked]))
         linked = (role == LAUNCH) & (corr > 0)

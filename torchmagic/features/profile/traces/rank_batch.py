@@ -10,6 +10,8 @@ from array import array
 
 import torch
 
+from ..array_views import doubles
+
 # a record's role as rank._Reading.records dispatches it, as codes (NOT_TIMED: a memory record, no 'X'; UNREAD:
 # its name or category is not plain, so that records reads it from its dict)
 HOST, BACKWARD, DEVICE, LAUNCH, COUNTED, TAKEN, NOT_TIMED, UNREAD = range(8)
@@ -76,14 +78,7 @@ def add_links(starts: array, ends: array | None, ids: array, rows: tuple) -> Non
     keep[1:] = (corr[1:] != corr[:-1]) | (start[1:] != start[:-1])
     if ids and ids[-1] == int(corr[0]) and starts[-1] == float(start[0]):
         keep[0] = False
-    starts.extend(_doubles(start[keep]))
+    starts.extend(doubles(start[keep]))
     if ends is not None:
-        ends.extend(_doubles(end[keep]))
+        ends.extend(doubles(end[keep]))
     ids.extend(array("q", corr[keep].tolist()))
-
-
-def _doubles(values: torch.Tensor) -> array:
-    out = array("d", bytes(8 * len(values)))
-    if len(values):
-        torch.frombuffer(out, dtype=torch.float64).copy_(values)
-    return out
