@@ -49,3 +49,23 @@ def test_autocasts_own_cost_is_timed_once_a_process_per_device_threads_and_dtype
     assert low_precision.autocast_op_cost_us(CpuDevice(), torch.bfloat16) == first and len(timed) == 2
     low_precision.autocast_op_cost_us(CpuDevice(), torch.float16)
     assert len(timed) == 4  # another dtype is timed on its own
+
+
+def test_mkldnns_convolution_is_retimed_through_aten_convolution_with_its_arguments_in_their_places():
+    """mkldnn refuses bf16 without AVX512 (the AVX2 EPYC: "bf16 path needs the cpu support avx_ne_convert or
+    avx512bw..."), so the call goes through aten::convolution, which picks what autocast's conv2d would: the same
+    convolution, its padding, stride and dilation not swapped."""
+    generator = torch.Generator().manual_seed(0)
+    data, weight, bias = torch.randn(2, 4, 9, 11, generator=generator), torch.randn(6, 2, 3, 2, generator=generator), \
+        torch.randn(6, generator=generator)
+    for padding, stride, dilation in [([1, 0], [2, 1], [1, 2]), ([0, 2], [1, 3], [2, 1])]:
+        recorded = [data, weight, bias, padding, stride, dilation, 2]
+        mapped, tensors = low_precision._THROUGH_CONVOLUTION["aten::mkldnn_convolution"](recorded, [0, 1, 2])
+        assert tensors == [0, 1, 2]
+        assert torch.allclose(torch.ops.aten.convolution(*mapped), torch.ops.aten.mkldnn_convolution(*recorded),
+                              atol=1e-5)
+    call = OpCall("aten::mkldnn_convolution", ((2, 4, 9, 9), (6, 2, 3, 3), (6,), (), (), (), ()),
+                  ("float", "float", "float", "ScalarList", "ScalarList", "ScalarList", "Scalar"),
+                  (None, None, None, (1, 0), (2, 1), (1, 2), 2))
+    fp32, low, _ = low_precision._rebuild(call, CpuDevice(), torch.bfloat16, generator)
+    assert fp32().dtype == torch.float32 and low().dtype == torch.bfloat16  # on any CPU

@@ -4,7 +4,10 @@ Whether bf16 is faster is not a property of the CPU's flags: an AMX Xeon runs a 
 faster, a small or skinny one no faster once its inputs are converted, and an AVX2-only EPYC runs bf16
 10-20x slower.  So each heavy call is re-run as the trace recorded it (the same aten op, its shapes and
 its arguments, on random data) in fp32, then with its inputs converted to 16 bits inside the timed call,
-as autocast converts them.  The ops that follow a 16-bit matmul run in 16 bits too under autocast
+as autocast converts them.  A backend's own convolution (mkldnn's) is re-run through aten::convolution,
+which picks the backend for the dtype as autocast's conv2d does: mkldnn refuses bf16 on a CPU without
+AVX512 (or AVX-NE-CONVERT), where a bf16 convolution runs the slow reference kernel instead (a 64-channel
+3x3 at 56x56 took 25x its fp32 time on the AVX2 EPYC).  The ops that follow a 16-bit matmul run in 16 bits too under autocast
 (pointwise ops, norms on the CPU): one pointwise op is timed both ways at the step's activation size.
 
 The user's random state is untouched (a private generator makes the data), and nothing is kept.
@@ -134,6 +137,8 @@ def _rebuild(call: OpCall, device: Device, dtype: torch.dtype, generator):
             args.append(None)  # an optional tensor the call did not pass
     if not tensors:
         return None, None, None
+    if call.name in _THROUGH_CONVOLUTION:
+        op, args, tensors = torch.ops.aten.convolution, *_THROUGH_CONVOLUTION[call.name](args, tensors)
     # the trace lists keyword-only arguments (addmm's beta and alpha) in order with the others
     overload = getattr(op, "default", None)
     schema = overload._schema.arguments if overload is not None else ()
@@ -156,6 +161,18 @@ def _rebuild(call: OpCall, device: Device, dtype: torch.dtype, generator):
     run(args)  # warm: kernels chosen, pages touched; raises here if the call cannot be rebuilt
     low()
     return (lambda: run(args)), low, convert
+
+
+def _from_mkldnn(args: list, tensors: list[int]) -> tuple[list, list[int]]:
+    """mkldnn_convolution's (input, weight, bias, padding, stride, dilation, groups) as aten::convolution's
+    (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups); the tensors stay
+    first."""
+    data, weight, bias, padding, stride, dilation, groups = args
+    return [data, weight, bias, stride, padding, dilation, False, [0] * len(padding), groups], tensors
+
+
+# backend convolutions re-timed through aten::convolution: (the recorded arguments, the tensors' places) -> its own
+_THROUGH_CONVOLUTION = {"aten::mkldnn_convolution": _from_mkldnn}
 
 
 def _time(fn, device: Device) -> float:
