@@ -6,7 +6,7 @@ faster, a small or skinny one no faster once its inputs are converted, and an AV
 its arguments, on random data) in fp32, then with its inputs converted to 16 bits inside the timed call,
 as autocast converts them.  A backend's own convolution (mkldnn's) is re-run through aten::convolution,
 which picks the backend for the dtype as autocast's conv2d does: mkldnn refuses bf16 on a CPU without
-AVX512 (or AVX-NE-CONVERT), where a bf16 convolution runs the slow reference kernel instead (a 64-channel
+AVX512BW/VL/DQ or AVX-NE-CONVERT, where a bf16 convolution runs the slow reference kernel (a 64-channel
 3x3 at 56x56 took 25x its fp32 time on the AVX2 EPYC).  The ops that follow a 16-bit matmul run in 16
 bits too under autocast (pointwise ops, norms on the CPU): one pointwise op is timed both ways at the step's
 activation size.
