@@ -2,6 +2,7 @@
 (issue 30): not ours (loadertune/run.py), nor the DataLoader's that we called."""
 
 import pytest
+import torch
 
 from ..conftest import run
 
@@ -36,3 +37,64 @@ def test_an_error_in_the_step_or_dataset_shows_the_users_frames_only(shell, bad_
     shown = captured.stdout + captured.stderr
     assert message in shown and frame in shown
     assert "torchmagic/" not in shown and "torch/utils/data" not in shown, shown
+
+
+RAISES_ON_ITEM = """
+class RaisesOnItem(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        if i == 7:
+            raise KeyError(f"item {i} is missing")
+        return torch.ones(4)
+raising = RaisesOnItem()
+"""
+
+
+@pytest.mark.parametrize("workers", ["0", "0,2"])
+def test_a_dataset_that_raises_stops_the_tune_with_its_own_error(shell, workers):
+    """Issue 51: a dataset raising on item 7 gave "Keep the current settings (num_workers=0)" and no error."""
+    shell.run_cell(RAISES_ON_ITEM)
+    result, captured = run(shell, f"%loadertune raising batch_size=1 --workers {workers} --batches 20 --rounds 3 -o r")
+    error = result.error_in_exec
+    assert isinstance(error, KeyError) and "item 7 is missing" in str(error)
+    shown = captured.stdout + captured.stderr
+    assert "in RaisesOnItem.__getitem__" in shown
+    assert "torchmagic/" not in shown and "torch/utils/data" not in shown, shown
+    tuned = shell.user_ns["r"]  # the settings measured before it, kept and shown above the error
+    assert "Keep the current settings" not in tuned.to_text()
+    assert tuned.headline().startswith("Stopped: your dataset or collate function raised KeyError")
+    assert tuned.best == tuned.current and tuned.speedup is None
+    displayed = "".join(output.data.get("text/plain", "") for output in captured.outputs)
+    assert displayed.startswith("Stopped: your dataset"), displayed
+
+
+def test_a_worker_that_dies_stays_a_failed_setting(shell):
+    """The machinery failing under one setting (a worker killed) is that setting's failure, not the user's error."""
+    shell.run_cell("""
+import os, signal
+class KillsWorkers(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        if torch.utils.data.get_worker_info() is not None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return torch.ones(4)
+killer = KillsWorkers()
+""")
+    result, captured = run(shell, "%loadertune killer batch_size=1 --workers 0,1 --batches 5 --rounds 3 -o r")
+    assert result.error_in_exec is None, captured.stdout + captured.stderr
+    tuned = shell.user_ns["r"]
+    failed = [row for row in tuned.rows if row.error is not None]
+    assert failed and all(row.settings.num_workers == 1 for row in failed)
+    assert "worker" in failed[0].error
+
+
+def test_the_python_twin_raises_the_datasets_error_with_what_was_measured(shell):
+    import torchmagic
+
+    shell.run_cell(RAISES_ON_ITEM)
+    loader = torch.utils.data.DataLoader(shell.user_ns["raising"], batch_size=1)
+    with pytest.raises(KeyError, match="item 7 is missing") as caught:
+        torchmagic.loadertune(loader, workers=[0, 1], batches=20, rounds=3, device="cpu")
+    assert caught.value.torchmagic_result.stopped.startswith("Stopped: your dataset")

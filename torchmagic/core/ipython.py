@@ -185,11 +185,14 @@ class TorchMagicsBase(Magics):
     def line_outcome(self, args, outcome: Outcome):
         """How a line magic ends: store the result (-o) and return it, shown as Out[n] as any line
         magic's value is (`r = %magic` shows nothing); -q returns nothing, as %timeit -q does.  A run
-        that a Ctrl-C cut short shows what it measured, then the interrupt."""
+        that a Ctrl-C or an error in the user's code cut short shows what it measured, then the interrupt or error."""
         __tracebackhide__ = True  # noqa: F841
         result = outcome.result
-        if outcome.error is not None:
+        if isinstance(outcome.error, KeyboardInterrupt):
             self.interrupted(args, outcome.error, result)
+        if outcome.error is not None:  # the user's code raised: what was measured before it, then their error
+            self.keep_and_show(args, result)
+            raise outcome.error
         if args.output is not None:
             self.shell.user_ns[args.output] = result
         return None if args.quiet else result

@@ -83,6 +83,7 @@ class LoaderTuneResult(Result):
     notes: list[str] = field(default_factory=list)
     options: TunedWith = field(default_factory=TunedWith)
     expectation_check: Measured | None = None  # --expect: the change's speedup against the prediction
+    stopped: str | None = None        # why the sweep ended early (a Ctrl-C, the user's dataset raising)
 
     def _view(self):
         from . import view  # imported when first shown (it imports this module for type checking only)
@@ -119,7 +120,7 @@ class LoaderTuneResult(Result):
         return self._view().plot_png(self)
 
     def interrupted_line(self) -> str:
-        return next((n for n in self.notes if n.startswith("interrupted")), "interrupted: what was measured is below")
+        return self.stopped or "interrupted: what was measured is below"
 
     def to_dict(self) -> dict:
         data = {**asdict(self), "device": self.device.to_dict()}

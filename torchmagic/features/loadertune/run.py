@@ -63,19 +63,33 @@ def run_loadertune(loader: DataLoader, options: LoaderTuneOptions = LoaderTuneOp
     started = time.perf_counter()
     tuner = _Tuner(loader, options, device, progress)
     shared_before = shared_memory_fds()
-    interrupted = None
+    interrupted = failed = None
     try:
         tuner.sweep()
         if options.step is not None:
             tuner.with_step(options.step, state or [])
     except KeyboardInterrupt as exc:
         interrupted = exc
+    except DatasetFailed as exc:
+        failed = exc
     finally:
         tuner.give_back()
     if interrupted is not None:  # what was measured goes with it
         free_cut_off_batch(interrupted, shared_before)
         return Outcome(tuner.interrupted_result(label, time.perf_counter() - started), error=interrupted)
+    if failed is not None:  # the user's error, from their own frame, below what was measured before it
+        result = tuner.failed_result(label, time.perf_counter() - started, failed)
+        error, failed = failed.error, None
+        return Outcome(result, error=error.with_traceback(from_user_code(error.__traceback__)))
     return Outcome(tuner.result(label, time.perf_counter() - started))
+
+
+class DatasetFailed(Exception):
+    """The user's dataset, sampler or collate function raised during a pass: their error, not the setting's."""
+
+    def __init__(self, settings: LoaderSettings, error: Exception):
+        super().__init__(str(error))
+        self.settings, self.error = settings, error
 
 
 class _Tuner:
@@ -151,6 +165,10 @@ class _Tuner:
         iterator = None
         try:
             loader = self._loader(s)
+        except Exception as exc:  # noqa: BLE001  (a setting this DataLoader refuses)
+            row.error = loader_failure_text(exc)
+            return
+        try:
             start = time.perf_counter()
             iterator = self._iter(loader)
             next(iterator)
@@ -158,7 +176,12 @@ class _Tuner:
             done, timed = self._steady(loader, iterator, s)
             if done:
                 row.batches_per_s.append(done / timed)
-        except Exception as exc:  # a worker crashed or the dataset raised
+        except Exception as exc:  # a worker crashed, or the user's dataset raised
+            # Without workers all a pass runs is the user's dataset, sampler and collate function: their
+            # error ends the tune.  Under workers, an error (the dataset's, re-raised by torch, or a worker
+            # that died or timed out) is that setting's failure: kept in its row, the others still run.
+            if s.num_workers == 0:
+                raise DatasetFailed(s, exc) from None
             row.error = loader_failure_text(exc)
         finally:
             # Persistent workers too: left running, they would go on filling their prefetch buffer
@@ -288,10 +311,21 @@ class _Tuner:
     def interrupted_result(self, label: str, seconds: float) -> LoaderTuneResult:
         """The settings measured before an interrupt, recommending none: a partial sweep's
         rounds are not paired and the settings not yet run could be the fastest."""
+        return self._partial_result(label, seconds, "interrupted")
+
+    def failed_result(self, label: str, seconds: float, failed: DatasetFailed) -> LoaderTuneResult:
+        """The settings measured before the user's dataset raised, recommending none, and why it stopped."""
+        error = failed.error
+        text = loader_failure_text(error).partition(": ")[2] or type(error).__name__
+        return self._partial_result(label, seconds, f"Stopped: your dataset or collate function raised "
+                                    f"{type(error).__name__} under {failed.settings.label()} ({text}; the error "
+                                    "is below)")
+
+    def _partial_result(self, label: str, seconds: float, why: str) -> LoaderTuneResult:
         measured = sum(1 for row in self.rows.values() if row.batches_per_s)
-        self.notes.append(f"interrupted after {measured} of {len(self.rows)} settings had a pass: "
-                          "no change is recommended from a partial sweep")
-        return self.result(label, seconds, recommend=False)
+        stopped = (f"{why} after {measured} of {len(self.rows)} settings had a pass: "
+                   "no change is recommended from a partial sweep")
+        return replace(self.result(label, seconds, recommend=False), stopped=stopped)
 
     def result(self, label: str, seconds: float, recommend: bool = True) -> LoaderTuneResult:
         best, speedup, ci = self.recommendation() if recommend else (self.current, None, None)

@@ -22,6 +22,8 @@ def headline(r: LoaderTuneResult) -> str:
     "× current" above 1, or the current settings when no setting measured faster than them.
     The recommendation follows run.recommend: the fastest of the settings surely (95%) faster
     than the current ones, or a simpler one that it is not surely faster than."""
+    if r.stopped is not None:  # a partial sweep recommends nothing: its rounds are not paired
+        return r.stopped
     ci = _fmt_ci(r.ci, " (95% CI {})")
     if r.best == r.current:
         if r.fastest == r.current:
