@@ -23,6 +23,7 @@ from .interrupts import signal_handler_code
 from .limits import SettingError
 from .outcome import Outcome
 from .render.base import widget_frontend
+from .render.format import visible
 
 # Every magic that runs code measures one device: the one named here, else where its tensors are.
 DEVICE_ARGUMENT = argument(
@@ -265,7 +266,7 @@ class Progress:
         self.handle = display(self._bundle("starting…"), raw=True, display_id=True)
 
     def _bundle(self, text: str) -> dict:
-        return {"text/plain": f"{self.magic}: {text}"}
+        return {"text/plain": visible(f"{self.magic}: {text}")}
 
     def say(self, text: str) -> None:
         self.handle.update(self._bundle(text), raw=True)
@@ -284,7 +285,7 @@ def interrupted_line(result) -> str:
     """One line on what an interrupted magic measured before it stopped."""
     if result is None:
         return "interrupted before there was anything to report"
-    return result.interrupted_line()
+    return visible(result.interrupted_line())
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -14,9 +14,11 @@ from typing import Any, Callable
 
 from ..shell import current_shell
 from . import saved
+from .format import visible
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 REPR_SUMMARY_CHARS = 120  # the headline in a result's repr is cut here
+VIEW_WHITESPACE = "\n\t"  # the control characters a view's own layout uses
 
 CSS = """<style>
 .tm-report{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;line-height:1.45;
@@ -79,11 +81,13 @@ class Result:
         shown, never the other way round."""
         raise NotImplementedError
 
+    # Every view's output goes through visible(): a name from the user's code (a module, a variable, a
+    # record_function range, an exception's message) may hold terminal escapes, shown here, never acted on.
     def to_text(self) -> str:
-        return self._view().text(self)
+        return visible(self._view().text(self), keep=VIEW_WHITESPACE)
 
     def to_html(self) -> str:
-        return self._view().html(self)
+        return visible(self._view().html(self), keep=VIEW_WHITESPACE)
 
     def controls(self, show_below: Callable[[dict], None]):
         """The live view's ipywidgets controls (a finding's verify buttons), or None.  ``show_below``
@@ -103,7 +107,7 @@ class Result:
         Results are dataclasses: each declares ``repr=False`` or its own ``__repr__``, so that a
         repr never dumps every field."""
         try:
-            summary = " ".join(self.headline().split()) if hasattr(self, "headline") else ""
+            summary = " ".join(visible(self.headline()).split()) if hasattr(self, "headline") else ""
         except Exception:  # a repr must never raise: it is what a debugger or a log shows
             summary = ""
         if len(summary) > REPR_SUMMARY_CHARS:
@@ -250,6 +254,7 @@ def captured_bundle(captured, error: BaseException | None = None) -> dict:
     texts, pages = [], []
 
     def printed(text: str, css: str = "") -> None:
+        text = visible(text, keep=VIEW_WHITESPACE)  # what ran printed it; this report shows it, escapes written out
         if text:
             texts.append(text.rstrip("\n"))
             pages.append(f'<pre class="{css}">{html.escape(text)}</pre>')

@@ -1,6 +1,19 @@
-"""Human units for times, sizes and shares, shared by every renderer."""
+"""Human units for times, sizes and shares, shared by every renderer, and names made safe to show."""
 
 from __future__ import annotations
+
+import re
+
+# What a terminal or a page acts on rather than shows: C0 and C1 controls (ESC starts an ANSI sequence,
+# CR overwrites a line), DEL, the bidirectional overrides and isolates (they reorder what is read), and
+# the Unicode line and paragraph separators.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str, keep: str = "") -> str:
+    """``text`` with each control character (but those in ``keep``) written out as its escape, \\x1b or
+    \\u202e, as repr() writes it: a name from the user's code can colour, move or hide nothing."""
+    return _CONTROLS.sub(lambda m: m.group() if m.group() in keep else ascii(m.group())[1:-1], text)
 
 
 def fmt_us(us: float | None) -> str:

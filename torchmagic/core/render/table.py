@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .format import visible
+
 
 @dataclass(frozen=True)
 class Column:
@@ -28,7 +30,7 @@ class Table:
     def _cells(self) -> tuple[list[Column], list[list[str]], int]:
         """The columns worth showing, their cells, and how many rows were cut."""
         shown = self.rows if self.limit is None else self.rows[: self.limit]
-        cells = [[c.value(r) for c in self.columns] for r in shown]
+        cells = [[visible(c.value(r)) for c in self.columns] for r in shown]  # a name's newline stays in its cell
         keep = [i for i, c in enumerate(self.columns)
                 if not c.optional or any(row[i] not in ("", "–") for row in cells)]
         return ([self.columns[i] for i in keep], [[row[i] for i in keep] for row in cells],
