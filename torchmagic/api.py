@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +13,8 @@ from .core.cell import Cell
 from .core.devices import Device, choose_device
 from .core.expectations import Expectation, as_expectation
 from .core.shell import current_shell
-from .core.limits import parse_budget_text, usable_cores
+from .core.limits import SettingError, parse_budget_text, usable_cores
+from .core.render.saved import NotAResultFile
 from .core.outcome import Outcome
 from .core.state import names_used, referenced_values, values_named
 from .features.autobatch.result import AutobatchResult
@@ -29,9 +31,26 @@ from .features.memory.result import MemoryResult
 from .features.profile.result import ProfileResult
 from .features.profile.options import ProfileOptions
 from .features.profile.run import run_profile
+from .features.profile.traces.reader import TraceFileError
 from .features.profile.user import UserSetup, user_setup
 
+# Bad input to a twin, said in one line: raised from the twin the script called, not from the frames
+# of ours that found it (the user's own exceptions keep their whole traceback)
+_REFUSALS = (SettingError, TraceFileError, NotAResultFile)
 
+
+def _refused_here(twin):
+    @functools.wraps(twin)
+    def checked(*args, **kwargs):
+        __tracebackhide__ = True  # noqa: F841
+        try:
+            return twin(*args, **kwargs)
+        except _REFUSALS as exc:
+            raise exc.with_traceback(None) from None
+    return checked
+
+
+@_refused_here
 def profile(fn: Callable[[], Any], *, steps: int = 1, warmup: int = 0, record_shapes: bool = False,
             memory: bool = False, stack: bool = False, flops: bool = False, trace: str | None = None,
             trace_overwrite: bool = False, sort: str = "auto", top: int = 15, device: Device | str | None = None,
@@ -63,6 +82,7 @@ def _profile(fn: Callable[[], Any], options: ProfileOptions, label: str, device:
     return _finish(run_profile(fn, options, label=label, device=device, user=user, code=code))
 
 
+@_refused_here
 def profile_code(code: str, namespace: dict[str, Any] | None = None, **options) -> ProfileResult:
     """Profile a code string run in ``namespace`` (a fresh dict by default), as the magic does.
 
@@ -81,6 +101,7 @@ def profile_code(code: str, namespace: dict[str, Any] | None = None, **options) 
                     user_setup(names_used(cell.names, namespace), usable_cores()), code)
 
 
+@_refused_here
 def autobatch(step: Callable[[int], Any], *, budget: float | None = None, min: int = 1,  # noqa: A002
               max: int = 65536, multiple_of: int = 1, margin: float = 0.1,  # noqa: A002
               target_batch: int | None = None, throughput: bool = False, estimate: bool = True,
@@ -104,6 +125,7 @@ def autobatch(step: Callable[[int], Any], *, budget: float | None = None, min: i
                                  label=getattr(step, "__name__", "autobatch")))
 
 
+@_refused_here
 def compare(fn: Callable[..., Any], *, model: Any = None,
             variants: str | list[str | Variant] = DEFAULT_VARIANTS, runs: int | None = None,
             min_time: float = 1.0, warmup: int = 3, dtype: str | None = None, atol: float | None = None,
@@ -151,6 +173,7 @@ def memory(namespace: dict[str, Any] | None = None, *, top: int = 10) -> MemoryR
     return memory_report(namespace, hidden=_ipython_hidden(namespace), top=top)
 
 
+@_refused_here
 def measure_memory(fn: Callable[[], Any], namespace: dict[str, Any] | None = None, *,
                    device: Device | str | None = None) -> MemoryResult:
     """Run ``fn()`` and report its peak and net allocations on the device (no peak counter is
@@ -190,6 +213,7 @@ def watch_memory(interval: float = 1.0):
     return MemoryWatch(visible_accelerators(), interval).start()
 
 
+@_refused_here
 def loadertune(loader: Any, *, workers: list[int] | None = None, batches: int | None = None,
                seconds: float = 0.5, rounds: int = 6, step: Callable[[Any], Any] | None = None,
                restore: list[Any] | None = None, device: Device | str | None = None,
@@ -217,6 +241,7 @@ def loadertune(loader: Any, *, workers: list[int] | None = None, batches: int | 
                                   label=getattr(loader, "__name__", type(loader).__name__)))
 
 
+@_refused_here
 def analyze(source, *, label: str | None = None, operators: bool = True):
     """The traces a job wrote elsewhere, per rank and across ranks: a Chrome/Perfetto trace JSON
     (``.json`` or ``.json.gz``), a directory of per-rank traces as ``tensorboard_trace_handler``
@@ -246,11 +271,16 @@ def diff(before, after):
     that went away, appeared or stayed.  ``before`` and ``after`` are ProfileResults (a one-rank
     TraceAnalysis stands for its ``.profile``).  Returns a :class:`ProfileDiff`.
     """
-    from .features.profile.diff import diff_profiles
+    from .features.profile.diff import diff_profiles, step_problem
 
-    return diff_profiles(_as_profile(before, "before"), _as_profile(after, "after"))
+    sides = [_as_profile(before, "before"), _as_profile(after, "after")]
+    for name, profile in zip(("before", "after"), sides):
+        if (problem := step_problem(profile)) is not None:
+            raise ValueError(f"torchmagic.diff: {name} ({profile.label}): {problem}")
+    return diff_profiles(*sides)
 
 
+@_refused_here
 def load(path: str):
     """The result saved in ``path`` by ``result.save(path)`` (in this process or another, today or
     before): the same plain data, shown and compared (``diff(load("before.json"), after)``) as the
@@ -266,13 +296,16 @@ def load(path: str):
 
 
 def _as_profile(value, name: str) -> ProfileResult:
-    profile = getattr(value, "profile", value)  # a TraceAnalysis of one rank holds its ProfileResult
-    if not isinstance(profile, ProfileResult):
+    from .features.profile.diff import profile_in
+
+    profile = profile_in(value)  # a TraceAnalysis of one rank holds its ProfileResult
+    if profile is None:
         raise TypeError(f"{name} must be a ProfileResult (from torchmagic.profile or %%torchprofile -o NAME), "
                         f"or the TraceAnalysis of one rank's trace; got {type(value).__name__}")
     return profile
 
 
+@_refused_here
 def profile_ranks(code: str, ranks: int, *, share: dict[str, Any] | None = None, backend: str | None = None,
                   steps: int = 1, warmup: int = 0, record_shapes: bool = False, trace: str | None = None,
                   trace_overwrite: bool = False, nnodes: int = 1, node_rank: int = 0, master: str | None = None,
@@ -296,6 +329,7 @@ def profile_ranks(code: str, ranks: int, *, share: dict[str, Any] | None = None,
     return run_ranks(code, dict(share or {}), options, gpus=nccl_gpus(), label=label)
 
 
+@_refused_here
 def autobatch_ranks(code: str, ranks: int, *, step: str = "step", share: dict[str, Any] | None = None,
                     backend: str | None = None, budget: float | None = None, min: int = 1,  # noqa: A002
                     max: int = 65536, multiple_of: int = 1, margin: float = 0.1,  # noqa: A002

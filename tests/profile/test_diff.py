@@ -153,3 +153,59 @@ def test_energy_per_step_from_nvmls_counter_on_a_gpu():
     assert "J per step (NVML)" in r.to_text().splitlines()[0]
     assert any(note.startswith("Energy: the profiled steps took") for note in r.notes)  # a short window
     assert torchmagic.profile(lambda: torch.ones(4), device=FakeCudaDevice()).energy_j_per_step is None
+
+
+RAISING_VALUES = """
+class RaisingProfile:
+    @property
+    def profile(self):
+        raise RuntimeError("the user's property raised")
+class RaisingGetattr:
+    def __getattr__(self, name):
+        raise KeyError(name)
+raising_property, raising_getattr = RaisingProfile(), RaisingGetattr()
+"""
+
+
+@pytest.mark.parametrize("name, kind", [("raising_property", "RaisingProfile"), ("raising_getattr", "RaisingGetattr")])
+def test_diff_against_an_object_whose_attributes_raise_is_refused_in_one_line(shell, name, kind):
+    """Issue 51: reading .profile of the user's object ran their property (RuntimeError, KeyError from magic.py)."""
+    shell.run_cell(RAISING_VALUES)
+    result, captured = run(shell, f"%%torchprofile --diff {name}\nx = 1\n")
+    shown = (captured.stdout + captured.stderr).strip()
+    assert shown == (f"UsageError: %%torchprofile: --diff {name}: a value of type {kind}, not a profile with a step "
+                     "to compare (store one with %%torchprofile -o NAME, or save one with NAME.save(PATH))"), shown
+    with pytest.raises(TypeError, match=f"got {kind}"):
+        torchmagic.diff(shell.user_ns[name], shell.user_ns[name])
+
+
+def test_the_python_diff_of_a_profile_without_steps_is_refused_from_the_call(tmp_path):
+    """Issue 51: torchmagic.diff of a profile with no step raised from diff.py, inside the package."""
+    import dataclasses
+    import traceback
+
+    model, x = torch.nn.Linear(8, 8), torch.randn(2, 8)
+    done = torchmagic.profile(lambda: model(x), steps=2)
+    empty = dataclasses.replace(done, step_s=[])
+    with pytest.raises(ValueError) as caught:
+        torchmagic.diff(empty, done)
+    assert str(caught.value) == ("torchmagic.diff: before (<lambda>): a profile with no complete step, not a profile "
+                                 "with a step to compare")
+    frames = traceback.extract_tb(caught.value.__traceback__)
+    assert [f.filename for f in frames if "torchmagic" in f.filename][-1].endswith("torchmagic/api.py")
+
+
+def test_a_refused_trace_is_raised_from_the_twin_the_script_called(tmp_path):
+    """Issue 51: a trace refused for a negative value raised from traces/run.py; now from torchmagic.analyze."""
+    import traceback
+
+    from torchmagic.features.profile.traces.reader import TraceFileError
+
+    path = tmp_path / "negative.json"
+    path.write_text('{"traceEvents": [{"ph": "X", "name": "ProfilerStep#0", "cat": "user_annotation", "ts": 1, '
+                    '"dur": -5, "pid": 1, "tid": 1}]}')
+    with pytest.raises(TraceFileError) as caught:
+        torchmagic.analyze(path)
+    assert "'dur' is -5, not a number of 0 or more" in str(caught.value)
+    files = [f.filename for f in traceback.extract_tb(caught.value.__traceback__)]
+    assert files[-1].endswith("torchmagic/api.py"), files

@@ -66,7 +66,7 @@ for field in ("ts", "dur"):
             case(f"{field}-{label}", trace(op(**{field: value})), f"traceEvents[1] (\"aten::mm\"): '{field}' is")
     case(f"{field}-huge", trace(op(**{field: HUGE})), "holds a number too long to read")
     case(f"{field}-missing", trace(op(**{field: None})), None if field == "dur" else "'ts' is missing")
-case("dur-negative", trace(op(dur="-3")), "'dur' is an integer, not a number not below 0")
+case("dur-negative", trace(op(dur="-3")), "'dur' is -3, not a number of 0 or more")
 case("dur-null", trace(op(dur="null")), None)
 for label, value in {"int": "123", "list": '["a"]', "object": "{}", "bool": "false", "huge": HUGE,
                      "large": LARGE}.items():

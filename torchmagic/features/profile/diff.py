@@ -7,6 +7,7 @@ two samples, not pairs: core/measure/stats.unpaired_ratio), operators added, rem
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -81,6 +82,25 @@ class ProfileDiff(Result):
         data = asdict(self)
         data["speedup"] = self.speedup
         return data
+
+
+def profile_in(value: Any) -> ProfileResult | None:
+    """The profile ``value`` stands for on one side of a diff: itself, or a one-rank TraceAnalysis's.  Told
+    by type: no attribute of the user's object is read (a property or ``__getattr__`` may raise anything)."""
+    from .traces.result import TraceAnalysis
+
+    profile = value.profile if isinstance(value, TraceAnalysis) else value
+    return profile if isinstance(profile, ProfileResult) else None
+
+
+def step_problem(profile: ProfileResult) -> str | None:
+    """Why ``profile`` has no step a diff can take a ratio with, in words that follow its name; None if it has."""
+    if not profile.step_s:
+        return "a profile with no complete step, not a profile with a step to compare"
+    if not all(0 < s < math.inf for s in profile.step_s):  # a trace's clock can give these
+        shown = ", ".join(f"{s:g}" for s in profile.step_s[:3]) + (", ..." if len(profile.step_s) > 3 else "")
+        return f"its steps must each take a positive time to compare with, and they are {shown} s"
+    return None
 
 
 def diff_profiles(before: ProfileResult, after: ProfileResult, labels: tuple[str, str] | None = None) -> ProfileDiff:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 
 from IPython.core.magic import cell_magic, magics_class
@@ -17,7 +16,7 @@ from ...core.render.saved import NotAResultFile
 from ...core.render.saved import load as load_saved
 from ...core.state import names_used, values_named
 from .budget import CaptureBudgetError
-from .diff import diff_profiles
+from .diff import diff_profiles, profile_in, step_problem
 from .options import SORT_KEYS, ProfileOptions
 from .result import ProfileResult
 from .traces.magic import TracesMagics, ranks_magic
@@ -136,19 +135,19 @@ class ProfileMagics(TorchMagicsBase):
                 value = load_saved(os.path.expanduser(name))
             except NotAResultFile as exc:
                 raise usage_error(f"%%torchprofile: --diff {exc}") from None
+        elif name in self.shell.user_ns:
+            value = self.shell.user_ns[name]
         else:
-            value = self.shell.user_ns.get(name)
-        base = getattr(value, "profile", value)  # a one-rank TraceAnalysis holds its ProfileResult
-        if not isinstance(base, ProfileResult) or not base.step_s:
-            what = "not defined" if value is None and name not in self.shell.user_ns else f"a value of type {type(value).__name__}"
-            if isinstance(value, ProfileResult):
-                what = "a profile with no complete step"
-            raise usage_error(f"%%torchprofile: --diff {name}: {what}, not a profile with a step to compare "
-                              f"(store one with %%torchprofile -o NAME, or save one with NAME.save(PATH))")
-        if not all(0 < s < math.inf for s in base.step_s):  # a trace's clock can give these: no ratio to take
-            shown = ", ".join(f"{s:g}" for s in base.step_s[:3]) + (", ..." if len(base.step_s) > 3 else "")
-            raise usage_error(f"%%torchprofile: --diff {name}: its steps must each take a positive time to compare "
-                              f"with, and they are {shown} s")
+            raise usage_error(f"%%torchprofile: --diff {name}: not defined, not a profile with a step to compare "
+                              f"{_HOW_TO_KEEP_A_PROFILE}")
+        base = profile_in(value)
+        if base is None:
+            raise usage_error(f"%%torchprofile: --diff {name}: a value of type {type(value).__name__}, not a profile "
+                              f"with a step to compare {_HOW_TO_KEEP_A_PROFILE}")
+        problem = step_problem(base)
+        if problem is not None:
+            raise usage_error(f"%%torchprofile: --diff {name}: {problem}"
+                              + (f" {_HOW_TO_KEEP_A_PROFILE}" if not base.step_s else ""))
         return base
 
     def _verify_runner(self, cell: str):
@@ -170,4 +169,5 @@ class ProfileMagics(TorchMagicsBase):
 share_help(ProfileMagics.torchprofile, TracesMagics.torchprofile_load,
            "The line magic %torchprofile --load PATH, for traces a job wrote elsewhere")
 
+_HOW_TO_KEEP_A_PROFILE = "(store one with %%torchprofile -o NAME, or save one with NAME.save(PATH))"
 VERIFY_BASE = "_torchprofile_before"  # where a verify button keeps the profile its diff compares with

@@ -40,9 +40,9 @@ def kind(value: Any) -> str:
     if isinstance(value, dict):
         return "an object"
     if isinstance(value, float):
-        return "NaN" if math.isnan(value) else "infinite" if math.isinf(value) else "a fraction"
+        return "NaN" if math.isnan(value) else "infinite" if math.isinf(value) else f"{value:.6g}"
     if isinstance(value, int):
-        return f"an integer of {len(str(value)):,} digits" if abs(value) >= INT_LIMIT else "an integer"
+        return f"an integer of {len(str(value)):,} digits" if abs(value) >= INT_LIMIT else str(value)
     return type(value).__name__
 
 
@@ -78,7 +78,7 @@ class EventFields:
             if default is not None:
                 return default
             raise self.refuse(ev, index, f"'{key}'", "is missing")
-        wanted = "a number not below 0" if key == "dur" else "a finite number"
+        wanted = "a number of 0 or more" if key == "dur" else "a finite number"
         return self._wrong(ev, index, f"'{key}'", value, wanted)
 
     def text(self, value: Any, ev: dict, index: int, field: str, default: str = "") -> str:
@@ -122,7 +122,7 @@ class EventFields:
         value = args.get(key, default)
         if type(value) in (int, float) and 0 <= value < INT_LIMIT:
             return value
-        return self._wrong(ev, index, f'args["{key}"]', value, "a number not below 0")
+        return self._wrong(ev, index, f'args["{key}"]', value, "a number of 0 or more")
 
     def hashable(self, value: Any, ev: dict, index: int, field: str) -> int | str:
         """A thread or stream id: an integer or a string."""
