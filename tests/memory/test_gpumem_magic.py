@@ -143,3 +143,18 @@ def test_help_lists_the_options():
     doc = MemoryMagics.gpumem.__doc__
     for option in ("--free", "--reset", "--watch", "--stop", "--top", "-o", "-q", "%%gpumem"):
         assert option in doc
+
+
+def test_free_refuses_code_and_values_without_tensors_and_deletes_nothing(shell):
+    """Issue 51: --free json answered "deleted: json" (torch too); names holding no tensor memory are refused."""
+    shell.run_cell("import json\nimport functools\ndef helper():\n    pass\nclass Holder:\n    pass\n"
+                   "count = 3\nkept = torch.ones(1024)\npartial = functools.partial(print)")
+    for name, why in (("json", "is a module"), ("torch", "is a module"), ("helper", "is a function"),
+                      ("Holder", "is a class"), ("partial", "is a function"), ("count", "holds no tensor memory (it is int)")):
+        result, captured = run(shell, f"%gpumem --free kept {name}")
+        shown = (captured.stdout + captured.stderr).strip()
+        assert shown == (f"UsageError: %gpumem --free: {name} {why}: --free deletes variables that hold tensors "
+                         "(nothing was freed)"), shown
+        assert name in shell.user_ns and "kept" in shell.user_ns
+    result, captured = run(shell, "%gpumem --free kept -q")
+    assert result.success and "kept" not in shell.user_ns

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import functools
 import gc
+import inspect
+import types
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -19,7 +22,22 @@ from .result import Freed, MemoryResult
 
 
 class NotFreeable(ValueError):
-    """Names that are IPython's (its history, exit, get_ipython ...), not the user's variables."""
+    """Names that are IPython's (its history, exit, get_ipython ...), or code, or hold no tensor memory."""
+
+
+def _not_memory(value: Any, walker: Walker) -> str | None:
+    """Why deleting the name holding ``value`` frees no memory worth a --free, or None: a module, class or
+    function is code the notebook goes on using (``import torch`` deleted breaks every later cell), and a
+    value holding no tensor has nothing to give back."""
+    if isinstance(value, types.ModuleType):
+        return "is a module"
+    if isinstance(value, type):
+        return "is a class"
+    if inspect.isroutine(value) or isinstance(value, functools.partial):
+        return "is a function"
+    if not walker.holding(value).storages:
+        return f"holds no tensor memory (it is {type(value).__name__})"
+    return None
 
 
 @guards
@@ -45,6 +63,9 @@ def free(names: list[str], namespace: dict[str, Any], *, hidden: Iterable[str] =
     devices = visible_accelerators() if devices is None else devices
     walker = Walker()
     targets: dict[tuple[str, int], int] = {}
+    refused = [f"{name} {why}" for name in names if (why := _not_memory(namespace[name], walker)) is not None]
+    if refused:
+        raise NotFreeable(f"{'; '.join(refused)}: --free deletes variables that hold tensors (nothing was freed)")
     for name in names:
         targets.update(walker.holding(namespace[name]).storages)
     if not names:
