@@ -10,6 +10,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from ...core.devices import visible_accelerators
+from ...core.interrupts import deliver_pending, guarded, uninterruptible
 from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, usage_error, user_frames_only
 from ...core.outcome import Outcome
 from ...core.render.base import widget_frontend
@@ -21,6 +22,7 @@ from .pins import Pin, ipython_names, namespace_pins
 from .report import memory_report
 from .run import run_cell_memory
 from .watch import MemoryWatch, check_interval
+from .watch_result import WatchResult
 
 
 @magics_class
@@ -87,7 +89,8 @@ class MemoryMagics(TorchMagicsBase):
         if action == "stop":
             if self._watch is None:
                 raise usage_error("%gpumem: no watch is running (start one with %gpumem --watch)")
-            result, self._watch = self._watch.stop(), None
+            with guarded():  # a Ctrl-C while it stops is raised once the thread is stopped
+                result = self.stop_watch()
         elif action == "free":
             try:
                 result = free(args.free, namespace, hidden=hidden, top=args.top, extra_pins=self._ipython_pins)
@@ -126,25 +129,41 @@ class MemoryMagics(TorchMagicsBase):
             check_interval(interval)
         except ValueError as exc:
             raise usage_error(f"%gpumem --watch: {exc.problem}") from None
-        self.stop_watch()
         view = None
         if widget_frontend():  # an output updated in place: HTML, so the last reading stays in a saved notebook
             view = display({"text/plain": ""}, raw=True, display_id=True)
-        self._watch = MemoryWatch(visible_accelerators(), interval,
-                                  on_sample=(lambda w: view.update(w.result()._repr_mimebundle_(), raw=True))
-                                  if view else None).start()
-        # a watch outlives neither these magics nor the process's shell: stopped when they are
-        # collected (a reloaded extension's), and at exit, before the interpreter tears down
-        weakref.finalize(self, self._watch.stop)
+        watch = MemoryWatch(visible_accelerators(), interval,  # not started yet: a Ctrl-C so far leaves no thread
+                            on_sample=(lambda w: view.update(w.result()._repr_mimebundle_(), raw=True))
+                            if view else None)
+        with guarded():  # a Ctrl-C from here is raised once the watch runs and is known, or not started at all
+            self._watch_instead(watch)
         if view is None:
             print(f"%gpumem: watching every {interval:g} s in the background; %gpumem --stop shows what it saw")
         return None
 
-    def stop_watch(self) -> None:
-        """Stop the watch, if one runs (unloading the extension does: no command could reach it after)."""
+    _stop_at_exit: weakref.finalize | None = None
+
+    @uninterruptible
+    def _watch_instead(self, watch: MemoryWatch) -> None:
+        """Stop the watch that runs, if any, and start ``watch``: the thread is never left without its owner."""
+        self.stop_watch()
+        self._watch = watch.start()
+        # a watch outlives neither these magics nor the process's shell: stopped when they are
+        # collected (a reloaded extension's), and at exit, before the interpreter tears down
+        self._stop_at_exit = weakref.finalize(self, watch.stop)
+        deliver_pending()
+
+    @uninterruptible
+    def stop_watch(self) -> WatchResult | None:
+        """Stop the watch, if one runs (unloading the extension does: no command could reach it after),
+        and say what it saw."""
         watch, self._watch = self._watch, None
-        if watch is not None:
-            watch.stop()
+        if self._stop_at_exit is not None:
+            self._stop_at_exit.detach()
+            self._stop_at_exit = None
+        result = watch.stop() if watch is not None else None
+        deliver_pending()
+        return result
 
     def _measure_cell(self, cell: str, args):
         __tracebackhide__ = True  # noqa: F841
