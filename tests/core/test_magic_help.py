@@ -139,3 +139,17 @@ def test_help_of_the_package_opens_with_a_map_of_the_api():
         assert result in first_screen  # where the results live
     assert "-o NAME" in first_screen and "%name?" in first_screen  # how to keep one, where the options are
     assert first_screen.index("%loadertune") < first_screen.index("CLASSES")  # the details come after the map
+
+
+@pytest.mark.parametrize("line, cell", [
+    ("%%torchprofile --step 3", "ran = True"), ("%%torchprofile --warm 1", "ran = True"),
+    ("%%amp_compare --variant eager,amp", "ran = True"), ("%%amp_compare --min 0.1", "ran = True"),
+    ("%autobatch --budg 1GiB step", None), ("%loadertune loader --work 0,1", None), ("%gpumem --wat", None),
+])
+def test_an_abbreviated_option_is_refused_not_guessed(shell, line, cell):
+    """Issue 51: --step 3 was silently taken as --steps 3 (argparse's prefix matching)."""
+    shell.run_cell("ran = False\nstep = lambda bs: None\nloader = []")
+    result, captured = run(shell, line if cell is None else f"{line}\n{cell}")
+    shown = (captured.stdout + captured.stderr).strip()
+    assert "unrecognized arguments" in shown and len(shown.splitlines()) == 1, shown
+    assert shell.user_ns["ran"] is False

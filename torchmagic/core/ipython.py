@@ -55,6 +55,9 @@ def parse_argstring(magic, line: str, name: str):
     with shlex's errors (an unclosed quote) as usage errors, not tracebacks.  Every error names
     the magic as it was written (``%%torchprofile: argument --steps: invalid int value``):
     argparse's own messages name neither the magic nor whether it is a cell magic."""
+    # an abbreviation is refused, not guessed: argparse would take --step 3 for --steps 3 (and --max for
+    # --max-time), silently, on a magic whose options differ by a suffix
+    magic.parser.allow_abbrev = False
     try:
         return magic.parser.parse_args(arg_split(line, posix=True))
     except ipython_error.UsageError as exc:  # argparse's messages quote the arguments
