@@ -112,6 +112,21 @@ def test_exception_shows_partial_profile_then_user_traceback(shell):
     assert shell.user_ns["x"][0] == 21  # the cell's assignments before the error stay
 
 
+def test_a_cell_that_raised_before_a_step_finished_gets_no_findings(shell):
+    """Issue 51: a cell that raised after two ops still showed "inference_grad ... 1.00-20.00x"."""
+    shell.run_cell("model = torch.nn.Linear(64, 64)\nx = torch.randn(4, 64)")
+    result, captured = run(shell, "%%torchprofile --steps 2 -o failed\ny = model(x)\nz = y * 2\n"
+                                  "raise RuntimeError('the user broke it')")
+    assert isinstance(result.error_in_exec, RuntimeError)
+    r = shell.user_ns["failed"]
+    assert r.findings == [] and any(op.name == "aten::linear" for op in r.ops)  # what ran is still shown
+    assert any(note.startswith("No findings: the cell raised before a profiled step finished") for note in r.notes)
+    assert "inference_grad" not in captured.outputs[0].data["text/plain"]
+    # the same step without the error is diagnosed
+    result, _ = run(shell, "%%torchprofile --steps 2 -o fine -q\nfor _ in range(20):\n    y = model(x)\n")
+    assert result.success and shell.user_ns["fine"].finding("inference_grad") is not None
+
+
 @pytest.mark.parametrize("options, cell", [
     ("", "undefined_name + 1"),  # a typo on the first line
     ("--warmup 2", "undefined_name + 1"),  # in the first warm-up run

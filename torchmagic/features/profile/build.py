@@ -140,6 +140,10 @@ def _analysed(prof, results, m: Measured, notes: list[str]) -> dict[str, Any]:
                               flops=options.flops, python_calls=python_calls(results) if options.stack else ())
     ctx = _with_amp_estimate(m.ctx, summary, m.device, notes)
     fields = summary_fields(summary, ctx, len(m.step_s), notes)
+    if m.error is not None and not m.step_s:  # a fragment of a step that failed is no step to diagnose
+        fields["findings"] = []
+        notes.append("No findings: the cell raised before a profiled step finished, and what ran of it is not "
+                     "the step its fix would change (fix the error, then profile again).")
     tree = results.experimental_event_tree() if options.memory or options.stack else None
     if options.memory and summary.step_start_us:
         first_step_ns = results.trace_start_ns() + round(summary.step_start_us[0] * 1000)
