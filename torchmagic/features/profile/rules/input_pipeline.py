@@ -132,15 +132,29 @@ def _loading_on_own_cores(ctx: RuleContext, share: float, evidence: dict, loadin
                + ("workers hide this loading here; set them as below and profile again. " if low > 1.0 else
                   "workers do not make this loader faster here: the loading computes on the step's own cores. ")
                + measures + ("" if low > 1.0 else cheaper))
-    indent = " " * (len(u.loader) + 14)
-    snippet = (f"{u.loader} = DataLoader({u.loader}.dataset, {_batching(u)},\n"
-               f"{indent}collate_fn={u.loader}.collate_fn, worker_init_fn={u.loader}.worker_init_fn,\n"
-               f"{indent}multiprocessing_context={u.loader}.multiprocessing_context, num_workers={workers},\n"
-               f"{indent}persistent_workers=True)   # set it False if the loop breaks out early: each new\n"
-               f"{indent}# iter() would first drain the batches the workers prefetched\n"
-               f"torch.set_num_threads({threads})   # the cores the workers leave")
+    helps = verdict is None or verdict.ci[0] > 1.0  # the snippet does what the text says
+    snippet = _workers_on_cores(u, workers, threads) if helps else _loaded_once(u, verdict.speedup)
     title = f"Input pipeline: {share:.0%} of the step waits on the DataLoader, loading on the step's own cores"
     return make_finding("dataloader", ctx, share, title, evidence, Advice(fix, snippet))
+
+
+def _workers_on_cores(u: UserSetup, workers: int, threads: int) -> str:
+    indent = " " * (len(u.loader) + 14)
+    return (f"{u.loader} = DataLoader({u.loader}.dataset, {_batching(u)},\n"
+            f"{indent}collate_fn={u.loader}.collate_fn, worker_init_fn={u.loader}.worker_init_fn,\n"
+            f"{indent}multiprocessing_context={u.loader}.multiprocessing_context, num_workers={workers},\n"
+            f"{indent}persistent_workers=True)   # set it False if the loop breaks out early: each new\n"
+            f"{indent}# iter() would first drain the batches the workers prefetched\n"
+            f"torch.set_num_threads({threads})   # the cores the workers leave")
+
+
+def _loaded_once(u: UserSetup, speedup: float) -> str:
+    """Where %loadertune measured workers no faster, the fix is cheaper loading, not workers: done once."""
+    return (f"# %loadertune measured workers at {speedup:.2f}x here: keep num_workers={u.loader_workers or 0}, and do\n"
+            "# the per-item work once, before training (where it is deterministic: random augmentation stays)\n"
+            f"cached = [item for item in {u.loader}.dataset]\n"
+            f"{u.loader} = DataLoader(cached, {_batching(u)},\n"
+            f"{' ' * (len(u.loader) + 14)}collate_fn={u.loader}.collate_fn)")
 
 
 def loader_workers(s: TraceSummary, ctx: RuleContext, exposed_us: float) -> tuple[int, int, int | None]:
