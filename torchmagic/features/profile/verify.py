@@ -34,9 +34,9 @@ from .verify_result import VerifyResult
 
 BLOCKS = min_pairs()  # the fewest blocks that give a distribution-free 95% interval (as %%amp_compare's)
 MIN_ROUNDS = 2 * BLOCKS
-# A block's timed calls follow untimed ones lasting this long (calls shorter than LEAD_IN_MAX_S), and always one:
-# the calls right after the other side's, or after the state was put back, find the caches holding something
-# else, which no step in a loop pays (compare/run.py measured that tail on BERT).
+# A block's timed calls follow untimed ones lasting this long where calls are shorter than LEAD_IN_MAX_S: the calls
+# right after the other side's, or after the state was put back, find the caches holding something else, which no
+# step in a loop pays (compare/run.py measured that tail on BERT); a longer call's tail is a small part of it.
 LEAD_IN_S = 0.01
 LEAD_IN_MAX_S = 0.1
 BUSY_CPU_WAIT = 0.10  # from this share of their ready time waiting for a CPU, the rounds ran on a busy machine
@@ -126,7 +126,7 @@ class _Verification:
 
     def _block(self, i: int, calls: int, seconds_per_call: float) -> Callable[[], tuple[float, int]]:
         call = self.calls[i]
-        lead_in = max(1, calls_per_block(seconds_per_call, LEAD_IN_S)) if seconds_per_call < LEAD_IN_MAX_S else 1
+        lead_in = calls_per_block(seconds_per_call, LEAD_IN_S) if seconds_per_call < LEAD_IN_MAX_S else 0
 
         def run_block() -> tuple[float, int]:
             __tracebackhide__ = True  # noqa: F841
