@@ -156,8 +156,8 @@ class ProfileMagics(TorchMagicsBase):
 
     def _verify_runner(self, cell: str):
         """Runs a finding's verify command from the report's button: a cell magic on top of the
-        profiled cell's code (%%torchprofile with the diff against ``result``, the profile that found
-        it), a line magic as it is.  It holds the cell, not the result: it is kept for as long as the
+        profiled cell's code (%%torchprofile --verify against ``result``, the profile that found it),
+        a line magic as it is.  It holds the cell, not the result: it is kept for as long as the
         result lives, which a reference from it would make for ever."""
         def run(result: ProfileResult, command: str):
             if command.startswith("%%torchprofile"):
@@ -187,4 +187,4 @@ def _profile_options(args) -> ProfileOptions:
 share_help(ProfileMagics.torchprofile, TracesMagics.torchprofile_load,
            "The line magic %torchprofile --load PATH, for traces a job wrote elsewhere")
 
-VERIFY_BASE = "_torchprofile_before"  # where a verify button keeps the profile its diff compares with
+VERIFY_BASE = "_torchprofile_before"  # where a verify button keeps the profile its --verify runs against
