@@ -18,7 +18,7 @@ from .fakes import FakeCudaDevice
 from .profile.traces.synthetic import gpu_steps, write_trace
 
 MiB = 2**20
-RESULT_MODULES = ["profile.result", "profile.diff", "compare.result", "autobatch.result", "memory.result", "memory.watch_result",
+RESULT_MODULES = ["profile.result", "profile.diff", "profile.verify_result", "compare.result", "autobatch.result", "memory.result", "memory.watch_result",
                   "loadertune.result", "profile.traces.result"]
 
 
@@ -66,7 +66,12 @@ def _diff():
     return torchmagic.diff(_profile(), _profile())
 
 
-BUILDERS = [_profile, _diff, _compare, _autobatch, _memory, _watch, _loadertune, _traces]
+def _verify():
+    return torchmagic.profile(lambda: torch.ones(8).add_(1), verify=lambda: torch.ones(8).mul_(2),
+                              expect="0.50-2.00").verified
+
+
+BUILDERS = [_profile, _diff, _verify, _compare, _autobatch, _memory, _watch, _loadertune, _traces]
 
 
 def _all_result_classes() -> set[type]:

@@ -6,6 +6,7 @@ Magic (options: ``%name?``)        Python twin                       What it ans
 %%torchprofile                     profile(fn), profile_code(code)   where a step's time goes, what to fix
 %%torchprofile --diff NAME         diff(before, after)               what a change did to the step
 %%torchprofile --diff PATH         diff(load(PATH), after)           ... against a profile saved (r.save(PATH))
+%%torchprofile --verify NAME       profile_code(code, verify=NAME)   a finding's fix timed against it: the verdict
 %%torchprofile --ranks N           profile_ranks(code, N)            a distributed step, rank by rank
 %torchprofile --load PATH          analyze(path)                     traces a job wrote elsewhere
 %%amp_compare                      compare(fn, model=...)            is AMP / torch.compile / ... faster here

@@ -16,7 +16,7 @@ from .core.shell import current_shell
 from .core.limits import SettingError, parse_budget_text, usable_cores
 from .core.render.saved import NotAResultFile
 from .core.outcome import Outcome
-from .core.state import names_used, referenced_values, values_named
+from .core.state import names_used, objects_used_by, referenced_values, values_named
 from .features.autobatch.result import AutobatchResult
 from .features.autobatch.options import AutobatchOptions
 from .features.autobatch.run import run_autobatch
@@ -33,6 +33,8 @@ from .features.profile.options import ProfileOptions
 from .features.profile.run import run_profile
 from .features.profile.traces.reader import TraceFileError
 from .features.profile.user import UserSetup, user_setup
+from .features.profile.verify import Sides, VerifyOptions, run_verify, same_code_note
+from .features.profile.verify_result import VerifyResult
 
 # Bad input to a twin, said in one line: raised from the twin the script called, not from the frames
 # of ours that found it (the user's own exceptions keep their whole traceback)
@@ -54,7 +56,8 @@ def _refused_here(twin):
 def profile(fn: Callable[[], Any], *, steps: int = 1, warmup: int = 0, record_shapes: bool = False,
             memory: bool = False, stack: bool = False, flops: bool = False, trace: str | None = None,
             trace_overwrite: bool = False, sort: str = "auto", top: int = 15, device: Device | str | None = None,
-            label: str | None = None, capture_budget: float | str | None = None) -> ProfileResult:
+            label: str | None = None, capture_budget: float | str | None = None,
+            verify: Callable[[], Any] | None = None, expect: str | Expectation | None = None) -> ProfileResult:
     """Profile ``fn()`` (a training or inference step) and diagnose its bottlenecks.
 
     ``fn`` runs ``warmup`` times un-profiled, then ``steps`` times under torch.profiler,
@@ -65,6 +68,11 @@ def profile(fn: Callable[[], Any], *, steps: int = 1, warmup: int = 0, record_sh
     events included once the profiler stops: bytes ("2GiB" or a number), or a fraction of the memory
     available (default 0.5); the steps stop before one that would pass it, with a note, and a budget
     that cannot hold one step raises ValueError.
+
+    ``verify``: the step as it was before a finding's fix (``fn`` is the one with the fix): first the two run
+    alternately in interleaved rounds, each block from the same state (put back afterwards), and
+    ``result.verified`` (a VerifyResult) says whether the speedup is within ``expect`` (the finding's
+    prediction, "1.00-1.27"), above, below, or inconclusive; then ``fn`` is profiled as without it.
     """
     __tracebackhide__ = True  # noqa: F841
     if isinstance(capture_budget, str):
@@ -72,8 +80,14 @@ def profile(fn: Callable[[], Any], *, steps: int = 1, warmup: int = 0, record_sh
     options = ProfileOptions(steps=steps, warmup=warmup, record_shapes=record_shapes, memory=memory,
                              stack=stack, flops=flops, trace=trace, trace_overwrite=trace_overwrite, sort=sort,
                              top=top, capture_budget=capture_budget)
-    return _profile(fn, options, label or getattr(fn, "__name__", "profile"),
-                    choose_device(device, referenced_values(fn)))
+    device = choose_device(device, referenced_values(fn))
+    label = label or getattr(fn, "__name__", "profile")
+    _check_verify(verify, expect, callable(verify))
+    state = objects_used_by([*referenced_values(fn), *referenced_values(verify)]) if verify is not None else []
+    verified = _verified(Sides(verify, fn, ("before", label)), expect, state, device) if verify is not None else None
+    result = _profile(fn, options, label, device)
+    result.verified = verified
+    return result
 
 
 def _profile(fn: Callable[[], Any], options: ProfileOptions, label: str, device: Device,
@@ -86,7 +100,9 @@ def _profile(fn: Callable[[], Any], options: ProfileOptions, label: str, device:
 def profile_code(code: str, namespace: dict[str, Any] | None = None, **options) -> ProfileResult:
     """Profile a code string run in ``namespace`` (a fresh dict by default), as the magic does.
 
-    Assignments the code makes stay in ``namespace``; ``options`` are those of :func:`profile`.
+    Assignments the code makes stay in ``namespace``; ``options`` are those of :func:`profile`, where
+    ``verify`` may also be the code before the fix as a string, or the ProfileResult of it (its code):
+    ``profile_code(fixed, globals(), verify=prof, expect=prof.finding("optimizer").expected)``.
     """
     __tracebackhide__ = True  # noqa: F841
     cell = Cell(code)
@@ -97,8 +113,54 @@ def profile_code(code: str, namespace: dict[str, Any] | None = None, **options) 
         return cell.run(namespace)
 
     label, device = options.pop("label", None) or "code", options.pop("device", None)
-    return _profile(step, ProfileOptions(**options), label, choose_device(device, values_named(cell.names, namespace)),
-                    user_setup(names_used(cell.names, namespace), usable_cores()), code)
+    before, expect = options.pop("verify", None), options.pop("expect", None)
+    _check_verify(before, expect, isinstance(before, str | ProfileResult) or callable(before))
+    profile_options = ProfileOptions(**options)
+    device = choose_device(device, values_named(cell.names, namespace))
+    verified = _verified_code(before, (step, code, label), namespace, expect, device) if before is not None else None
+    result = _profile(step, profile_options, label, device, user_setup(names_used(cell.names, namespace), usable_cores()),
+                      code)
+    result.verified = verified
+    return result
+
+
+def _verified_code(before, after: tuple[Callable[[], Any], str, str], namespace: dict[str, Any],
+                   expect, device: Device) -> VerifyResult:
+    """``profile_code``'s verify: ``before`` (code, the ProfileResult of a code, or a callable) against the code."""
+    __tracebackhide__ = True  # noqa: F841
+    step, code, label = after
+    source = before.code if isinstance(before, ProfileResult) else before
+    if source is None:
+        raise SettingError("verify", "takes the profile of a code string or cell; this one was of a function")
+    if isinstance(source, str):
+        cell = Cell(source)
+        names = cell.names | Cell(code).names
+
+        def run_before():
+            __tracebackhide__ = True  # noqa: F841
+            return cell.run(namespace)
+    else:
+        names, run_before = Cell(code).names, source
+    state = objects_used_by(values_named(names, namespace) + (referenced_values(source) if callable(source) else []))
+    verified = _verified(Sides(run_before, step, ("before", label)), expect, state, device, namespace)
+    if isinstance(source, str) and (note := same_code_note(source, code)):
+        verified.notes.insert(0, note)
+    return verified
+
+
+def _check_verify(verify, expect, usable: bool) -> None:
+    if verify is None and expect is not None:
+        raise SettingError("expect", "goes with verify=: it is the prediction the verify judges")
+    if verify is not None and not usable:
+        raise SettingError("verify", f"takes the code before the fix (a callable; for profile_code also a string or "
+                                     f"its ProfileResult), got a {type(verify).__name__}")
+
+
+def _verified(sides: Sides, expect, state: list[Any], device: Device,
+              namespace: dict[str, Any] | None = None) -> VerifyResult:
+    __tracebackhide__ = True  # noqa: F841
+    options = VerifyOptions(expect=as_expectation(expect))
+    return _finish(run_verify(sides, options, state=state, device=device, namespace=namespace))
 
 
 @_refused_here

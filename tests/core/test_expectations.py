@@ -38,10 +38,14 @@ def test_inside_means_the_ci_meets_the_range():
     assert Measured(1.2, (1.1, 1.3)).inside is None
 
 
-def test_judge_words_inside_slower_faster_and_nothing_without_a_prediction():
+def test_judge_words_inside_slower_faster_inconclusive_and_nothing_without_a_prediction():
     e = Expectation(1.15, 1.30)
-    assert judge("amp", Measured(1.2, (1.1, 1.25), e)) == (
-        "amp measured 1.20x (95% CI 1.10-1.25x): inside the 1.15-1.30x the finding predicted.")
+    assert judge("amp", Measured(1.2, (1.17, 1.25), e)) == (
+        "amp measured 1.20x (95% CI 1.17-1.25x): inside the 1.15-1.30x the finding predicted.")
+    assert judge("amp", Measured(1.2, (1.12, 1.25), e)) == (
+        "amp measured 1.20x (95% CI 1.12-1.25x): inconclusive against the 1.15-1.30x the finding predicted: the "
+        "interval spans the prediction's lower edge (1.15x): the speedup may lie on either side of it.")
+    assert "wider than the 1.15-1.30x predicted" in judge("amp", Measured(1.2, (1.1, 1.4), e))
     slower = judge("amp", Measured(0.9, (0.85, 0.95), e))
     assert slower.startswith("amp measured 0.90x (95% CI 0.85-0.95x): slower than the 1.15-1.30x the finding "
                              "predicted; the finding is contradicted here")

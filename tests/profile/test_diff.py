@@ -65,7 +65,7 @@ def test_diff_of_a_fix_reports_the_ratio_and_what_went_away():
         torchmagic.diff("not a profile", after)
 
 
-def test_the_magic_diffs_against_a_stored_profile_and_the_verify_button_does_too(shell):
+def test_the_magic_diffs_against_a_stored_profile_and_the_verify_button_verifies_against_it(shell):
     shell.run_cell("import torch\nmodel = torch.nn.Linear(64, 64)\nx = torch.randn(1, 64)")
     result, _ = run(shell, "%%torchprofile --steps 4 -q -o before\nfor _ in range(20):\n    model(x)\n")
     assert result.success
@@ -86,7 +86,9 @@ def test_the_magic_diffs_against_a_stored_profile_and_the_verify_button_does_too
     with capture_output() as clicked:
         before = shell.user_ns["before"]
         live.runner(before)(before, "%%torchprofile --warmup 1 --steps 4")
-    assert "After / before: " in _displayed(clicked)
+    # the button verifies against the profile it belongs to: interleaved rounds, not a diff of two profiles
+    clicked = _displayed(clicked)
+    assert "Verify: " in clicked and "against _torchprofile_before" in clicked and "After / before: " not in clicked
 
 
 SAVE_A_PROFILE = """

@@ -88,15 +88,48 @@ def as_expectation(value: str | Expectation | None) -> Expectation | None:
     return parse_expect(value)
 
 
-def judge(what: str, measured: Measured) -> str | None:
-    """One sentence: the measured speedup against the prediction, or None without a prediction."""
+@dataclass(frozen=True)
+class Verdict:
+    """A measurement against its prediction: ``within``, ``above`` (faster than predicted), ``below`` (slower), or
+    ``inconclusive``, with why where it is (``reason``)."""
+
+    outcome: str
+    reason: str = ""
+
+
+def verdict(measured: Measured) -> Verdict | None:
+    """The rule, one for every verify command (docs/statistics.md): the 95% interval inside the predicted range
+    reads ``within``; wholly above or below it, ``above`` or ``below``; across one of its edges no verdict can be
+    given (``inconclusive``), and an interval wider than the range itself says so, as more rounds are the cure."""
     if measured.expected is None:
         return None
     e, (low, high) = measured.expected, measured.ci
+    if high < e.low:
+        return Verdict("below")
+    if low > e.high:
+        return Verdict("above")
+    if e.low <= low and high <= e.high:
+        return Verdict("within")
+    if (math.log(high / low) if low > 0 else math.inf) > math.log(e.high / e.low):
+        return Verdict("inconclusive", f"the interval is wider than the {e.text()} predicted, so it cannot fall "
+                                       "inside it; more rounds (a quieter machine) narrow it")
+    edge = e.low if low < e.low else e.high
+    return Verdict("inconclusive", f"the interval spans the prediction's {'lower' if edge == e.low else 'upper'} "
+                                   f"edge ({_x(edge)}x): the speedup may lie on either side of it")
+
+
+def judge(what: str, measured: Measured) -> str | None:
+    """One sentence: the measured speedup against the prediction (``verdict``), or None without a prediction."""
+    judged = verdict(measured)
+    if judged is None:
+        return None
+    e, (low, high) = measured.expected, measured.ci
     figure = f"{what} measured {_x(measured.speedup)}x (95% CI {_x(low)}-{_x(high)}x)"
-    if measured.inside:
+    if judged.outcome == "within":
         return f"{figure}: inside the {e.text()} the finding predicted."
-    direction = "slower" if high < e.low else "faster"
+    if judged.outcome == "inconclusive":
+        return f"{figure}: inconclusive against the {e.text()} the finding predicted: {judged.reason}."
+    direction = "slower" if judged.outcome == "below" else "faster"
     return f"{figure}: {direction} than the {e.text()} the finding predicted; the finding is contradicted here."
 
 

@@ -52,6 +52,7 @@ class Measured:
     energy_mj: tuple[int | None, int | None] = (None, None)  # the device's energy counter around the steps
     capture_note: str | None = None  # the capture budget stopped the steps early: why (budget.py)
     capture_bytes: int | None = None  # host memory the process took while profiling, before the stop
+    code: str | None = None          # the profiled code's source, where it is a cell's or a string's
 
 
 def build_profile(prof, m: Measured) -> ProfileResult:
@@ -64,7 +65,7 @@ def build_profile(prof, m: Measured) -> ProfileResult:
     fields: dict[str, Any] = dict(
         label=m.label, device=m.device.describe(), step_s=m.step_s, warmup_s=m.warmup_s,
         nvml=nvml.to_dict() if nvml is not None else None, error=_error_text(m.error),
-        options=m.options, capture_bytes=m.capture_bytes, **_overhead(m))
+        options=m.options, capture_bytes=m.capture_bytes, code=m.code, **_overhead(m))
     results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
     if results is not None:
         fields.update(_analysed(prof, results, m, notes))

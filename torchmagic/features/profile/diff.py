@@ -127,7 +127,8 @@ def diff_profiles(before: ProfileResult, after: ProfileResult, labels: tuple[str
         notes.append(f"No {CONFIDENCE:.0%} interval: it needs 4 profiled steps on each side "
                      f"(--steps 4), these have {before.steps} and {after.steps}.")
     notes.append("The two profiles ran one after the other: a change in the machine's load between them moves the "
-                 "ratio too (%%amp_compare interleaves its variants in rounds to cancel that).")
+                 "ratio too (--verify runs the two cells in interleaved rounds to cancel that, and judges the findings' "
+                 "predictions so).")
     gone = [f for rule, f in rules_before.items() if rule not in rules_after]
     speedups = (1 / ratio.ci[1], 1 / ratio.ci[0]) if ratio.ci else (1 / ratio.estimate,) * 2
     for f in gone:  # a fixed finding's prediction, against the step time the fix brought

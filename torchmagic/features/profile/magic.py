@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from IPython.core.magic import cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
@@ -22,6 +23,7 @@ from .result import ProfileResult
 from .traces.magic import TracesMagics, ranks_magic
 from .run import measured_nothing, run_profile
 from .user import user_setup
+from .verify_cells import VerifyCells
 
 
 @magics_class
@@ -51,6 +53,10 @@ class ProfileMagics(TorchMagicsBase):
     @argument("--diff", metavar="NAME", help="also show what changed against the profile stored in NAME "
               "(-o NAME on an earlier run) or saved in a file (a path: r.save(PATH), from any process): the step "
               "time's ratio with its confidence interval, operators, findings")
+    @argument("--verify", nargs="?", const="", metavar="NAME", help="time this cell, with a finding's fix, against "
+              "the cell profiled into NAME (-o NAME; alone: the last profiled cell) in interleaved rounds, each from "
+              "the same state, and judge the speedup against --expect: within, above, below or inconclusive")
+    @argument("--expect", metavar="LOW-HIGH", help="with --verify: the finding's predicted speedup, e.g. 1.00-1.27")
     @argument("--ranks", type=int, metavar="N", help="run the cell in N processes with torch.distributed set up "
               "(as torchrun runs a script), each profiled, and compare the ranks; the cell's loop calls prof.step()")
     @BACKEND_ARGUMENT
@@ -93,28 +99,23 @@ class ProfileMagics(TorchMagicsBase):
                 or args.master is not None:
             raise usage_error("%%torchprofile: --backend, --share, --nnodes, --node-rank and --master go with "
                               "--ranks N")
-        try:
-            options = ProfileOptions(steps=args.steps, warmup=args.warmup, record_shapes=args.record_shapes,
-                                     memory=args.memory, stack=args.stack, flops=args.flops,
-                                     trace=args.trace, trace_overwrite=args.trace_overwrite, sort=args.sort,
-                                     top=args.top, capture_budget=(parse_budget_text("capture_budget", args.capture_budget)
-                                                                   if args.capture_budget is not None else None))
-            options.check_files()
-        except ValueError as exc:
-            raise refused("%%torchprofile", exc) from None
+        options = _profile_options(args)
         self.check_output_name(args.output)
         before = self._diff_base(args.diff)
+        verify = VerifyCells.checked(self, args)  # --verify NAME: the profile whose cell this one is timed against
         code = self.compile_cell(cell, "%%torchprofile")
         namespace = self.shell.user_ns
         device = self.device(args.device, values_named(code.names, namespace), "%%torchprofile")
+        verified = verify.run(code, cell, device) if verify is not None else None  # before this cell's profile runs
 
         def step():
             __tracebackhide__ = True  # noqa: F841
             return code.run(namespace)
 
         try:
-            run = run_profile(step, options, label="%%torchprofile", device=device,
-                              user=user_setup(names_used(code.names, namespace), usable_cores()), code=cell)
+            run = run_profile(step, options, label="%%torchprofile", device=device, code=cell,
+                              user=replace(user_setup(names_used(code.names, namespace), usable_cores()),
+                                           profile=args.output))
         except (ProfilerBusyError, CaptureBudgetError) as exc:
             raise usage_error(f"%%torchprofile: {exc}") from None
         except KeyboardInterrupt as exc:  # held while the profiler stopped, raised as the run ended
@@ -124,7 +125,9 @@ class ProfileMagics(TorchMagicsBase):
         live.set_runner(run.result, self._verify_runner(cell))  # for its buttons, not on it
         changed = (diff_profiles(before, run.result, (args.diff, args.output or f"this cell (In [{self._running_cell_number()}])"))
                    if before is not None and run.result.step_s else None)
-        return self.cell_outcome(args, run, also=[changed] if changed else [])
+        run.result.verified = verified
+        VerifyCells.keep_last(self, run.result, args)
+        return self.cell_outcome(args, run, also=[r for r in (changed, verified) if r is not None])
 
     def _diff_base(self, name: str | None) -> ProfileResult | None:
         """The profile --diff NAME compares with, checked before anything runs."""
@@ -152,13 +155,13 @@ class ProfileMagics(TorchMagicsBase):
 
     def _verify_runner(self, cell: str):
         """Runs a finding's verify command from the report's button: a cell magic on top of the
-        profiled cell's code (%%torchprofile with the diff against ``result``, the profile that found
-        it), a line magic as it is.  It holds the cell, not the result: it is kept for as long as the
+        profiled cell's code (%%torchprofile --verify against ``result``, the profile that found it),
+        a line magic as it is.  It holds the cell, not the result: it is kept for as long as the
         result lives, which a reference from it would make for ever."""
         def run(result: ProfileResult, command: str):
             if command.startswith("%%torchprofile"):
                 self.shell.user_ns[VERIFY_BASE] = result
-                command += f" --diff {VERIFY_BASE}"
+                command = VerifyCells.against(command, VERIFY_BASE)
             with run_from_button():
                 return self.shell.run_cell(f"{command}\n{cell}" if command.startswith("%%") else command,
                                            store_history=False)
@@ -166,8 +169,22 @@ class ProfileMagics(TorchMagicsBase):
         return run
 
 
+def _profile_options(args) -> ProfileOptions:
+    """The profile the line asks for, its --trace path checked: a bad value is refused in one line."""
+    try:
+        options = ProfileOptions(steps=args.steps, warmup=args.warmup, record_shapes=args.record_shapes,
+                                 memory=args.memory, stack=args.stack, flops=args.flops,
+                                 trace=args.trace, trace_overwrite=args.trace_overwrite, sort=args.sort,
+                                 top=args.top, capture_budget=(parse_budget_text("capture_budget", args.capture_budget)
+                                                               if args.capture_budget is not None else None))
+        options.check_files()
+    except ValueError as exc:
+        raise refused("%%torchprofile", exc) from None
+    return options
+
+
 share_help(ProfileMagics.torchprofile, TracesMagics.torchprofile_load,
            "The line magic %torchprofile --load PATH, for traces a job wrote elsewhere")
 
 _HOW_TO_KEEP_A_PROFILE = "(store one with %%torchprofile -o NAME, or save one with NAME.save(PATH))"
-VERIFY_BASE = "_torchprofile_before"  # where a verify button keeps the profile its diff compares with
+VERIFY_BASE = "_torchprofile_before"  # where a verify button keeps the profile its --verify runs against

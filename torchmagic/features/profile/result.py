@@ -11,6 +11,7 @@ from ...core.devices import DeviceInfo
 from ...core.expectations import Expectation
 from ...core.render.base import Result
 from .options import SORT_KEYS, ProfileOptions
+from .verify_result import VerifyResult
 
 class Severity(str, Enum):
     """How much of the step a finding's fix could win back, most first: its value is what JSON, the
@@ -157,6 +158,8 @@ class ProfileResult(Result):
     analysis_s: float = 0.0
     error: str | None = None                  # the cell's exception, when it raised
     options: ProfileOptions = field(default_factory=ProfileOptions)
+    code: str | None = None                   # the profiled code's source (a cell's): what --verify runs as before
+    verified: VerifyResult | None = None      # --verify: this code against the profiled one, and the verdict
 
     def _view(self):
         from . import view  # imported when first shown (it imports this module for type checking only)

@@ -76,7 +76,7 @@ def run_profile(step: Callable[[], Any], options: ProfileOptions = ProfileOption
     ctx = rule_context(device, user or user_setup(names_reached(step), usable_cores()), memory_before, code)
     measured = Measured(label=label, options=options, device=device, ctx=ctx, warmup_s=runs.warmup_s,
                         step_s=runs.step_s, error=error, history=history, energy_mj=tuple(runs.energy),
-                        capture_note=runs.note, capture_bytes=runs.budget.held)
+                        capture_note=runs.note, capture_bytes=runs.budget.held, code=code)
     return Outcome(build_profile(prof, measured), runs.value, error)  # the value: the last completed step's
 
 

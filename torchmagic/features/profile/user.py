@@ -24,6 +24,7 @@ class UserSetup:
     loader_iterable: bool = False         # over an IterableDataset (no sampler)
     cores: int | None = None              # usable cores where the profile ran; None: a trace from elsewhere
     threads: int | None = None            # torch's intra-op threads when it ran
+    profile: str | None = None            # the variable the profile is stored in (-o NAME): --verify names it
     # id() of each module inside the outermost ones -> its name as the code reaches it ("model.lm_head")
     module_paths: dict[int, str] = field(default_factory=dict, compare=False, repr=False)
 

@@ -57,21 +57,23 @@ THRESHOLDS = {
 }
 
 # The torchmagic command that measures each rule's fix; {loader} is the code's DataLoader as it names
-# it ("loader" where it names none), {step} a step function for %autobatch.  A cell magic's command
-# goes on top of the profiled cell.
-VERIFY_NAMES = {"loader": "loader", "step": "step"}
-EXPECTING_MAGICS = frozenset({"amp_compare", "loadertune"})  # verify magics that judge an --expect range
+# it ("loader" where it names none), {step} a step function for %autobatch, {profile} the name the profile
+# is stored under (-o NAME; without one, --verify alone takes the session's last profile).  A cell magic's
+# command goes on top of the cell: the profiled one, or for --verify the one with the fix, which it times
+# against the profiled cell in interleaved rounds.
+VERIFY_NAMES = {"loader": "loader", "step": "step", "profile": ""}
+EXPECTING_MAGICS = frozenset({"amp_compare", "loadertune", "torchprofile"})  # verify magics judging --expect
 VERIFY = {
     "dataloader": "%loadertune {loader}",
     "batch_size": "%autobatch --throughput {step}",
     "amp": "%%amp_compare --variants eager,amp",
     "dispatch_bound": "%%amp_compare --variants eager,compile",
     "inference_grad": "%%amp_compare --variants eager,inference_mode",
-    "sync": "%%torchprofile --warmup 1 --steps 5",
-    "copies": "%%torchprofile --warmup 1 --steps 5",
-    "optimizer": "%%torchprofile --warmup 1 --steps 5",
-    "gpu_idle": "%%torchprofile --warmup 1 --steps 5",
-    "tensor_core_alignment": "%%torchprofile --warmup 1 --steps 5",
+    "sync": "%%torchprofile --warmup 1 --steps 5 --verify {profile}",
+    "copies": "%%torchprofile --warmup 1 --steps 5 --verify {profile}",
+    "optimizer": "%%torchprofile --warmup 1 --steps 5 --verify {profile}",
+    "gpu_idle": "%%torchprofile --warmup 1 --steps 5 --verify {profile}",
+    "tensor_core_alignment": "%%torchprofile --warmup 1 --steps 5 --verify {profile}",
 }
 
 
@@ -97,7 +99,8 @@ def make_finding(rule: str, ctx: RuleContext, share: float, title: str, evidence
     """The rule's finding, its severity from ``share`` and the command that verifies its fix (``VERIFY``)."""
     command = VERIFY.get(rule)
     magic = command.lstrip("%").split()[0] if command else None
-    verify = command.format(**{**VERIFY_NAMES, "loader": ctx.user.loader}) if command else None
+    names = {**VERIFY_NAMES, "loader": ctx.user.loader, "profile": ctx.user.profile or ""}
+    verify = " ".join(command.format(**names).split()) if command else None  # an empty name leaves no gap
     expected = advice.expected
     if verify is not None and expected is not None and magic in EXPECTING_MAGICS:
         verify += f" {expected.option()}"

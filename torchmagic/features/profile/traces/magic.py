@@ -52,14 +52,16 @@ class TracesMagics(TorchMagicsBase):
 
 
 MAGIC = "%%torchprofile"
-_SINGLE_PROCESS_ONLY = ("memory", "stack", "flops", "diff", "capture_budget")  # the ranks' profilers are not budgeted
+_SINGLE_PROCESS_ONLY = ("memory", "stack", "flops", "diff", "capture_budget",  # the ranks' profilers are not budgeted
+                        "verify", "expect")
 
 
 def ranks_magic(magics, args, cell: str):
     """Run the cell on ``args.ranks`` processes and show the cross-rank report."""
     __tracebackhide__ = True  # noqa: F841
     magics.check_output_name(args.output)
-    unsupported = [f"--{name.replace('_', '-')}" for name in _SINGLE_PROCESS_ONLY if getattr(args, name)]
+    unsupported = [f"--{name.replace('_', '-')}" for name in _SINGLE_PROCESS_ONLY
+                   if getattr(args, name) not in (None, False)]  # a bare --verify is ""
     if unsupported or args.device is not None:
         flags = ", ".join(unsupported + (["--device"] if args.device is not None else []))
         raise usage_error(f"{MAGIC}: {flags} cannot go with --ranks (each rank uses its own device: "
