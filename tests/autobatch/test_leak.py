@@ -114,8 +114,9 @@ class Activation:
     """Memory on the fake GPU that lives as long as the object, as a tensor's storage does."""
 
     def __init__(self, device, nbytes):
+        self.device, self.nbytes = device, 0  # nothing to free if the allocation runs out of memory
         device.allocate(nbytes)
-        self.device, self.nbytes = device, nbytes
+        self.nbytes = nbytes
 
     def __del__(self):
         self.device.free(self.nbytes)
@@ -236,3 +237,22 @@ def test_a_ctrl_c_anywhere_on_the_way_to_a_leak_leaves_only_the_users_list(shell
         assert gc.isenabled() and signal.getsignal(signal.SIGINT) is signal.default_int_handler, where
         assert not interrupts.is_guarded() and gc.get_freeze_count() == 0, where
     assert interrupted >= 10
+
+
+class Unread(FakeCudaDevice):
+    """A device whose held memory cannot be read exactly (a CPU without glibc's mallinfo2)."""
+
+    def memory_held(self):
+        return None
+
+
+def test_where_held_memory_cannot_be_read_nothing_is_called_a_leak():
+    device = Unread(capacity_bytes=2**30)
+    kept = []
+
+    def step(bs):
+        kept.append(Activation(device, PER_SAMPLE * bs))
+
+    r = torchmagic.autobatch(step, budget=512 * MiB, device=device, restore=[])
+    assert r.leak is None and not any(t.leaked for t in r.trials)
+    assert len([t for t in r.trials if not t.estimated]) > 2  # the search went on, as it did before

@@ -52,7 +52,7 @@ class LeakWatch:
 
     def __init__(self, device: Device):
         self.device = device
-        self.start = device.memory_held()  # None: nothing exact to read here (not glibc), nothing watched
+        self.watched = device.memory_held() is not None  # not where nothing exact can be read (not glibc)
         self.grown: dict[int, list[float]] = {}  # by size: what each run there left held, per call
         self.leak: Leak | None = None
         self._size, self._floor, self._held = 0, LEAK_FLOOR_BYTES, None
@@ -60,7 +60,7 @@ class LeakWatch:
     def around_runs(self, size: int, reset: Callable[..., None]) -> Callable[..., None]:
         """``reset`` for the runs of a trial at ``size``: after it puts the state back, what the run left
         held is read."""
-        if self.start is None:
+        if not self.watched:
             return reset
         self._size, self._floor, self._held = size, LEAK_FLOOR_BYTES, self.device.memory_held()
 
