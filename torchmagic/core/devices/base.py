@@ -13,7 +13,7 @@ import torch
 
 from .info import DeviceInfo
 from .profiler import PeakReading, allocation_peak
-from .resident import resident_bytes, resident_peak
+from .resident import heap_in_use, resident_bytes, resident_peak
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,14 @@ class Device:
         else the process's resident memory (CPU)."""
         allocated = self.memory_allocated()
         return allocated if allocated is not None else resident_bytes()
+
+    def memory_held(self) -> int | None:
+        """What this process holds now that a step can keep from one call to the next, read exactly enough
+        to see it grow: torch's allocations where torch counts them, else the blocks malloc handed out and
+        has not had back (glibc: torch's CPU tensors among them); None where neither is known (the
+        resident size moves with the pages malloc keeps, by more than a leak)."""
+        allocated = self.memory_allocated()
+        return allocated if allocated is not None else heap_in_use()
 
     def allocator_stats(self) -> AllocatorStats | None:
         """The caching allocator's counters, where torch keeps them (CUDA)."""

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ...core.devices import DeviceInfo
+from .leak import Leak
 from .options import AutobatchOptions
 from .result import AutobatchResult, ThroughputPoint, Trial
 from .search import Probe, SearchOutcome, fits
@@ -32,6 +33,7 @@ class SearchRecord:
     restarts: int = 0
     memory_before: int | None = None
     memory_after: int | None = None
+    leak: Leak | None = None                 # where the step's held memory grew call after call
 
     @property
     def limit(self) -> int:
@@ -47,7 +49,7 @@ def build_result(record: SearchRecord) -> AutobatchResult:
     rate = {p.batch_size: p.samples_per_s for p in record.throughput}
     trials = [Trial(p.batch_size, p.peak_bytes, ran=p.ran and not p.estimated, ok=fits(p, limit), seconds=p.seconds,
                     estimated=p.estimated, error=p.error, allocated_bytes=p.allocated_bytes,
-                    rank_peaks_bytes=p.rank_peaks_bytes, footprint_reads=p.footprint_reads)
+                    rank_peaks_bytes=p.rank_peaks_bytes, footprint_reads=p.footprint_reads, leaked=p.leaked)
               for p in (outcome.probes if outcome is not None else record.probes)]
     return AutobatchResult(
         label=record.label, device=record.device, batch_size=size, ranks=record.ranks,
@@ -59,7 +61,7 @@ def build_result(record: SearchRecord) -> AutobatchResult:
         seconds=time.perf_counter() - record.started, memory_before_bytes=record.memory_before,
         memory_after_bytes=record.memory_after, throughput=list(record.throughput),
         prediction=outcome.prediction if outcome is not None else None, notes=list(record.notes),
-        restarts=record.restarts,
+        restarts=record.restarts, leak=record.leak,
     )
 
 

@@ -75,6 +75,8 @@ class AutobatchMagics(TorchMagicsBase):
         Peak memory is fitted against batch size from small runs, the largest size under the
         budget is predicted, and real runs verify it: the answer always ran.  The modules and
         optimizers the step uses are restored afterwards, so probing does not train the model.
+        A step that holds more memory after every call (a leak: a list it appends tensors to)
+        stops the search where that is seen, and the report says where, how much, and what to fix.
         With --ranks every rank runs each trial: the answer is the per-rank batch size that fits
         on every rank (and the global batch, times N); a rank that runs out of memory has every
         rank started again from the cell, since a data-parallel step that failed part-way leaves

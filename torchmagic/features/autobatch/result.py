@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from ...core.devices import DeviceInfo
 from ...core.render.base import Result
+from .leak import Leak
 from .options import AutobatchOptions
 from .search import Prediction
 
@@ -26,6 +27,7 @@ class Trial:
                                                      # the largest, since a size fits only if it fits on every rank)
     footprint_reads: tuple[int, ...] | None = None  # the footprint read in runs of their own, kept where they
                                                     # disagreed; ``peak_bytes`` counts the most
+    leaked: bool = False        # its runs each left more memory held (a leak): the search stopped here
 
 
 KNEE_TOLERANCE = 0.05  # the knee: the smallest size within 5% of the best samples/s
@@ -65,6 +67,8 @@ class AutobatchResult(Result):
     notes: list[str] = field(default_factory=list)
     ranks: int = 1                    # processes each running the step at ``batch_size`` (data parallel)
     restarts: int = 0                 # with ranks: times every rank was started again after one ran out
+    leak: Leak | None = None          # the step kept more memory after every call at one size: the search
+                                      # stopped there, and ``batch_size`` is the largest verified until then
 
     def _view(self):
         from . import view  # imported when first shown (it imports this module for type checking only)

@@ -7,6 +7,7 @@ returns to where it was.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ...core.devices import Device, choose_device
@@ -21,7 +22,8 @@ from .estimate import fake_estimator
 from .footprint import FootprintCount, varied_footprint_note
 from .result import AutobatchResult
 from .options import AutobatchOptions, search_space
-from .search import Probe, SearchSpace, fits, search
+from .leak import Leak, LeakFound, LeakWatch
+from .search import Probe, SearchOutcome, SearchSpace, fits, search
 from .trial import measure_throughput, release, run_trial, starting_over
 
 CPU_DEFAULT_BUDGET = 0.5   # of available RAM: the rest of the notebook (and the OS) needs some
@@ -97,19 +99,33 @@ class LocalSearch:
         self.snapshot = Snapshot(state, device)
         self.reset = starting_over(self.snapshot, device)
         self.footprint = FootprintCount()  # what each trial counts, with its neighbours' reads
+        self.leaks = LeakWatch(device)      # what each run leaves held, by size
         self.record: SearchRecord | None = None
 
     def trial(self, size: int) -> Probe:
+        """One trial; where its runs show the step keeping more memory after every call, it is the last."""
         __tracebackhide__ = True  # noqa: F841
-        probe = run_trial(self.step, size, self.device, self.reset, self.footprint)
+        probe = run_trial(self.step, size, self.device, self.reset, self.footprint, self.leaks)
+        if self.leaks.leak is not None:
+            probe = replace(probe, leaked=True)
         self.record.probes.append(probe)
         self.on_probe(probe)
+        if self.leaks.leak is not None:
+            raise LeakFound(self.leaks.leak)
         return probe
 
     def run(self, record: SearchRecord) -> None:
-        """Fills ``record`` as the search goes: a Ctrl-C leaves it with what ran."""
+        """Fills ``record`` as the search goes: a Ctrl-C leaves it with what ran.  A leak ends it where
+        it was seen: each further trial would hold more of the budget, and its figures would mean less."""
         __tracebackhide__ = True  # noqa: F841
         self.record = record
+        try:
+            self._search(record)
+        except LeakFound as found:
+            self._stopped_at(found.leak, record)
+
+    def _search(self, record: SearchRecord) -> None:
+        __tracebackhide__ = True  # noqa: F841
         # The first trial, at the smallest size, also makes what a process makes once and keeps (cuBLAS
         # and cuDNN handles and workspaces, lazy modules): the budget is what is left after it.
         warm = self.trial(self.space.smallest)
@@ -132,6 +148,18 @@ class LocalSearch:
             except KeyboardInterrupt:  # the answer stands; only its throughput is missing
                 record.notes.append("interrupted while measuring throughput: the answer above is complete")
                 raise
+
+    def _stopped_at(self, leak: Leak, record: SearchRecord) -> None:
+        """The search ended by a leak: its answer is the largest size that ran under the limit until then."""
+        if record.how is None:  # seen in the first trial, before the budget was read
+            record.budget, record.how = resolve_budget(self.options.budget, self.device)
+        verified = [p.batch_size for p in record.probes if fits(p, record.limit)]
+        record.leak = leak
+        record.reason = (f"the memory the step holds grew after every call at batch {leak.batch_size}, "
+                         "so the search stopped there")
+        record.outcome = SearchOutcome(max(verified, default=None), record.limit, None, probes=list(record.probes),
+                                       reason=record.reason)
+        record.notes = _notes(record.outcome, record.budget, self.state, self.device)
 
     def _verify_again(self, record: SearchRecord, estimate) -> None:
         """On a GPU the answer runs once more after every other trial, out-of-memory ones included, from

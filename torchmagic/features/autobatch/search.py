@@ -57,6 +57,7 @@ class Probe:
     rank_peaks_bytes: tuple[int, ...] | None = None  # with ranks: each one's peak (``peak_bytes`` is the largest)
     footprint_reads: tuple[int, ...] | None = None   # the footprint of each run that read it, kept where the
                                                      # runs disagreed (``peak_bytes`` counts the most)
+    leaked: bool = False        # its runs each left more memory held (a leak): the search stopped here
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ runs, in the notebook's process or on each rank of a data-parallel job."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import statistics
 import time
@@ -11,24 +12,31 @@ from dataclasses import replace
 from typing import Any
 
 from ...core.devices import Device, is_out_of_memory
+from ...core.devices.profiler import PeakReading
 from ...core.limits import describe_error
 from ...core.measure import timed_call
 from ...core.state import Snapshot
 from .footprint import FootprintCount, agree, read_footprints
+from .leak import LeakWatch
 from .result import ThroughputPoint
 from .search import TRIAL_STEPS, Probe, SearchSpace
 
 THROUGHPUT_REPEATS = 3
 
 
-def run_trial(step: Callable[[int], Any], size: int, device: Device,
-              reset: Callable[..., None] | None = None, footprint: FootprintCount | None = None) -> Probe:
+def run_trial(step: Callable[[int], Any], size: int, device: Device, reset: Callable[..., None] | None = None,
+              footprint: FootprintCount | None = None, leaks: LeakWatch | None = None) -> Probe:
     """``TRIAL_STEPS`` steps at ``size`` and their peak above the start.  ``reset(collect)`` puts the
     state back after each run (default: only memory is released).  ``footprint``: how many runs read
-    the footprint and what it counts, with the reads of the search's trials so far."""
+    the footprint and what it counts, with the reads of the search's trials so far.  ``leaks`` reads
+    what each run left held (its ``leak`` says where that grew run after run)."""
     __tracebackhide__ = True  # noqa: F841
     reset = reset or (lambda collect=True: release(device, collect))
+    if leaks is not None:
+        reset = leaks.around_runs(size, reset)
     run = _Run(step, size, device, device.peak_scope())
+    if leaks is not None:
+        leaks.peaked(run.reading.peak_bytes)
     reset(collect=run.error is not None)
     if run.error is not None:
         return run.failed()
@@ -40,6 +48,8 @@ def run_trial(step: Callable[[int], Any], size: int, device: Device,
     counted = footprint.counted(reads, allocated) if reads else run.reading.footprint_bytes
     peak = max(allocated, counted or 0)
     shown = reads and (not agree(reads) or counted > max(reads))  # the reads behind a peak they do not show
+    if leaks is not None:  # a GPU trial is one run: more where it left memory held, to tell a leak from a first use
+        leaks.confirm(lambda: _ran_again(step, size, device, reset))
     return Probe(size, peak, True, seconds=run.seconds, allocated_bytes=allocated,
                  footprint_reads=reads if shown else None)
 
@@ -91,6 +101,15 @@ class _Run:
     def failed(self) -> Probe:
         return Probe(self.size, None, False, seconds=self.seconds, error=self.error,
                      unallocated_bytes=self.unallocated)
+
+
+def _ran_again(step: Callable[[int], Any], size: int, device: Device, reset: Callable[..., None]) -> bool:
+    """One more run of ``TRIAL_STEPS`` steps at ``size``, read for nothing but what it leaves held
+    (``reset`` reads that); False where it ran out of memory."""
+    __tracebackhide__ = True  # noqa: F841
+    run = _Run(step, size, device, contextlib.nullcontext(PeakReading()))
+    reset(collect=run.error is not None)
+    return run.error is None
 
 
 def measure_throughput(step: Callable[[int], Any], answer: int, space: SearchSpace, device: Device

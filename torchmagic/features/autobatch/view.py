@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # the result imports this view when it is shown, not the othe
 
 
 def headline(r: AutobatchResult) -> str:
+    if r.leak is not None:
+        return _leak_headline(r)
     if r.batch_size is None:
         return f"No batch size fits: {r.reason}."
     trial = r.answer_trial
@@ -30,6 +32,35 @@ def headline(r: AutobatchResult) -> str:
     return (f"Largest batch size that fits: {r.batch_size} (ran{peak}; limit "
             f"{size(r.limit_bytes)} = budget {size(r.budget_bytes)} less "
             f"{r.options.margin:.0%} margin)")
+
+
+def _leak_headline(r: AutobatchResult) -> str:
+    leak = r.leak
+    return (f"Memory leak: at batch {leak.batch_size} the memory the step holds grew by "
+            f"{fmt_bytes(leak.per_call_bytes)} after every call ({fmt_bytes(leak.per_sample_bytes)} per sample), "
+            "so the search stopped there; "
+            + (f"largest size verified until then: {r.batch_size}, for the first steps only"
+               if r.batch_size is not None else "no size was verified before it"))
+
+
+def _leak_lines(r: AutobatchResult) -> list[str]:
+    """Where the leak was seen, what the figures past it are worth, what the answer still means, and where to look."""
+    leak = r.leak
+    lines = [f"Leak: {leak.runs} runs of {TRIAL_STEPS} steps at batch {leak.batch_size}, each from your model's and "
+             f"optimizer's state put back and memory released, each left {fmt_bytes(leak.per_call_bytes * TRIAL_STEPS)} "
+             "more held, in references your step keeps (torchmagic released its own and left yours untouched). "
+             "Trials past it would start from less and less free memory: their figures would not be trustworthy."]
+    trial = r.answer_trial
+    if trial is not None and trial.peak_bytes is not None:
+        per_step = leak.per_sample_bytes * r.batch_size
+        steps = max(r.limit_bytes - trial.peak_bytes, 0) / per_step
+        lines.append(f"Batch {r.batch_size} is the largest size verified before the leak stopped the search, "
+                     f"not a size that stays within the budget: at {fmt_bytes(per_step)} more per step it passes "
+                     f"the limit after about {steps:,.0f} steps, at any size sooner or later.")
+    lines.append("Look for a reference kept from one call to the next: a list or dict the step appends tensors to, "
+                 "a global or attribute it assigns, `loss` kept without .item() or .detach() (its graph holds the "
+                 "activations), a hook that stores outputs. Fix it and run %autobatch again.")
+    return lines
 
 
 def _largest_rank(trial) -> str:
@@ -66,6 +97,8 @@ def _rounded(n: float, decimals: int) -> tuple[float, str]:
 
 def details(r: AutobatchResult) -> list[str]:
     lines = [f"Why: {r.reason}. Budget: {r.budget_source}."]
+    if r.leak is not None:
+        lines += _leak_lines(r)
     if r.per_sample_bytes is not None:
         lines.append(f"Memory law: {fmt_bytes(max(r.fixed_bytes, 0))} fixed + "
                      f"{fmt_bytes(r.per_sample_bytes)} per sample, fitted on the runs")
@@ -126,10 +159,15 @@ def _trials_table(r: AutobatchResult) -> Table:
         *([Column("ranks' peaks", lambda t: _rank_range(t, size))] if r.ranks > 1 else []),
         *([Column("resident reads", lambda t: _reads_range(t, size, fresh))]
           if any(t.footprint_reads for t in r.trials) else []),
-        Column("result", lambda t: ("estimate" if t.estimated else "fits" if t.ok else
-                                    "over the limit" if t.ran else "out of memory"), "left"),
+        Column("result", _outcome, "left"),
         Column("time", lambda t: fmt_s(t.seconds)),
     ], r.trials, noun="trials")
+
+
+def _outcome(trial) -> str:
+    shown = ("estimate" if trial.estimated else "fits" if trial.ok else
+             "over the limit" if trial.ran else "out of memory")
+    return f"{shown}; memory held grew: leak" if trial.leaked else shown
 
 
 def _rank_range(trial, size) -> str:
