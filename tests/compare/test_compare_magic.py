@@ -216,3 +216,20 @@ def test_amp_on_a_cpu_without_fast_bf16_prints_a_note_before_it_runs(shell, monk
                                   + INFERENCE)
     assert result.success and captured.outputs == [] and AMP_NOTE not in captured.stdout  # -q: no note printed
     assert (AMP_NOTE in shell.user_ns["r"].notes) is not fast
+
+
+def test_in_a_notebook_the_note_before_the_run_goes_once_the_report_says_it(shell, monkeypatch, capsys):
+    """Issue 51: in JupyterLab the AVX2/bf16 note showed twice, once as printed text running off the page."""
+    monkeypatch.setattr(CompareMagics, "device", staticmethod(lambda spec, values, magic: FastBf16Cpu(fast=False)))
+    monkeypatch.setattr(shell, "kernel", object(), raising=False)  # a Jupyter kernel's shell has one
+    published = []
+    monkeypatch.setattr(shell.display_pub, "publish", lambda data, *args, **kwargs: published.append(
+        (data, kwargs.get("transient", {}).get("display_id"), kwargs.get("update", False))))
+    shell.run_cell(SETUP)
+    result = shell.run_cell("%%amp_compare --variants eager,amp --runs 2 --warmup 0 -o r\nnet(x)")
+    assert result.success, result.error_in_exec
+    assert AMP_NOTE not in capsys.readouterr().out  # not printed: an output of its own, wrapped
+    shown = [(data, shown_id) for data, shown_id, update in published if AMP_NOTE in data.get("text/plain", "")]
+    (notice, notice_id), (report, _) = shown
+    assert "tm-note" in notice["text/html"] and notice_id is not None and "tm-headline" in report["text/html"]
+    assert (({"text/plain": ""}, notice_id, True)) in published  # gone once the report shows it

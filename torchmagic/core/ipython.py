@@ -9,6 +9,7 @@ import ast
 import contextvars
 import functools
 import os
+from html import escape
 from contextlib import contextmanager
 
 from IPython.core import error as ipython_error
@@ -22,8 +23,9 @@ from .devices import Device, choose_device
 from .interrupts import signal_handler_code
 from .limits import SettingError
 from .outcome import Outcome
-from .render.base import widget_frontend
+from .render.base import report_html, widget_frontend
 from .render.format import visible
+from .shell import current_shell
 
 # Every magic that runs code measures one device: the one named here, else where its tensors are.
 DEVICE_ARGUMENT = argument(
@@ -282,6 +284,27 @@ class Progress:
 
     def close(self) -> None:
         self.handle.update({"text/plain": ""}, raw=True)
+
+
+class Notice:
+    """Lines to read while a long run goes on, before its report (which says them too): in a notebook an
+    output of their own, wrapped as the report's notes are, gone when the run ends so that they show once;
+    in a terminal, printed (nothing else shows until the report)."""
+
+    def __init__(self, lines: list[str]):
+        self.handle = None
+        if not lines:
+            return
+        if getattr(current_shell(), "kernel", None) is None:
+            print("\n".join(visible(line) for line in lines))
+            return
+        html = "".join(f'<div class="tm-note">{escape(visible(line))}</div>' for line in lines)
+        self.handle = display({"text/plain": visible("\n".join(lines)), "text/html": report_html(html)},
+                              raw=True, display_id=True)
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.update({"text/plain": ""}, raw=True)
 
 
 def interrupted_line(result) -> str:

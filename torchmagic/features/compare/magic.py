@@ -11,7 +11,8 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from ...core.devices.profiler import ProfilerBusyError
 from ...core.expectations import code_key, parse_expect
-from ...core.ipython import DEVICE_ARGUMENT, TorchMagicsBase, parse_argstring, refused, usage_error, user_frames_only
+from ...core.ipython import (DEVICE_ARGUMENT, Notice, TorchMagicsBase, parse_argstring, refused, usage_error,
+                             user_frames_only)
 from ...core.shell import is_internal
 from ...core.state import values_named
 from .options import CompareOptions
@@ -70,9 +71,8 @@ class CompareMagics(TorchMagicsBase):
         code = self.compile_cell(cell, "%%amp_compare")
         after_eager: dict = {}  # the cell's variables as eager's first run left them
         workload, state, device = self._workload(args, code, after_eager)
-        if not args.quiet:  # before anything runs: e.g. amp on a CPU without native bf16 is measured anyway
-            for note in advance_notes(options, device):
-                print(note)
+        # before anything runs: e.g. amp on a CPU without native bf16 is measured anyway (the report says it too)
+        notice = Notice(advance_notes(options, device)) if not args.quiet else None
         progress = self.progress("%%amp_compare", args.quiet)
         try:
             run = run_compare(workload, options, state=state, device=device, label="%%amp_compare",
@@ -84,6 +84,8 @@ class CompareMagics(TorchMagicsBase):
         finally:
             if progress:
                 progress.close()
+            if notice:
+                notice.close()
         self._after_run(run, after_eager, cell, flag_notes, workload.model)
         return self.cell_outcome(args, run)
 
