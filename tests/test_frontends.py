@@ -127,3 +127,22 @@ def test_terminal_ipython_prints_the_text_views(tmp_path):
         for leak in ("<div", "<style", "<table", "Tab(children", "HTML(value", "model_id"):
             assert leak not in text, f"{name} printed markup or a widget repr:\n{text}"
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_nbconverts_page_shows_code_in_a_monospaced_font(executed, tmp_path):
+    """Issue 51: a finding's fix snippet showed in a proportional font on nbconvert's HTML page (its stylesheet
+    gives every pre the page's font): the report names a code font for its code."""
+    from nbconvert import HTMLExporter
+
+    from .lab import chromium_page
+    from .test_browser import _browser_or_skip
+
+    chromium = _browser_or_skip()
+    _, nb = executed
+    page_file = tmp_path / "magics.html"
+    page_file.write_text(HTMLExporter().from_notebook_node(nb)[0])
+    with chromium_page(chromium) as (page, _errors):
+        page.goto(page_file.as_uri())
+        fonts = page.evaluate("() => [...document.querySelectorAll('.tm-report pre, .tm-report code')]"
+                              ".map(e => getComputedStyle(e).fontFamily)")
+    assert fonts and all(font.endswith("monospace") for font in fonts), fonts

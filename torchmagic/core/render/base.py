@@ -37,6 +37,7 @@ CSS = """<style>
 .tm-sev.high{background:#d1242f}.tm-sev.medium{background:#9a6700}.tm-sev.low{background:#0969da}
 .tm-finding pre,.tm-report pre{background:var(--jp-layout-color2,#f6f8fa);padding:6px 8px;margin:4px 0;
   font-size:12px;overflow-x:auto}
+.tm-report pre,.tm-report code{font-family:var(--jp-code-font-family,Menlo,Consolas,"DejaVu Sans Mono",monospace)}
 .tm-bar{font-family:var(--jp-code-font-family,monospace);line-height:1}
 .tm-tabs{display:flex;flex-wrap:wrap;align-items:flex-end}
 .tm-tabs>input{position:absolute;opacity:0;width:1px;height:1px}
