@@ -11,6 +11,8 @@ Each test defines its own classes: dynamo caches compiled code, and what it gave
 
 import torch
 
+from torchmagic.features.compare.compile_watch import compiled_calls
+
 from ..conftest import run
 
 MOE = """
@@ -149,3 +151,41 @@ def test_an_lstm_dynamo_gives_up_on_is_not_compiled_nor_timed_as_compile_nor_by_
     assert "not compiled: dynamo gave up on Lstm.forward" in html
     with torch.no_grad():  # the cell's variable is eager's, from the weights as they were
         assert torch.equal(shell.user_ns["y"], shell.user_ns["lstm"](shell.user_ns["seq"]))
+
+
+def test_a_ctrl_c_in_the_run_that_counts_compiled_graphs_stops_its_profiler_and_restores_the_model(shell):
+    """The run read under the profiler (the evidence of compiled graphs) is cut by a Ctrl-C landing as the
+    model's forward starts, where a real SIGINT's handler runs: the profiler is stopped, fd 2 is back, the
+    weights are as they were, and the cell compares again."""
+    import os
+    import signal
+    import sys
+
+    assert shell.run_cell(PLAIN_LSTM).success
+    forward = shell.user_ns["Lstm"].forward.__code__
+    weights = [p.detach().clone() for p in shell.user_ns["lstm"].parameters()]
+    fired = []
+
+    def counting_compiled_graphs(frame) -> bool:  # under compiled_calls, not the peak's profiler
+        while frame is not None and not isinstance(frame.f_locals.get("scope"), compiled_calls):
+            frame = frame.f_back
+        return frame is not None
+
+    def tracer(frame, event, arg):
+        if not fired and event == "call" and frame.f_code is forward and counting_compiled_graphs(frame):
+            assert torch.autograd._profiler_enabled()
+            fired.append(frame.f_lineno)
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
+
+    stderr_fd = os.fstat(2)
+    sys.settrace(tracer)
+    try:
+        result, _ = run(shell, "%%amp_compare --variants eager,compile --runs 2 --warmup 0 -o r\nlstm(seq)")
+    finally:
+        sys.settrace(None)
+    assert fired and isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert not torch.autograd._profiler_enabled() and os.fstat(2).st_ino == stderr_fd.st_ino
+    assert all(torch.equal(a, b) for a, b in zip(weights, shell.user_ns["lstm"].parameters()))
+    assert shell.user_ns["lstm"].__class__.__name__ == "Lstm"  # no compiled wrapper left under its name
+    result, _ = run(shell, f"%%amp_compare --variants eager,compile {QUICK}\nlstm(seq)")
+    assert result.success and shell.user_ns["r"]["compile"].outcome == "not compiled"
