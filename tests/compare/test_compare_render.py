@@ -126,4 +126,6 @@ def test_a_compile_variant_that_ran_eager_reads_not_compiled_everywhere_and_neve
     assert row.rstrip().endswith("not compiled") and "×" not in row and "failed" not in row
     assert f"compile not compiled: {reason}" in r.to_text().splitlines()
     assert escape(f"compile not compiled: {reason}") in r.to_html()
-    assert r.to_dict()["variants"][1]["fell_back"] is True and r.to_dict()["best"] == "eager"
+    data = r.to_dict()
+    assert data["variants"][1]["fell_back"] is True and data["variants"][1]["outcome"] == "not compiled"
+    assert data["best"] == "eager" and data["variants"][0]["outcome"] == "ran"

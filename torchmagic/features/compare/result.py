@@ -158,7 +158,7 @@ class CompareResult(Result):
         data["best"] = self.best.name
         data["headline"] = self.headline()
         for entry, variant in zip(data["variants"], self.variants):
-            entry["verdict"] = variant.verdict
+            entry["verdict"], entry["outcome"] = variant.verdict, variant.outcome
         return data
 
     def __repr__(self) -> str:

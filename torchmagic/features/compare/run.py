@@ -215,8 +215,8 @@ class _Comparison:
                                  "later compiles in this process skip")
             if compiled:
                 out.peak_bytes = self._peak(entry)
-            if compiled and pools_before is not None:
-                self._record_graph_pool(entry, pools_before, (first + entry.counts).cudagraph_skips)
+                if pools_before is not None:
+                    self._record_graph_pool(entry, pools_before, (first + entry.counts).cudagraph_skips)
         except Exception as exc:  # noqa: BLE001
             if variant.is_baseline:
                 raise  # the user's code fails on its own: show their traceback
