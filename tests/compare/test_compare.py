@@ -406,7 +406,24 @@ class _FakeGraphs:
         self.runs += 1
         if self.runs <= 2:
             self.dev.record_pool(id(self), 4096)
-        return x
+        with _compiled_graph_call():
+            return x
+
+
+def _compiled_graph_call():
+    """What inductor records around each compiled graph it runs while a profiler is on: the comparison
+    reads it to tell a compiled variant's runs from eager ones (a fake compile makes none of its own)."""
+    return torch.profiler.record_function("## Call CompiledFxGraph fake ##")
+
+
+class _FakeCompiled(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args):
+        with _compiled_graph_call():
+            return self.model(*args)
 
 
 def _compare_with_fake_graphs(monkeypatch, dev, kept=None):
@@ -445,7 +462,7 @@ def test_cuda_graph_pools_are_reported_and_given_back_at_the_end(monkeypatch):
 
     # a new cudagraph-trees step is marked right before every run of the graph variant, never for eager
     graph_runs = [i for i, e in enumerate(events) if e == "graph run"]
-    assert events.count("mark") == len(graph_runs) >= 1 + 2 + 1 + 4  # first run, warm-up, peak, 4 rounds
+    assert events.count("mark") == len(graph_runs) >= 1 + 2 + 1 + 1 + 4  # first, warm-up, graph calls, peak, rounds
     assert all(events[i - 2: i] == ["mark", "step"] for i in graph_runs)
 
 
@@ -461,7 +478,7 @@ def test_cuda_graph_pools_something_else_keeps_are_named(monkeypatch):
 def test_no_cuda_graph_steps_off_cuda(monkeypatch):
     marks = []
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
-    monkeypatch.setattr(torch, "compile", lambda model, mode=None: model)
+    monkeypatch.setattr(torch, "compile", lambda model, mode=None: _FakeCompiled(model))
     r = torchmagic.compare(lambda m: m(torch.ones(2)), model=nn.Identity(), runs=2, warmup=0,
                            variants="eager,compile:reduce-overhead")
     assert r["compile:reduce-overhead"].ok and r["compile:reduce-overhead"].graph_pool_bytes is None

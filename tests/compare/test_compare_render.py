@@ -110,3 +110,22 @@ def test_a_failed_baseline_and_no_chart():
     r = result(variants=[VariantResult("eager", ok=False, error="boom")])
     assert r.headline() == "No comparison: eager failed (boom)." and r.plot_png() is None
     assert "<img" not in r.to_html()
+
+
+def test_a_compile_variant_that_ran_eager_reads_not_compiled_everywhere_and_never_as_a_speedup():
+    reason = ("dynamo gave up on Lstm.forward (cell.py:9): Attempted to wrap RNN, GRU, or LSTM at line 10: Dynamo "
+              "does not support RNN, GRU, or LSTM")
+    eager = result().variants[0]
+    not_compiled = VariantResult("compile", device="cpu", ok=False, error=reason, fell_back=True, graphs=0,
+                                 graph_calls=0)
+    r = result(variants=[eager, not_compiled])
+    assert not_compiled.outcome == "not compiled" and not not_compiled.trustworthy and r.best is r.baseline
+    assert r.headline() == ("No variant ran besides eager (see below); compile not compiled: dynamo gave up on "
+                            "Lstm.forward (cell.py:9): Attempted to wrap RNN, GRU, or…")
+    row = next(line for line in r.to_text().splitlines() if line.startswith("  compile "))
+    assert row.rstrip().endswith("not compiled") and "×" not in row and "failed" not in row
+    assert f"compile not compiled: {reason}" in r.to_text().splitlines()
+    assert escape(f"compile not compiled: {reason}") in r.to_html()
+    data = r.to_dict()
+    assert data["variants"][1]["fell_back"] is True and data["variants"][1]["outcome"] == "not compiled"
+    assert data["best"] == "eager" and data["variants"][0]["outcome"] == "ran"

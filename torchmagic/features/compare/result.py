@@ -17,7 +17,7 @@ HEADLINE_REASON_CHARS = 80  # of a failed variant's reason, in the headline
 @dataclass
 class VariantResult:
     name: str
-    ok: bool = True                     # ran and was timed; False: see ``error``
+    ok: bool = True                     # ran and was timed; False: see ``error`` (and ``fell_back``)
     error: str | None = None
     precision: str = "fp32"             # the tolerance class: fp32, tf32, fp16, bf16, int8
     dtype: str = "float32"              # what it computes in: float32, bfloat16 or float16 (autocast), tf32,
@@ -41,8 +41,10 @@ class VariantResult:
     tolerance: tuple[float, float] | None = None  # (rtol, atol) it was judged by
     graphs: int | None = None           # graphs compiled on the first run
     graph_breaks: int | None = None
+    graph_calls: int | None = None      # compiled graphs one run executed (the profiler's count, after warm-up)
+    gave_up_on: list[str] = field(default_factory=list)  # functions dynamo gave up on: they ran eager
     recompiles: int | None = None       # recompiles during warm-up and timed runs
-    fell_back: bool = False             # a compiled variant that ran eager
+    fell_back: bool = False             # a compiled variant that ran no compiled graph: not timed, ``error`` says why
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -59,14 +61,21 @@ class VariantResult:
         return "faster" if low > 1 else "slower" if high < 1 else "no clear difference"
 
     def failure(self, width: int = HEADLINE_REASON_CHARS) -> str | None:
-        """The headline's words for a variant that did not run, ``compile failed: <reason>``, the reason's
-        first line cut to ``width`` (the report's notes give it whole); None when it ran."""
+        """The headline's words for a variant that did not run, ``compile failed: <reason>`` or ``compile not
+        compiled: <reason>``, the reason's first line cut to ``width`` (the report's notes give it whole);
+        None when it ran."""
         if self.ok:
             return None
         reason = " ".join((self.error or "no reason given").splitlines()[0].split())
         if len(reason) > width:
             reason = reason[:width - 1].rsplit(" ", 1)[0].rstrip(",;:") + "…"
-        return f"{self.name} failed: {reason}"
+        return f"{self.name} {self.outcome}: {reason}"
+
+    @property
+    def outcome(self) -> str:
+        """What became of it in a word or two: "ran", "failed", or "not compiled" (a compiled variant whose
+        runs were all eager, never timed under its name)."""
+        return "ran" if self.ok else "not compiled" if self.fell_back else "failed"
 
     @property
     def trustworthy(self) -> bool:
@@ -80,7 +89,9 @@ class VariantResult:
     def flags(self) -> list[str]:
         out = []
         if self.fell_back:
-            out.append("ran eager")
+            out.append("not compiled")
+        if self.gave_up_on:
+            out.append(f"{len(self.gave_up_on)} function{'s' if len(self.gave_up_on) != 1 else ''} eager")
         if self.numerics_ok is False:
             out.append("error over tolerance")
         if self.recompiles:
@@ -147,7 +158,7 @@ class CompareResult(Result):
         data["best"] = self.best.name
         data["headline"] = self.headline()
         for entry, variant in zip(data["variants"], self.variants):
-            entry["verdict"] = variant.verdict
+            entry["verdict"], entry["outcome"] = variant.verdict, variant.outcome
         return data
 
     def __repr__(self) -> str:

@@ -38,7 +38,7 @@ from ...core.render.format import fmt_bytes, fmt_s
 from ...core.settings import TorchSettings
 from ...core.state import Snapshot, objects_for_model, objects_used_by, outermost
 from . import numerics
-from .compile_watch import compile_counts, is_recompile_limit, loud_recompile_limit
+from .compile_watch import compile_counts, compiled_calls, is_recompile_limit, loud_recompile_limit
 from .interrupted_compile import CompileLeftovers, hide_torch_frames
 from .options import AMP_DTYPES, CompareOptions
 from .result import CompareResult, VariantResult
@@ -203,23 +203,20 @@ class _Comparison:
             self._check_output(entry, value, run)
             del value
             out.first_call_s = build_s + first_s
-            if variant.compiles:
-                record_compile(entry, first)
-                if not inductor_loaded and _INDUCTOR in sys.modules:
-                    out.notes.append(f"the first compile in this process: its one-time cost includes loading "
-                                     f"inductor (the torch.compile call alone took {fmt_s(build_s)}), which "
-                                     "later compiles in this process skip")
             self.progress(f"{variant.name}: warm-up…")
-            fastest = first_s
-            for _ in range(self.options.warmup):
-                with variant.around_call(entry.built, env):
-                    _, seconds = timed_call(call, self.device)
-                fastest = min(fastest, seconds)
-            entry.call_s = fastest
+            entry.call_s = self._warm_up_runs(entry, call, first_s)
+            # a compiled variant whose runs are eager's is never timed under the compile's name
+            compiled = not variant.compiles or record_compile(entry, first, compile_counts() - before,
+                                                              self._once_in(entry, compiled_calls()), self.model)
             entry.counts = compile_counts() - before - first
-            out.peak_bytes = self._peak(entry)
-            if pools_before is not None:
-                self._record_graph_pool(entry, pools_before, (first + entry.counts).cudagraph_skips)
+            if compiled and variant.compiles and not inductor_loaded and _INDUCTOR in sys.modules:
+                out.notes.append(f"the first compile in this process: its one-time cost includes loading "
+                                 f"inductor (the torch.compile call alone took {fmt_s(build_s)}), which "
+                                 "later compiles in this process skip")
+            if compiled:
+                out.peak_bytes = self._peak(entry)
+                if pools_before is not None:
+                    self._record_graph_pool(entry, pools_before, (first + entry.counts).cudagraph_skips)
         except Exception as exc:  # noqa: BLE001
             if variant.is_baseline:
                 raise  # the user's code fails on its own: show their traceback
@@ -227,6 +224,15 @@ class _Comparison:
             _forget(exc)
         if not entry.out.ok:  # outside the except block: the failed run's tensors can go now
             _release(self.device)
+
+    def _warm_up_runs(self, entry: MeasuredVariant, call: Callable[[], Any], first_s: float) -> float:
+        """The untimed runs after the first; the fastest run seen, which sizes the timed blocks."""
+        fastest = first_s
+        for _ in range(self.options.warmup):
+            with entry.variant.around_call(entry.built, self.env):
+                _, seconds = timed_call(call, self.device)
+            fastest = min(fastest, seconds)
+        return fastest
 
     def _check_output(self, entry: MeasuredVariant, value, run: Outcome) -> None:
         compared = self.output(value)
@@ -236,33 +242,21 @@ class _Comparison:
             if self.after_baseline is not None:
                 self.after_baseline()
             return
-        out = entry.out
-        if self.reference is None:
-            out.notes.append("no numerics check: the code's output holds no tensors or numbers "
-                             "(%%amp_compare --accuracy-of NAME names one; the API compares what fn returns)")
-            return
-        rtol, atol = numerics.tolerance(out.precision, self.options.rtol, self.options.atol)
-        error = numerics.compare(compared, self.reference, rtol, atol)
-        out.max_abs_err, out.max_rel_err, out.tolerance = error.max_abs, error.max_rel, (rtol, atol)
-        out.numerics_ok = error.ok
-        if error.problem:
-            out.notes.append(f"output differs from eager's: {error.problem}")
-        elif entry.variant.compiles and _active_dropout(self.model):
-            out.numerics_ok = None  # compiled dropout draws other random numbers than eager's
-            out.notes.append("error not judged: the model's dropout is active, and compiled code draws different "
-                             "random masks than eager (call model.eval() or compare an inference step)")
-        elif not error.ok:
-            out.notes.append(f"max error {error.max_abs:.3g} is over the tolerance "
-                             f"(atol {atol:g} + rtol {rtol:g} × max|eager output|)")
+        _judge_output(entry, compared, self.reference, self.options, self.model)
+
+    def _once_in(self, entry: MeasuredVariant, scope: contextlib.AbstractContextManager) -> Any:
+        """What ``scope`` (a profiler reading something) read over one more run of the variant."""
+        with scope as reading:
+            with entry.variant.around_call(entry.built, self.env):
+                self._runner(entry)()
+            self.device.synchronize()
+        return reading
 
     def _peak(self, entry: MeasuredVariant) -> int | None:
         # The peak counts from the start of the run: a collection inside it that freed older
         # garbage would lower it by an amount that has nothing to do with the code.
-        with gc_paused(), self.device.peak_scope() as reading:
-            with entry.variant.around_call(entry.built, self.env):
-                self._runner(entry)()
-            self.device.synchronize()
-        return reading.peak_bytes
+        with gc_paused():
+            return self._once_in(entry, self.device.peak_scope()).peak_bytes
 
     def _block(self, entry: MeasuredVariant) -> Callable[[], tuple[float, int]]:
         call = self._runner(entry)
@@ -392,6 +386,30 @@ def _bound(fn, entry: MeasuredVariant) -> Callable[[], Any]:
         return fn(entry.built)  # read at each call: the timed blocks must not keep a dropped variant alive
 
     return call
+
+
+def _judge_output(entry: MeasuredVariant, compared: Any, reference: numerics.Reference | None,
+                  options: CompareOptions, model: nn.Module | None) -> None:
+    """A variant's output against eager's (``reference``): its errors, and whether they are within its
+    precision's tolerance."""
+    out = entry.out
+    if reference is None:
+        out.notes.append("no numerics check: the code's output holds no tensors or numbers "
+                         "(%%amp_compare --accuracy-of NAME names one; the API compares what fn returns)")
+        return
+    rtol, atol = numerics.tolerance(out.precision, options.rtol, options.atol)
+    error = numerics.compare(compared, reference, rtol, atol)
+    out.max_abs_err, out.max_rel_err, out.tolerance = error.max_abs, error.max_rel, (rtol, atol)
+    out.numerics_ok = error.ok
+    if error.problem:
+        out.notes.append(f"output differs from eager's: {error.problem}")
+    elif entry.variant.compiles and _active_dropout(model):
+        out.numerics_ok = None  # compiled dropout draws other random numbers than eager's
+        out.notes.append("error not judged: the model's dropout is active, and compiled code draws different "
+                         "random masks than eager (call model.eval() or compare an inference step)")
+    elif not error.ok:
+        out.notes.append(f"max error {error.max_abs:.3g} is over the tolerance "
+                         f"(atol {atol:g} + rtol {rtol:g} × max|eager output|)")
 
 
 def _active_dropout(model) -> bool:

@@ -11,7 +11,8 @@ from typing import Any
 from ...core.expectations import remember
 from ...core.measure import Rounds, min_pairs, paired_ratio, summarize
 from ...core.outcome import Outcome
-from .compile_watch import CompileCounts
+from .compile_watch import (CompileCounts, CompiledCalls, describe_gave_up, given_up_now, label_of, model_functions,
+                            not_compiled_reason)
 from .result import CompareResult, VariantResult
 from .variants import Variant
 
@@ -36,6 +37,13 @@ class MeasuredVariant:
         self.out.error = message
         self.built = None
 
+    def not_compiled(self, reason: str) -> None:
+        """A compiled variant that ran no compiled graph: not timed, and no figure of its eager runs kept
+        (its error against eager would read as the compile's)."""
+        self.fail(reason)
+        self.out.fell_back = True
+        self.out.max_abs_err = self.out.max_rel_err = self.out.numerics_ok = self.out.tolerance = None
+
 
 def rounds_notes(run: Outcome, rounds: Rounds, variants: int) -> list[str]:
     """What the timed rounds that ran can say: too few for an interval, a busy machine, or cut short."""
@@ -56,24 +64,38 @@ def rounds_notes(run: Outcome, rounds: Rounds, variants: int) -> list[str]:
     return notes
 
 
-def record_compile(entry: MeasuredVariant, first: CompileCounts) -> None:
+def record_compile(entry: MeasuredVariant, first: CompileCounts, since_build: CompileCounts, calls: CompiledCalls,
+                   model: Any) -> bool:
+    """What a compiled variant's first run compiled (its graphs, breaks, cache, the functions dynamo gave
+    up on) and what one run after its warm-up executed of it (``calls``, the profiler's count): whether
+    it ran compiled graphs.  When it ran none, it is marked not compiled, with dynamo's reasons from all
+    its runs since it was built (``since_build``)."""
     out = entry.out
-    out.graphs, out.graph_breaks = first.graphs, first.graph_breaks
+    out.graphs, out.graph_breaks, out.graph_calls = first.graphs, first.graph_breaks, calls.graphs
+    if calls.graphs == 0:
+        entry.not_compiled(not_compiled_reason(since_build, model))
+        return False
+    functions = model_functions(model)
+    gave_up = first.gave_up + given_up_now(functions)  # now, or in an earlier variant: then never tried again
     if first.frames == 0:
         out.compile_cache = "in memory"
         out.notes.append("reused code compiled earlier in this kernel: the one-time cost shown is not a "
                          "fresh compile (a new process pays it again)")
-    elif first.graphs == 0:
-        out.fell_back = True
-        out.notes.append("ran eager: dynamo produced no graph for this code")
     else:
         out.compile_cache = "warm disk cache" if first.cache_hits and not first.cache_misses else "cold"
         if out.compile_cache != "cold":
             out.notes.append("inductor's on-disk cache held these graphs: a cold compile takes longer")
+    if gave_up:
+        out.gave_up_on = list(dict.fromkeys(label_of(g, functions) for g in gave_up))
+        out.notes.append(f"dynamo gave up on {describe_gave_up(gave_up, functions)} — "
+                         f"{'that function runs' if len(out.gave_up_on) == 1 else 'those functions run'} eager, "
+                         f"and only the code called from there is compiled ({calls.graphs} compiled graph "
+                         f"call{'s' if calls.graphs != 1 else ''} per run)")
     if first.graph_breaks:
         reasons = "; ".join(first.break_reasons[:2]) or "see torch._dynamo.explain"
         out.notes.append(f"{first.graph_breaks} graph break{'s' if first.graph_breaks != 1 else ''} "
                          f"({reasons}): code between graphs runs eager")
+    return True
 
 
 def summarise(measured: list[MeasuredVariant], rounds: Rounds) -> None:

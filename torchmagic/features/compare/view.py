@@ -55,7 +55,7 @@ def expectation_line(r: CompareResult) -> str | None:
     v = r.variants[1]  # --expect takes exactly one variant besides eager
     if r.expectation_check is not None:
         return judge(_named(v), r.expectation_check)
-    why = "it failed" if not v.ok else "too few rounds"
+    why = ("it was not compiled" if v.fell_back else "it failed") if not v.ok else "too few rounds"
     return f"Not judged against the {expect.text()} the finding predicted: {v.name} has no 95% CI ({why})."
 
 
@@ -80,7 +80,7 @@ def details(r: CompareResult) -> list[str]:
     lines += r.notes
     for v in r.variants:
         if v.error:
-            lines.append(f"{v.name} failed: {v.error}")
+            lines.append(f"{v.name} {v.outcome}: {v.error}")
         lines += [f"{v.name}: {note}" for note in v.notes]
     return lines
 
@@ -97,7 +97,7 @@ def _table(r: CompareResult) -> Table:
         Column("peak mem", lambda v: fmt_bytes(v.peak_bytes)),
         Column("graph pool", lambda v: fmt_bytes(v.graph_pool_bytes), optional=True),
         Column("max rel err", lambda v: _fmt_err(v.max_rel_err) + ("" if v.numerics_ok is not False else " ✗")),
-        Column("notes", lambda v: "failed" if not v.ok else ", ".join(v.flags()), "left", optional=True),
+        Column("notes", lambda v: v.outcome if not v.ok else ", ".join(v.flags()), "left", optional=True),
     ], r.variants, noun="variants")
 
 
