@@ -34,11 +34,13 @@ def test_a_rerun_whose_interval_misses_the_last_says_so_once_and_a_matching_one_
     assert first.success, first.error_in_exec
     before = shell.user_ns["r"]
     assert not _moved_notes(before)  # nothing compared before
-    shell.user_ns["factor"] = 2.0  # the machine (as far as the cell can tell) halves the variant's speed
+    # the machine (as far as the cell can tell) runs the variant 4x slower: 0.25x against 1x, intervals apart
+    # even on a loaded machine (at 2x, 0.5x against 1x, a busy core once gave 0.60-0.98 for the second)
+    shell.user_ns["factor"] = 4.0
     second, captured = run(shell, cell)
     assert second.success, second.error_in_exec
     after = shell.user_ns["r"]
-    assert after["inference_mode"].ci[1] < before["inference_mode"].ci[0]  # the premise: 0.5x against 1x
+    assert after["inference_mode"].ci[1] < before["inference_mode"].ci[0]  # the premise
     [note] = _moved_notes(after)
     v, last = after["inference_mode"], before["inference_mode"]
     assert note.startswith(f"inference_mode read {v.speedup:.3f}x (95% CI {v.ci[0]:.3f}-{v.ci[1]:.3f}x) here and "
@@ -46,8 +48,10 @@ def test_a_rerun_whose_interval_misses_the_last_says_so_once_and_a_matching_one_
                            "compared, ")
     assert "s ago: the intervals do not meet" in note and "in the same run" in note
     assert note in captured.stdout + "".join(o.data.get("text/plain", "") for o in captured.outputs)
-    third, _ = run(shell, cell)  # same speed as the last run: its interval meets that one
-    assert third.success and not _moved_notes(shell.user_ns["r"])
+    third, _ = run(shell, cell)  # same speed as the last run: its interval meets that one, unless load moved it
+    assert third.success
+    again = shell.user_ns["r"]
+    assert bool(_moved_notes(again)) is not _meet(again["inference_mode"].ci, after["inference_mode"].ci)
 
 
 def test_the_api_twin_compares_the_same_function_again(shell):
@@ -61,7 +65,7 @@ def test_the_api_twin_compares_the_same_function_again(shell):
 
     options = dict(variants="eager,inference_mode", runs=6, warmup=0, min_time=0.05)
     assert not _moved_notes(torchmagic.compare(work, **options))
-    state["factor"] = 2.0
+    state["factor"] = 4.0
     [note] = _moved_notes(torchmagic.compare(work, **options))
     assert "when this function was last compared" in note and "if nothing the function uses changed" in note
 
@@ -97,6 +101,10 @@ def _result(speedup, ci) -> CompareResult:
     return CompareResult("test", DeviceInfo("cpu", "cpu", "cpu"),
                          [VariantResult("eager", speedup=1.0), VariantResult("amp", speedup=speedup, ci=ci)],
                          seconds=1.0)
+
+
+def _meet(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
 
 
 def _moved_notes(result: CompareResult) -> list[str]:
