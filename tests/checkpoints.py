@@ -123,6 +123,25 @@ def deliver_at(point: tuple, handler: Callable[[Any], None]):
     return tracer, profiler, fired
 
 
+def run_interrupted_at(run: Callable[[], Any], point: tuple) -> tuple[bool, Any]:
+    """(whether the Ctrl-C was delivered, ``run()``'s value): ``run`` with SIGINT delivered at ``point``, to the
+    handler in place, as Python calls it."""
+    import signal
+
+    def handler(frame):
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
+
+    tracer, profiler, fired = deliver_at(point, handler)
+    sys.settrace(tracer)
+    sys.setprofile(profiler)
+    try:
+        value = run()
+    finally:
+        sys.setprofile(None)
+        sys.settrace(None)
+    return bool(fired), value
+
+
 def describe(point: tuple, root: str) -> str:
     kind, code, offset = point
     line = next((i.positions.lineno for i in dis.get_instructions(code) if i.offset == offset and i.positions), None)

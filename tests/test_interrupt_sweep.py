@@ -17,7 +17,6 @@ import gc
 import os
 import random
 import signal
-import sys
 
 import psutil
 import pytest
@@ -27,7 +26,7 @@ import torchmagic
 from torchmagic.core import interrupts
 from torchmagic.core.ipython import CellMagicHelp, user_frames_only
 
-from .checkpoints import deliver_at, describe, points_reached
+from .checkpoints import describe, points_reached, run_interrupted_at
 from .test_faults import MAGICS, SETUP, assert_unchanged, run, state
 
 pytestmark = pytest.mark.slow
@@ -78,18 +77,8 @@ def _chosen(points: list[tuple], seed: str) -> list[tuple]:
 
 
 def _run_interrupted_at(shell, source, point):
-    def handler(frame):  # the SIGINT handler in place, called as Python calls it
-        signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
-
-    tracer, profiler, fired = deliver_at(point, handler)
-    sys.settrace(tracer)
-    sys.setprofile(profiler)
-    try:
-        result, captured = run(shell, source)
-    finally:
-        sys.setprofile(None)
-        sys.settrace(None)
-    return bool(fired), result, captured
+    fired, (result, captured) = run_interrupted_at(lambda: run(shell, source), point)
+    return fired, result, captured
 
 
 def _fds() -> int:

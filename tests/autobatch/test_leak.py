@@ -185,19 +185,9 @@ LEAK_CODE = tuple(f"features/autobatch/{name}.py" for name in ("leak", "trial", 
 
 def _interrupted_at(shell, source: str, point) -> tuple[bool, str]:
     """Whether a Ctrl-C delivered at ``point`` interrupted the cell (else it ran), and what it showed."""
-    import signal
-    import sys
+    from ..checkpoints import run_interrupted_at
 
-    from ..checkpoints import deliver_at
-
-    tracer, profiler, _ = deliver_at(point, lambda frame: signal.getsignal(signal.SIGINT)(signal.SIGINT, frame))
-    sys.settrace(tracer)
-    sys.setprofile(profiler)
-    try:
-        result, captured = run(shell, source)
-    finally:
-        sys.setprofile(None)
-        sys.settrace(None)
+    _, (result, captured) = run_interrupted_at(lambda: run(shell, source), point)
     error = result.error_in_exec
     assert error is None or isinstance(error, KeyboardInterrupt), repr(error)
     return error is not None, captured.stdout + captured.stderr

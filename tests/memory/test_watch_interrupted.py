@@ -5,15 +5,13 @@ code those commands reach (tests/checkpoints.py), the watch threads alive are th
 from __future__ import annotations
 
 import os
-import signal
-import sys
 import threading
 
 import pytest
 
 import torchmagic
 
-from ..checkpoints import deliver_at, describe, points_reached
+from ..checkpoints import describe, points_reached, run_interrupted_at
 from ..conftest import run
 
 PACKAGE = os.path.dirname(os.path.abspath(torchmagic.__file__)) + os.sep
@@ -37,21 +35,11 @@ def _stopped(shell) -> None:
 
 
 def _interrupted_at(shell, source, point) -> bool:
-    def handler(frame):  # the SIGINT handler in place, called as Python calls it
-        signal.getsignal(signal.SIGINT)(signal.SIGINT, frame)
-
-    tracer, profiler, fired = deliver_at(point, handler)
-    sys.settrace(tracer)
-    sys.setprofile(profiler)
-    try:
-        result, captured = run(shell, source)
-    finally:
-        sys.setprofile(None)
-        sys.settrace(None)
+    fired, (result, captured) = run_interrupted_at(lambda: run(shell, source), point)
     if result.error_in_exec is not None:
         assert isinstance(result.error_in_exec, KeyboardInterrupt), result.error_in_exec
         assert "torchmagic/" not in captured.stdout + captured.stderr
-    return bool(fired)
+    return fired
 
 
 @pytest.mark.parametrize("source, before", [

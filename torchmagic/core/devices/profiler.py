@@ -15,6 +15,7 @@ import re
 import sys
 import tempfile
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -100,24 +101,25 @@ class PeakReading:
     footprint_bytes: int | None = None
 
 
-class allocation_peak(HeldScope):
-    """Measure the scope's allocations on ``device_type`` (device ``index`` of it, when given:
-    peaks are per device, never summed across GPUs) from the profiler's memory events.
+class ProfiledScope(HeldScope):
+    """A CPU profiler running quietly for the scope, whose events ``read`` once it stops; what the scope
+    yields is ``reading()``'s.  A Ctrl-C in the scope always finds the profiler stopped and fd 2 back
+    (HeldScope), and the events are freed as soon as they are read."""
 
-    Unlike the CUDA allocator's peak counters this resets nothing the user may be watching,
-    and it works on CPU, where torch keeps no allocator statistics at all.  A Ctrl-C in the
-    scope always finds the profiler stopped and fd 2 back (HeldScope).
-    """
+    __slots__ = ("_reading", "_quiet", "_prof")
+    profile_memory = False
 
-    __slots__ = ("_device_type", "_index", "_reading", "_quiet", "_prof")
+    def reading(self) -> Any:
+        raise NotImplementedError
 
-    def __init__(self, device_type: torch.autograd.DeviceType, index: int | None = None):
-        self._device_type, self._index = device_type, index
+    def read(self, events, reading) -> None:
+        raise NotImplementedError
 
-    def acquire(self) -> PeakReading:
+    def acquire(self) -> Any:
         ensure_profiler_free()
-        self._reading = PeakReading()
-        self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
+        self._reading = self.reading()
+        self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                            profile_memory=self.profile_memory)
         self._quiet = without_profiler_banner()  # the whole scope: the free-before-start warning comes mid-run
         self._quiet.__enter__()
         try:
@@ -134,11 +136,32 @@ class allocation_peak(HeldScope):
             stop_profiler(prof)
         finally:
             self._quiet.__exit__(None, None, None)
-        reading, level = self._reading, 0
-        for event in prof.profiler.kineto_results.events():
+        self.read(prof.profiler.kineto_results.events(), self._reading)
+        prof.profiler.kineto_results = None  # free the events now (see engines/profile.py)
+
+
+class allocation_peak(ProfiledScope):
+    """Measure the scope's allocations on ``device_type`` (device ``index`` of it, when given:
+    peaks are per device, never summed across GPUs) from the profiler's memory events.
+
+    Unlike the CUDA allocator's peak counters this resets nothing the user may be watching,
+    and it works on CPU, where torch keeps no allocator statistics at all.
+    """
+
+    __slots__ = ("_device_type", "_index")
+    profile_memory = True
+
+    def __init__(self, device_type: torch.autograd.DeviceType, index: int | None = None):
+        self._device_type, self._index = device_type, index
+
+    def reading(self) -> PeakReading:
+        return PeakReading()
+
+    def read(self, events, reading: PeakReading) -> None:
+        level = 0
+        for event in events:
             if (event.name() == "[memory]" and event.device_type() == self._device_type
                     and (self._index is None or event.device_index() == self._index)):
                 level += event.nbytes()
                 reading.peak_bytes = max(reading.peak_bytes, level)
         reading.net_bytes = level
-        prof.profiler.kineto_results = None  # free the events now (see engines/profile.py)

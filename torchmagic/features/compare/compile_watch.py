@@ -17,10 +17,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from types import CodeType
 
-import torch
-
-from ...core.devices.profiler import ensure_profiler_free, stop_profiler, without_profiler_banner
-from ...core.interrupts import HeldScope, deliver_pending, uninterruptible
+from ...core.devices.profiler import ProfiledScope
+from ...core.interrupts import deliver_pending, uninterruptible
 
 REASON_CHARS = 300    # of one function's reason for being given up on, in a note
 NAMED_FUNCTIONS = 3   # functions given up on that a note names (the rest are counted)
@@ -165,39 +163,22 @@ class CompiledCalls:
     frames: int = 0   # frames dynamo ran compiled code for (a frame may hold an empty graph)
 
 
-class compiled_calls(HeldScope):
+class compiled_calls(ProfiledScope):
     """Count the compiled graphs and frames the code in the scope ran, from the record_function
     events inductor and dynamo emit while a profiler runs: the one evidence that compiled code ran
     which dynamo's counters cannot fake (code it gave up on earlier runs eager and counts nothing).
-    A Ctrl-C in the scope always finds the profiler stopped and fd 2 back (HeldScope)."""
+    A Ctrl-C in the scope always finds the profiler stopped and fd 2 back (ProfiledScope)."""
 
-    __slots__ = ("_calls", "_quiet", "_prof")
+    __slots__ = ()
 
-    def acquire(self) -> CompiledCalls:
-        ensure_profiler_free()
-        self._calls = CompiledCalls()
-        self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-        self._quiet = without_profiler_banner()
-        self._quiet.__enter__()
-        try:
-            self._prof.start()
-        except BaseException:
-            stop_profiler(self._prof)
-            self._quiet.__exit__(None, None, None)
-            raise
-        return self._calls
+    def reading(self) -> CompiledCalls:
+        return CompiledCalls()
 
-    def release(self) -> None:
-        prof = self._prof
-        try:
-            stop_profiler(prof)
-        finally:
-            self._quiet.__exit__(None, None, None)
-        for event in prof.profiler.kineto_results.events():
+    def read(self, events, calls: CompiledCalls) -> None:
+        for event in events:
             name = event.name()
-            self._calls.graphs += name.startswith(_GRAPH_CALL)
-            self._calls.frames += name.startswith(_COMPILED_FRAME)
-        prof.profiler.kineto_results = None  # free the events now
+            calls.graphs += name.startswith(_GRAPH_CALL)
+            calls.frames += name.startswith(_COMPILED_FRAME)
 
 
 @dataclass(frozen=True)
