@@ -27,14 +27,16 @@ from torchmagic.core import interrupts
 from torchmagic.core.ipython import CellMagicHelp, user_frames_only
 
 from .checkpoints import describe, points_reached, run_interrupted_at
+from .conftest import LONG
 from .test_faults import MAGICS, SETUP, assert_unchanged, run, state
 
 pytestmark = pytest.mark.slow
 
 PACKAGE = os.path.dirname(os.path.abspath(torchmagic.__file__)) + os.sep
-# points per magic in CI (about two minutes for the five); interrupts.py is tested line by line in
-# tests/core/test_interrupts.py and left out here
-SAMPLED_GIVING_BACK, SAMPLED = 30, 10
+# points per magic: in CI 15 in the functions that give something back and 5 elsewhere (about 75 s for the
+# five magics), 30 and 10 in the long lane; interrupts.py is tested line by line in tests/core/test_interrupts.py
+# and left out here
+SAMPLED_GIVING_BACK, SAMPLED = (30, 10) if LONG else (15, 5)
 RESTORING = ("amp_compare", "autobatch", "loadertune")
 # the fault matrix's magics on a shorter cell: hundreds of runs each
 SWEPT = {magic: source.replace("range(200)", "range(5)") for magic, source in MAGICS.items()}
