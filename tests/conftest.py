@@ -1,3 +1,4 @@
+import builtins
 import os
 import signal
 
@@ -56,13 +57,21 @@ def ipython():
 def shell(ipython):
     """The shell with a clean user namespace for each test."""
     ipython.run_cell("import torch")
+    _output_history_updating(ipython)
     yield ipython
     for name in [n for n in ipython.user_ns if not n.startswith("_") and n not in ("In", "Out", "get_ipython", "exit", "quit")]:
         ipython.user_ns.pop(name, None)
+    _output_history_updating(ipython)
+
+
+def _output_history_updating(ipython):
+    """IPython updates _, __ and ___ only while each is the value its display hook last pushed (the hidden
+    names' table holds it) and no `builtins._` exists: a cell's `for _ in ...`, or a test's own `_`, makes _
+    the user's and stops the updates for every later test (which then read another test's result as _)."""
     hook = ipython.displayhook
-    for unders in ("_", "__", "___"):  # a cell's `for _ in ...` makes _ the user's: IPython then stops updating it
-        if ipython.user_ns.get(unders) is not getattr(hook, unders):
-            ipython.user_ns[unders] = getattr(hook, unders)
+    builtins.__dict__.pop("_", None)
+    for unders in ("_", "__", "___"):
+        ipython.user_ns[unders] = ipython.user_ns_hidden[unders] = getattr(hook, unders)
 
 
 def run(shell, source: str, store_history: bool = False):

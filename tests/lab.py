@@ -105,12 +105,22 @@ def start_notebook_kernel(base: str, token: str, notebook: str, timeout: float =
 
     client = BlockingKernelClient(connection_file=str(Path(jupyter_runtime_dir()) / f"kernel-{kernel}.json"))
     client.load_connection_file()
-    client.start_channels()
+    # No heartbeat channel: it calls a kernel dead after one second without a beat, which a kernel importing
+    # torch on a loaded 2-core machine missed ("Kernel died before replying to kernel_info", 2026-12-02).  The
+    # server, which started the kernel, says whether it died.
+    client.start_channels(hb=False)
+    deadline = time.monotonic() + timeout
     try:
-        client.wait_for_ready(timeout=timeout)
+        while True:
+            try:
+                client.wait_for_ready(timeout=5)
+                return kernel
+            except RuntimeError:
+                state = _api(base, token, f"kernels/{kernel}").get("execution_state")
+                if state == "dead" or time.monotonic() > deadline:
+                    raise RuntimeError(f"the notebook's kernel did not answer in {timeout:.0f} s (its state: {state})")
     finally:
         client.stop_channels()
-    return kernel
 
 
 def notebook_kernels(base: str, token: str) -> list[str]:
