@@ -67,10 +67,10 @@ def test_the_api_judges_and_stores_the_check():
     x = torch.randn(8, 16)
     r = torchmagic.compare(lambda m: m(x), model=net, variants="eager,inference_mode", runs=6, warmup=0,
                            expect="50-60", device="cpu")
-    assert r.expectation_check.inside is False and "the finding is contradicted" in r.to_text()
+    assert r.expectation_check.verdict.outcome == "below" and "the finding is contradicted" in r.to_text()
     r = torchmagic.compare(lambda m: m(x), model=net, variants="eager,inference_mode", runs=6, warmup=0,
                            expect=Expectation(0.01, 100), device="cpu")
-    assert r.expectation_check.inside and r.options.expect.text() == "0.01-100.00x"
+    assert r.expectation_check.verdict.outcome == "within" and r.options.expect.text() == "0.01-100.00x"
     with pytest.raises(ValueError, match="expect judges one variant's speedup"):
         torchmagic.compare(lambda m: m(x), model=net, expect="1.1-1.2")
     with pytest.raises(ValueError, match="expect takes a speedup range"):

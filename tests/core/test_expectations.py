@@ -30,12 +30,13 @@ def test_as_expectation_takes_text_an_expectation_or_none():
         as_expectation(1.2)
 
 
-def test_inside_means_the_ci_meets_the_range():
+def test_a_measurement_reads_its_verdict_from_the_one_rule():
     e = Expectation(1.15, 1.30)
-    assert Measured(1.2, (1.1, 1.25), e).inside
-    assert Measured(1.1, (1.05, 1.16), e).inside  # the interval reaches the range
-    assert not Measured(1.0, (0.95, 1.05), e).inside and not Measured(2.0, (1.8, 2.2), e).inside
-    assert Measured(1.2, (1.1, 1.3)).inside is None
+    assert Measured(1.2, (1.17, 1.25), e).verdict.outcome == "within"
+    assert Measured(1.1, (1.05, 1.16), e).verdict.outcome == "inconclusive"  # meeting the range is no verdict
+    assert Measured(1.0, (0.95, 1.05), e).verdict.outcome == "below"
+    assert Measured(2.0, (1.8, 2.2), e).verdict.outcome == "above"
+    assert Measured(1.2, (1.1, 1.3)).verdict is None
 
 
 def test_judge_words_inside_slower_faster_inconclusive_and_nothing_without_a_prediction():

@@ -138,59 +138,35 @@ def _bert_for_loop_adamw() -> Planted:
                    {"model": model, "opt": opt}, train_step)
 
 
-def _optimizer_share(result: ProfileResult) -> float:
-    total = sum(result.categories_s.values())
-    return result.categories_s.get("optimizer", 0.0) / total if total > 0 else 0.0
-
-
-# a fix that replaces a per-parameter loop of ops by a kernel over all of them cuts the optimizer's time
-# several-fold (fused AdamW: 4x on these models); its share of the step moving less than this is noise
-OPTIMIZER_SHARE_FALL = 0.75
-
-
 def _verify_optimizer(planted: Planted, before: ProfileResult, finding: Finding) -> Verification:
-    """Apply the finding's snippet as the user would (exec'd where the optimizer has the name the finding
-    uses), and run the finding's verify command's profile (--warmup 1 --steps 5) on the optimizer as it
-    was and as the snippet left it, alternately, three times each (so both see the same load on the machine):
-    the optimizer's share of the step must fall clearly, its highest share after the fix below
-    OPTIMIZER_SHARE_FALL of its lowest before."""
+    """The finding's verify, by its API twin (``profile(fixed, verify=step, expect=...)``, as ``%%torchprofile
+    --verify prof --expect ...`` runs it): the step with the snippet applied at its top, as the user would edit
+    the cell, against the step as it was, in interleaved rounds from the same state; the verdict must not
+    contradict the prediction (an interval across its 1.00x edge is inconclusive: the predicted gain is small), the
+    median speedup must be above 1, and the finding must be gone from the fixed step's profile (which the snippet changed).  The optimizer's settings are put
+    back afterwards."""
     name = re.search(r"for group in (\w+)\.param_groups", finding.snippet)
     if name is None or name[1] not in planted.names:
         return Verification(False, f"the snippet names no optimizer of the code's: {finding.snippet!r}")
     optimizer = planted.names[name[1]]
+    fix = compile(finding.snippet, "<optimizer snippet>", "exec")
+    as_it_was = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
 
-    def settings():
-        return [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    def fixed():
+        exec(fix, {"torch": torch, name[1]: optimizer})  # noqa: S102 - the finding's own code
+        planted.step()
 
-    def use(groups):
-        for group, values in zip(optimizer.param_groups, groups):
-            group.update(values)
-
-    as_it_was = settings()
-    profiles: dict[str, list[ProfileResult]] = {"before": [], "after": []}
-    try:
-        exec(finding.snippet, {"torch": torch, name[1]: optimizer})  # noqa: S102 - the finding's own code
-        fixed = settings()
-        for _ in range(3):
-            for label, groups in (("before", as_it_was), ("after", fixed)):
-                use(groups)
-                profiles[label].append(torchmagic.profile(planted.step, warmup=1, steps=5, device=_cpu()))
-    finally:
-        use(as_it_was)
-    shares = {label: [_optimizer_share(r) for r in runs] for label, runs in profiles.items()}
-    ms = {label: [r.categories_s.get("optimizer", 0.0) * 1e3 / len(r.step_s) for r in runs]
-          for label, runs in profiles.items()}
-    still = [r.finding("optimizer") is not None for r in profiles["after"]]
-    # the finding's prediction, judged as its verify's --diff judges it, on each side's least disturbed profile
-    # (the lowest median step: a profile another process slowed read 50 ms a step where the others read 34)
-    least = [min(runs, key=lambda r: r.median_step_s) for runs in profiles.values()]
-    judged = next((n for n in torchmagic.diff(*least).notes if n.startswith("optimizer:")), "the finding stayed")
-    detail = (f"optimizer share {'/'.join(f'{x:.0%}' for x in shares['before'])} -> "
-              f"{'/'.join(f'{x:.0%}' for x in shares['after'])} "
-              f"({'/'.join(f'{x:.1f}' for x in ms['before'])} -> {'/'.join(f'{x:.1f}' for x in ms['after'])} ms/step); "
-              f"finding after the fix: {'still fires' if any(still) else 'gone'}; {judged}")
-    return Verification(max(shares["after"]) < OPTIMIZER_SHARE_FALL * min(shares["before"])
-                        and "contradicted" not in judged, detail)
+    result = torchmagic.profile(fixed, warmup=1, steps=5, device=_cpu(), verify=planted.step,
+                                expect=finding.expected)
+    for group, values in zip(optimizer.param_groups, as_it_was):
+        group.update(values)
+    v = result.verified
+    ci = f"{v.ci[0]:.2f}-{v.ci[1]:.2f}" if v.ci else "none"
+    detail = (f"{v.speedup:.2f}x (95% CI {ci}) over {v.rounds} rounds, {v.verdict.outcome if v.verdict else 'no'} "
+              f"verdict against {finding.expected.text() if finding.expected else 'no prediction'}; "
+              f"finding after the fix: {'still fires' if result.finding('optimizer') else 'gone'}")
+    return Verification(v.verdict is not None and v.verdict.outcome in ("within", "inconclusive")
+                        and v.speedup > 1.0 and result.finding("optimizer") is None, detail)
 
 
 # ------------------------------------------------------------------------------------------------ vit
@@ -244,9 +220,9 @@ def _verify_inference_mode(planted: Planted, before: ProfileResult, finding: Fin
     check = result.expectation_check
     detail = (f"inference_mode {v.speedup:.2f}x (95% CI {low:.2f}-{high:.2f}), {v.verdict}, "
               f"numerics {'agree' if v.numerics_ok else 'differ' if v.numerics_ok is False else 'unchecked'}"
-              + (f"; {'inside' if check.inside else 'OUTSIDE'} the predicted {check.expected.text()}" if check else ""))
+              + (f"; {check.verdict.outcome} against the predicted {check.expected.text()}" if check else ""))
     return Verification(low >= INFERENCE_MODE_CI_LOW and v.numerics_ok is not False
-                        and (check is None or check.inside is not False), detail)
+                        and (check is None or check.verdict.outcome in ("within", "inconclusive")), detail)
 
 
 # --------------------------------------------------------------------------------------- mobilenet_v2

@@ -59,12 +59,9 @@ class Measured:
     expected: Expectation | None = None
 
     @property
-    def inside(self) -> bool | None:
-        """Whether the measurement agrees with the prediction: its CI meets the predicted range."""
-        if self.expected is None:
-            return None
-        low, high = self.ci
-        return high >= self.expected.low and low <= self.expected.high
+    def verdict(self) -> "Verdict | None":
+        """The measurement against its prediction (``verdict`` below), or None without one."""
+        return verdict(self)
 
 
 def parse_expect(text: str) -> Expectation:
