@@ -607,4 +607,6 @@ def test_a_per_step_context_is_entered_and_timed_on_every_call_and_a_setting_aro
     assert entered["per_step"] > timed_calls  # each timed call, and the untimed ones (lead-ins, warm-ups, peak)
     assert entered["around"] < r.rounds + 10  # once a block, warm-up or first run
     assert 0.35 < step.speedup < 0.65 and step.verdict == "slower"  # 2 ms of step and 2 ms of context a call
-    assert 0.85 < setting.speedup < 1.15
+    # the setting's 2 ms are outside the timed region (timed, it would read 0.5x, as per_step does); no upper
+    # bound: a busy-wait step is wall time, and a preemption in eager's rounds read 1.25x on a loaded CI
+    assert setting.speedup > 0.8

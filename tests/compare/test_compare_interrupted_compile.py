@@ -58,8 +58,9 @@ def _interrupted_at_first_call(shell, source, where: tuple[str, str]):
 @pytest.mark.parametrize("where", [(os.path.join("_dynamo", "symbolic_convert.py"), "run"),  # dynamo tracing
                                    (os.path.join("_inductor", "graph.py"), "codegen")])      # inductor's codegen
 def test_a_ctrl_c_in_the_compile_shows_the_users_frames_and_the_next_compile_works(shell, where):
-    # a constant of this run's: a graph no cache on disk holds, so inductor compiles it
-    _model(shell, "Interrupted" + where[1].title(), 1 + random.random())
+    # a constant of this run's: a graph no cache on disk holds, so inductor compiles it (from the OS's entropy:
+    # another test seeding `random` in this worker made it the same constant each run, a graph the cache held)
+    _model(shell, "Interrupted" + where[1].title(), 1 + random.SystemRandom().random())
     (result, captured), fired = _interrupted_at_first_call(shell, CELL, where)
     assert fired and isinstance(result.error_in_exec, KeyboardInterrupt)
     shown = captured.stdout + captured.stderr
