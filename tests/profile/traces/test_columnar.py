@@ -372,6 +372,7 @@ _DEVICE_TRACES = [os.path.join(GPU, name) for name in sorted(os.listdir(GPU)) if
     os.path.join(DATA, "hta_sampled_job", name) for name in sorted(os.listdir(os.path.join(DATA, "hta_sampled_job")))]
 
 
+@pytest.mark.trace_files
 @pytest.mark.parametrize("path", _DEVICE_TRACES, ids=os.path.basename)
 def test_real_traces_with_device_work(path):
     """Every trace of device work in tests/data, whole and (where it has steps) in groups of one and of two steps:

@@ -22,8 +22,10 @@ from torchmagic.features.profile.traces.reader import TraceFileError, TraceReade
 
 from ...conftest import run
 
+pytestmark = pytest.mark.trace_files  # the lanes of other torch releases skip it
+
 if sys.platform != "linux":  # FIFOs, /dev/null
-    pytestmark = pytest.mark.skip("POSIX files")
+    pytestmark = [pytestmark, pytest.mark.skip("POSIX files")]
 
 STEP = '{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100}'
 KERNEL = ('{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 10, "dur": 20, '

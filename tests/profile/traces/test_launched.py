@@ -64,12 +64,13 @@ def traces(draw):
     return trace
 
 
-@hypothesis.settings(max_examples=500, deadline=None, derandomize=True)
+@hypothesis.settings(max_examples=200, deadline=None, derandomize=True)
 @hypothesis.given(traces())
 def test_as_the_loop_did(trace):
     assert trace.launched_compute() == loop(trace)
 
 
+@pytest.mark.trace_files
 @pytest.mark.parametrize("path", TRACES, ids=[os.path.basename(p) for p in TRACES])
 def test_on_real_traces(path):
     trace = read_rank(SlicedTraceReader(path), path)

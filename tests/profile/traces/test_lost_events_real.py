@@ -11,6 +11,8 @@ import pytest
 import torchmagic
 from torchmagic.features.profile.kineto import DEVICE_ACTIVITIES, LAUNCH_CALLS, activity, is_runtime
 
+pytestmark = pytest.mark.trace_files  # the lanes of other torch releases skip it
+
 DATA = Path(__file__).parent.parent.parent / "data"
 GPU_TRACES = [*(f"gpu/{name}.json.gz" for name in ("fp32_training", "bf16_autocast_training", "compiled_training",
                                                    "cuda_graphs_training", "explicit_sync")),

@@ -55,6 +55,7 @@ def _assert_same(path: str) -> None:
             assert read[name] == checked[name], f"{os.path.basename(path)}, {way}: {name} differs"
 
 
+@pytest.mark.trace_files
 @pytest.mark.parametrize("path", TRACES, ids=[os.path.basename(p) for p in TRACES])
 def test_every_real_trace_reads_as_the_checked_path_reads_it(path):
     _assert_same(path)
