@@ -55,6 +55,8 @@ BENCHMARKS = [
     Benchmark("tutorial_speedups", "The tutorials' techniques, measured side by side", limit_s=180),
     Benchmark("trace_analysis", "torchmagic.analyze on big traces: MB/s and peak memory (and HTA's, if installed)",
               ("--sizes", "50,250"), limit_s=240),
+    Benchmark("event_table_sources", "A live profile's events read live or through its exported trace file: time "
+              "and agreement", limit_s=120),
     Benchmark("hostile_traces", "torchmagic.analyze on hostile traces: gzip bombs, 60 M-character strings, "
               "thousands of rank files", limit_s=300),
     Benchmark("corpus_rules", "Each rule on traces of real jobs: fires where due, quiet where not", limit_s=120),
