@@ -3,8 +3,8 @@ one attribute at a time (today's live path), or the profiler's own Chrome-trace 
 path trace files take). And how far today's two analyses agree on the same profile.
 
 For each workload, one profile (CPU activities, ``record_shapes=True`` as ``%%torchprofile`` profiles,
-``ProfilerStep#N`` ranges around each step, as the magic marks them), exported once (kineto saves a trace once), then the two
-summaries interleaved over ``--reps`` rounds:
+``ProfilerStep#N`` ranges around each step, as the magic marks them), exported once (kineto saves a trace
+once), then the two summaries interleaved over ``--reps`` rounds:
 
 =================  ==========================================================================================
 live summary       ``summarize_trace(results.events(), ...)``: kineto's events to the TraceSummary (events path)
@@ -14,7 +14,8 @@ file summary       the file read as ``--load`` reads it: the per-rank pass with 
 =================  ==========================================================================================
 
 Printed per workload: events, median seconds of each (and µs per event), and how the two summaries agree:
-median step, the largest difference of a category's share of the steps (points), ops named in one only.
+median step, the largest difference of a category's share of the steps (points), and the first summary fields
+that differ (``benchmarks.columnar_ops.differing``: floats beyond 1e-9 of their value).
 
 Run ``python -m benchmarks.event_table_sources`` from the repository root (``--help``); about a minute.
 """
@@ -31,6 +32,7 @@ import time
 import torch
 from torch import nn
 
+from benchmarks.columnar_ops import differing
 from benchmarks.machine import machine_line
 from torchmagic.features.profile.kineto import STEP_PREFIX
 from torchmagic.features.profile.trace import summarize_trace
@@ -131,9 +133,9 @@ def bench(name: str, reps: int, log=print) -> dict:
     live_shares, file_shares = _shares(live), _shares(filed)
     agreement = {
         "median step live, file (ms)": (statistics.median(live.step_us) / 1e3, statistics.median(filed.step_us) / 1e3),
-        "largest share difference (points)": 100 * max(abs(live_shares[c] - file_shares.get(c, 0.0)) for c in live_shares),
-        "ops only live": sorted(set(live.ops) - set(filed.ops))[:5],
-        "ops only in the file": sorted(set(filed.ops) - set(live.ops))[:5],
+        "largest share difference (points)": 100 * max(abs(share - file_shares.get(c, 0.0))
+                                                        for c, share in live_shares.items()),
+        "fields that differ (beyond 1e-9)": differing(live, filed, "summary")[:5],
         "steps live, file": (live.steps, filed.steps),
     }
     medians = {k: statistics.median(v) for k, v in times.items()}
