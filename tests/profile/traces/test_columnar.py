@@ -29,11 +29,12 @@ DATA = os.path.join(os.path.dirname(__file__), "..", "..", "data", "traces")
 def _both(path: str, steps_per_group: int | None) -> tuple[TraceSummary, TraceSummary]:
     """The trace's summary by the columns, and by the sweep over its events (no columns given to
     operator_summary): held at once, or in groups of about ``steps_per_group`` steps."""
-    reading = ColumnReading(path)
-    trace = read_rank(SlicedTraceReader(path), path, reading)
+    reading, reader = ColumnReading(path), SlicedTraceReader(path)
+    trace = read_rank(reader, path, reading)
     assert reading.columns is not None, "the trace was not read into columns"
     limit = trace.events if steps_per_group is None else max(1, int(steps_per_group * trace.events / len(trace.steps)))
-    columnar, first, _ = columnar_summary(reading.columns, trace, limit)
+    flops = reading.columns.flops or reader.meta.get("with_flops") == 1
+    columnar, first, _ = columnar_summary(reading.columns, trace, limit, flops)
     read = ops.operator_summary(trace, limit)
     if read is None:  # groups the events path refuses (far heavier than the average): the columns table them
         return columnar, None
@@ -62,14 +63,14 @@ def test_public_cpu_traces(name):
     _assert_same(os.path.join(DATA, name))
 
 
-def _train(shapes: bool, stacks: bool, memory: bool, path: str) -> None:
+def _train(shapes: bool, stacks: bool, memory: bool, path: str, flops: bool = False) -> None:
     """A transformer layer trained for 4 profiled steps on this machine's torch: data loading, autocast, a
     host read (.item()), a copy to contiguous memory, backward on autograd's thread, a foreach optimizer."""
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
     optimizer = torch.optim.Adam(layer.parameters(), foreach=True)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 8, 32)), batch_size=8)
-    with torch.profiler.profile(record_shapes=shapes, with_stack=stacks, profile_memory=memory,
+    with torch.profiler.profile(record_shapes=shapes, with_stack=stacks, profile_memory=memory, with_flops=flops,
                                 schedule=torch.profiler.schedule(wait=1, warmup=1, active=4)) as prof:
         for (x,) in data:
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=shapes):
@@ -85,12 +86,12 @@ def _train(shapes: bool, stacks: bool, memory: bool, path: str) -> None:
     prof.export_chrome_trace(path)
 
 
-@pytest.mark.parametrize("shapes, stacks, memory", [(False, False, False), (True, False, False),
-                                                    (True, True, False), (True, False, True)],
-                         ids=["plain", "shapes", "stacks", "memory"])
-def test_a_training_step_profiled_here(tmp_path, shapes, stacks, memory):
+@pytest.mark.parametrize("shapes, stacks, memory, flops", [
+    (False, False, False, False), (True, False, False, False), (True, True, False, False),
+    (True, False, True, False), (True, False, False, True)], ids=["plain", "shapes", "stacks", "memory", "flops"])
+def test_a_training_step_profiled_here(tmp_path, shapes, stacks, memory, flops):
     path = str(tmp_path / "train.json")
-    _train(shapes, stacks, memory, path)
+    _train(shapes, stacks, memory, path, flops)
     _assert_same(path, steps_per_group=1)
     summary = _assert_same(path)
     assert summary.steps == 4 and summary.sync_calls == 4 and summary.optimizer_foreach
@@ -103,6 +104,9 @@ def test_a_training_step_profiled_here(tmp_path, shapes, stacks, memory):
     if memory:
         assert summary.memory_recorded and summary.peak_allocated["cpu"] > 0
         assert any(stats.allocated_bytes for stats in summary.ops.values())
+    if flops:  # the linear layers' matmuls, forward and backward, counted at the outermost op with a formula
+        assert summary.ops["aten::addmm"].flops > 0 and summary.ops["aten::mm"].flops > 0
+        assert not summary.ops["aten::linear"].flops and summary.ops["aten::add"].bytes > 0
 
 
 def _memory(ts: float, nbytes: int, device_type: int = 0, tid=1) -> dict:
@@ -183,6 +187,36 @@ def test_synthetic_cases_of_each_kind(tmp_path):
     assert summary.ops["aten::zeros_like"].allocated_bytes == 2 * 4096 and summary.allocated_total["cuda:0"] == 2 * 512
 
 
+def test_flops_and_the_kernels_of_a_counted_op(tmp_path):
+    """--flops (the file says it was profiled with_flops): a convolution counted at the outermost op with a
+    formula, nothing beneath it, and the kernel its innermost op launched timed under it; a pointwise op's
+    bytes and estimated FLOPs.  The columns give what the sweep gives, and the figures FlopCounterMode's
+    formulas give."""
+    conv = {"Input Dims": [[2, 3, 8, 8], [4, 3, 3, 3], [4]] + [[]] * 6, "Input type": ["float"] * 3 + [""] * 6,
+            "Concrete Inputs": ["", "", "", "[1, 1]", "[0, 0]", "[1, 1]", "False", "[0, 0]", "1"]}
+    events = [_step(1, 0),
+              event("aten::conv2d", 10, 100, **{"External id": 1}, **conv),
+              event("aten::convolution", 12, 96, **{"External id": 2}, **conv),
+              event("aten::_convolution", 14, 92, **{"External id": 3}, **conv),
+              event("aten::cudnn_convolution", 16, 88, **{"External id": 4}),
+              event("cudaLaunchKernel", 20, 10, cat="cuda_runtime", correlation=100, **{"External id": 4}),
+              event("implicit_gemm", 40, 30, cat="kernel", tid=7, correlation=100, **{"External id": 4}),
+              event("aten::add", 200, 10, **{"External id": 5, "Input Dims": [[2, 4, 6, 6], [2, 4, 6, 6]],
+                                             "Input type": ["float", "float"], "Concrete Inputs": ["", "", "1"]})]
+    with open(write_trace(tmp_path / "flops.json", events)) as f:
+        data = json.load(f)
+    data["with_flops"] = 1
+    path = tmp_path / "flops.json"
+    path.write_text(json.dumps(data))
+    summary = _assert_same(str(path))
+    convolution = summary.ops["aten::convolution"]
+    assert convolution.flops == 2 * (2 * 4 * 6 * 6) * (3 * 3 * 3)  # 2 x output elements x (C_in x kernel)
+    assert convolution.flop_device_us == 30.0 and not summary.ops["aten::conv2d"].flops
+    assert not summary.ops["aten::_convolution"].flops
+    add = summary.ops["aten::add"]
+    assert add.estimated_flops == 2 * 4 * 6 * 6 and add.bytes == 3 * 2 * 4 * 6 * 6 * 4 and add.dtype == "float"
+
+
 def test_synthetic_trace_without_steps(tmp_path):
     """No marker: one step around the whole trace, on the thread that ran most ops (the first of those tied)."""
     events = [event("aten::mm", 10 * i, 5, tid=1 + i % 2) for i in range(10)]
@@ -192,7 +226,7 @@ def test_synthetic_trace_without_steps(tmp_path):
 
 
 @pytest.mark.parametrize("extra", [
-    event("aten::mm", 3, 1, flops=1000),
+    event("aten::mm", 3, 1, flops=-1),
     {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 2,
      "args": {"Bytes": 4, "Device Type": 99}},  # a device type torch does not know: the events path refuses it
     event("aten::mm", 3, "5"),  # a duration the checked path refuses

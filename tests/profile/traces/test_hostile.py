@@ -392,7 +392,7 @@ def test_a_long_name_is_not_kept_whole(tmp_path):
 def test_one_step_of_more_events_than_can_be_held_gets_no_operator_table_unless_read_into_columns(tmp_path,
                                                                                                     monkeypatch):
     """Steps say which of them fit in the events held at once: one step holding them all does not, where the
-    trace is read as events (an op with FLOPs); a trace read into columns (host work, kernels) holds any number."""
+    trace is read as events (a name the typed decoder refuses); a trace read into columns (host work, kernels) holds any number."""
     from torchmagic.features.profile.traces import ops
 
     monkeypatch.setattr(ops, "OPS_EVENT_LIMIT", 50)
@@ -401,6 +401,6 @@ def test_one_step_of_more_events_than_can_be_held_gets_no_operator_table_unless_
     assert r.profile is not None and {o.name: o.calls for o in r.profile.ops} == {"aten::mm": 200}, r.notes
     r = torchmagic.analyze(_write(tmp_path / "gpu.json", trace(*ops_only, KERNEL)))
     assert r.profile is not None and r.profile.device.kind == "cuda", r.notes
-    flops = op(args='{"flops": 1000}')
-    r = torchmagic.analyze(_write(tmp_path / "flops.json", trace(*ops_only, flops)))
+    refused = op(name=r'"aten::\udfff"')
+    r = torchmagic.analyze(_write(tmp_path / "refused.json", trace(*ops_only, refused)))
     assert r.profile is None and any("1 step(s) hold 202 events" in note for note in r.notes), r.notes

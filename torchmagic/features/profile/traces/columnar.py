@@ -76,9 +76,11 @@ class _Carried:
     first_launch: int | None = None  # the lowest runtime call's CUPTI id so far (lost events)
 
 
-def columnar_summary(columns: TraceColumns, trace: RankTrace, limit: int) -> tuple[TraceSummary, int, bool]:
+def columnar_summary(columns: TraceColumns, trace: RankTrace, limit: int,
+                     flops: bool = False) -> tuple[TraceSummary, int, bool]:
     """The summary of the trace's events over all its steps, read in groups of about ``limit`` events (as
-    ops.py groups them), its first event's start (ns), and whether an op had shapes recorded."""
+    ops.py groups them), its first event's start (ns), and whether an op had shapes recorded; ``flops``: count
+    ops' FLOPs and tensor bytes (--flops)."""
     out, table = TraceSummary(), _table(columns)
     shaped = torch.tensor([bool(shapes) for shapes, _, _ in columns.input_lists], dtype=torch.bool)
     is_op = torch.tensor([k.cat == CPU_OP for k in table.kinds], dtype=torch.bool)
@@ -91,7 +93,7 @@ def columnar_summary(columns: TraceColumns, trace: RankTrace, limit: int) -> tup
         out.python_op_nodes, out.python_op_sync = array("q"), array("b")
     count = max(len(cuts), 1)
     for index, rows in enumerate(_groups(table, trace, cuts)):  # (each group's bars bounded as they are added)
-        _add(out, _events(table, rows, names, (columns.input_lists, shapes, len(cuts) > 1)), names, carried,
+        _add(out, _events(table, rows, names, (columns.input_lists, shapes, len(cuts) > 1, flops)), names, carried,
              table.memory, index == count - 1)
     out.event_count = len(table.start)
     return out, table.first, shapes
@@ -228,8 +230,8 @@ def _spanning(table: _Table, trace: RankTrace, cuts: torch.Tensor, group: torch.
 def _events(table: _Table, rows: torch.Tensor, names, inputs: tuple) -> tuple[Events, DeviceColumns]:
     """A group's host events (ops, user ranges, Python frames, runtime calls, memory records) in the sweep's
     visiting order, their times as its floats, and its device events.  ``inputs``: the ops' input lists,
-    whether shapes were recorded, and whether there are several groups."""
-    input_lists, shapes, grouped = inputs
+    whether shapes were recorded, whether there are several groups, and whether FLOPs are counted."""
+    input_lists, shapes, grouped, flops = inputs
     light = _light(table, rows)
     host = rows[(light == OP) | (light == ANNOTATION) | (light == PYTHON) | (light == MEMORY) | (light == RUNTIME)]
     device = _device(table, rows[light == DEVICE], names, grouped)
@@ -246,7 +248,7 @@ def _events(table: _Table, rows: torch.Tensor, names, inputs: tuple) -> tuple[Ev
     device_read = names.runtime[table.kind[at].long()] & torch.isin(correlation[order], reads)
     events = Events(table.kind[at].long(), start[order], end[order], lane[order], table.sequence[at],
                     table.inputs[at].long(), external[order], correlation[order], device_read, at, tree, table.kinds,
-                    [table.tids[code] for code in codes.tolist()], [], input_lists, shapes)
+                    [table.tids[code] for code in codes.tolist()], [], input_lists, shapes, flops)
     return events, device
 
 

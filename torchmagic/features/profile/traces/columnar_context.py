@@ -11,6 +11,7 @@ import torch
 from ..categories import (CATEGORIES, COPIES, COPY_OPS, FORWARD, NO_KERNEL_OPS, OTHER, START_UP, SYNC_OPS, SYNC_RUNTIME,
                           SYNCS, phase_of)
 from ..events import ANNOTATION, DEVICE, MEMORY, OP, PYTHON, RUNTIME
+from ..flops import counts_flops
 from ..frames import is_library_frame, is_user_frame
 from ..kineto import LAUNCH_CALLS, STEP_PREFIX, is_backward_node, is_copy_to_host, is_pageable_upload
 from .columns import EventKind
@@ -39,6 +40,7 @@ class Events:
     lanes: list[str]       # each thread's timeline lane (index: ``thread``)
     input_lists: list
     shapes: bool           # an op with shapes was read: each op's time is kept by its shapes
+    flops: bool = False    # --flops: ops' FLOPs and tensor bytes are counted (columnar_flops.py)
 
 
 @dataclass
@@ -61,6 +63,7 @@ class Names:
     device: torch.Tensor    # a kernel, copy or memset
     user_frame: torch.Tensor  # a Python frame of the user's code (frames.is_user_frame)
     library_frame: torch.Tensor  # a Python frame of an installed package (frames.is_library_frame)
+    counted: torch.Tensor   # an op with a FLOP formula (flops.counts_flops)
     name_id: torch.Tensor   # the same id for the same name under another category
     names: list[str]        # name_id -> name
     to_host: torch.Tensor   # by name id: a copy to the host (kineto.is_copy_to_host)
@@ -89,6 +92,7 @@ def names_of(kinds: list[EventKind]) -> Names:
                   device=flag(lambda k: k.kind == DEVICE),
                   user_frame=flag(lambda k: k.kind == PYTHON and is_user_frame(k.name)),
                   library_frame=flag(lambda k: k.kind == PYTHON and is_library_frame(k.name)),
+                  counted=flag(lambda k: k.kind == OP and counts_flops(k.name)),
                   name_id=torch.tensor(name_id, dtype=torch.long), names=list(ids),
                   to_host=torch.tensor([is_copy_to_host(name) for name in ids], dtype=torch.bool),
                   pageable=torch.tensor([is_pageable_upload(name) for name in ids], dtype=torch.bool))
@@ -101,7 +105,8 @@ class Context:
     its timeline bar (the index of the step's top-level event it is under, -1 for a marker or none),
     whether its own phase took over (the phase it opens, where none is open or it is a compile), the
     innermost frame of the user's code around it with the first library call that frame made, and the
-    innermost user range around it (not a step marker; name ids, -1 for none)."""
+    innermost user range around it (not a step marker; name ids, -1 for none); with --flops, the outermost
+    op with a FLOP formula at or above it (its name id, -1 for none: flops.FlopAttribution's owner)."""
 
     phase: torch.Tensor
     under_op: torch.Tensor
@@ -113,6 +118,7 @@ class Context:
     frame: torch.Tensor
     library: torch.Tensor
     user_range: torch.Tensor
+    flop_owner: torch.Tensor | None = None
 
 
 def context_of(events: Events, names: Names, step_rows: torch.Tensor, windows, before: int) -> Context:
@@ -129,6 +135,9 @@ def context_of(events: Events, names: Names, step_rows: torch.Tensor, windows, b
                   in_copy=copy_op.clone(), step=marker.clone(), top=torch.full((n,), -1, dtype=torch.long),
                   took=own >= 0, frame=torch.where(user, name, -1), library=torch.full((n,), -1, dtype=torch.long),
                   user_range=torch.where(user_range, name, -1))
+    counted = names.counted[events.kind] if events.flops else None
+    if counted is not None:
+        ctx.flop_owner = torch.where(counted, name, -1)
     roots = (parent < 0).nonzero().flatten()
     placed = window_of(windows, events.start[roots])  # work outside a marker, placed by time
     is_marker = marker[roots] >= 0
@@ -153,6 +162,9 @@ def context_of(events: Events, names: Names, step_rows: torch.Tensor, windows, b
         ctx.library[at] = torch.where(user[at], -1, torch.where(library[at] & (frame >= 0) & (called < 0), name[at],
                                                                 called))
         ctx.user_range[at] = torch.where(user_range[at], name[at], ctx.user_range[up])
+        if counted is not None:  # beneath a counted op nothing is counted: its breakdown is in its formula
+            owner = ctx.flop_owner[up]
+            ctx.flop_owner[at] = torch.where(owner >= 0, owner, ctx.flop_owner[at])
     return ctx
 
 

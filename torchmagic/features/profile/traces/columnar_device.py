@@ -53,6 +53,7 @@ class ColumnLinks:
     launch_end: Keyed = field(default_factory=Keyed)  # CUPTI id -> (when the launch returned,)
     in_step: Keyed = field(default_factory=Keyed)  # CUPTI id of a runtime call -> (made in a step,)
     data: torch.Tensor = EMPTY  # data loading's intervals in the steps
+    flop_owner: Keyed | None = None  # --flops: op id -> (the name id of the counted op above it,)
 
 
 @dataclass
@@ -118,6 +119,7 @@ def attribute(out: TraceSummary, device: DeviceColumns, links: ColumnLinks, name
         owner = torch.where(launched, links.launches.values[0][where], owner)
         category = torch.where(launched, links.launches.values[1][where], category)
     _per_op(out, owner, length, names.names)
+    _flop_device_time(out, device.external, length, links, names.names)
     _matmuls(out, device, links, precision, length)
     out.kernel_us.extend(length.tolist())
     where, returned = links.launch_end.find(device.correlation)
@@ -152,6 +154,21 @@ def _per_op(out: TraceSummary, owner: torch.Tensor, length: torch.Tensor, names:
         if stats is None:
             stats = out.ops[names[i]] = OpStats(names[i])
         stats.self_device_us += sums[i]
+
+
+def _flop_device_time(out: TraceSummary, external: torch.Tensor, length: torch.Tensor, links: ColumnLinks,
+                     names: list[str]) -> None:
+    """Add each device event's time (``length``, by its launching op's id ``external``) to the counted op above
+    that op, where that op has a row."""
+    if links.flop_owner is None or not len(links.flop_owner.keys):
+        return
+    at, found = links.flop_owner.find(external)
+    owner = links.flop_owner.values[0][at][found]
+    sums = torch.zeros(len(names), dtype=torch.float64).scatter_add_(0, owner, length[found]).tolist()
+    for op in torch.unique(owner).tolist():
+        stats = out.ops.get(names[op])
+        if stats is not None:
+            stats.flop_device_us += sums[op]
 
 
 def _matmuls(out: TraceSummary, device: DeviceColumns, links: ColumnLinks, precision: torch.Tensor,

@@ -18,6 +18,7 @@ from ..sweep import count_fp32_call, matmul_precision, shape_text
 from ..traffic import MATMUL_OPS, off_tensor_core_grain
 from .columnar_context import CATEGORY, Context, Events, Names, category_of
 from .columnar_device import FP32, LOW, ColumnLinks, Keyed
+from .columnar_flops import flop_links, flop_totals
 from .fields import literal
 
 ONE_TIME = (FIRST_COMPILE, CUDA_CONTEXT, LIBRARY_SET_UP, LAZY_LOADING)  # the one-time costs' codes
@@ -51,6 +52,10 @@ def closed_totals(out: TraceSummary, events: Events, names: Names, ctx: Context,
     precision = _inputs(out, events, names, (ops, category[ops], self_us[ops]), links)
     if links is not None:
         _op_links(links, events, names, (ops, category[ops], precision))
+    if events.flops:
+        flop_totals(out, events, names, ctx, ops)
+        if links is not None:
+            flop_links(links, events, names, ctx)
     for phase, field in ((OPTIMIZER, "optimizer_us"), (DATA, "data_us"), (COPIES, "copy_us")):
         setattr(out, field, getattr(out, field) + float(self_us[rows][category[rows] == CATEGORY[phase]].sum()))
     return _timeline(out, events, names, ctx.top, (closing, category, self_us))

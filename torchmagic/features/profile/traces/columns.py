@@ -2,9 +2,8 @@
 list comprehensions a slice (columnar.py summarises it without a loop over host events).
 
 What the columnar summary covers is read here; anything else gives the reading up (its columns let go), and
-the operator report is read as before (ops.py): a slice the typed decoder refused, a value the checked path
-would refuse, cut or replace (but a name or category, kept cut or made printable as that path keeps it), or
-FLOPs.  So where the columns are kept, every event is a plain op, user range, Python frame, runtime call,
+the operator report is read as before (ops.py): a slice the typed decoder refused, or a value the checked path
+would refuse, cut or replace (but a name or category, kept cut or made printable as that path keeps it).  So where the columns are kept, every event is a plain op, user range, Python frame, runtime call,
 kernel (or copy, or memset) or memory record (or one the summary sets aside), exactly as ops.py's typed path
 would have made its TraceEvent; an op's inputs (shapes, types, non-tensor values) are kept once per distinct
 text, as that path keeps them.
@@ -69,6 +68,7 @@ class TraceColumns:
     correlation: array = field(default_factory=lambda: array("q"))
     steps: bool = False  # a ProfilerStep marker was read
     kernels: bool = False  # a kernel, copy or memset was read
+    flops: bool = False  # an op had torch's FLOPs count (profiled with_flops)
 
 
 @dataclass
@@ -123,14 +123,17 @@ class ColumnReading:
         if kinds is None or threads is None:
             return False
         args = [r.args or NO_ARGS for r in timed]
-        if any(a.flops for a in args):
-            return False  # FLOPs: the columns leave them out
+        cols = self.columns
+        counted = [a.flops for a in args if a.flops]  # torch's own count: kept is that it was asked for
+        if counted:  # (flops.py counts from the shapes); a value the checked path refuses gives the columns up
+            if not all(0 <= value < INT_LIMIT for value in counted):
+                return False
+            cols.flops = True
         code = self._input_code
         inputs = [0 if a.dims is EMPTY_LIST and a.dtypes is EMPTY_LIST and a.concrete is EMPTY_LIST else code(a)
                   for a in args]
         if None in inputs:
             return False
-        cols = self.columns
         try:
             ts, dur = array("d", [r.ts for r in timed]), array("d", [r.dur or 0.0 for r in timed])
             sequence = array("q", [a.sequence for a in args])

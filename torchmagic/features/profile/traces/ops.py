@@ -230,8 +230,10 @@ def operator_summary(trace: RankTrace, limit: int,
     ``alongside`` read with the per-rank pass is taken where it holds the whole trace."""
     columns = alongside.held_columns() if alongside is not None else None
     if columns is not None:
-        summary, first, shapes = columnar_summary(columns, trace, limit)
-        seen = Seen(start=first, shapes=shapes, kernels=columns.kernels, steps=columns.steps, meta=trace.meta)
+        flops = columns.flops or _profiled_with_flops(trace.meta)
+        summary, first, shapes = columnar_summary(columns, trace, limit, flops)
+        seen = Seen(start=first, shapes=shapes, flops=flops, kernels=columns.kernels, steps=columns.steps,
+                    meta=trace.meta)
         alongside.release_columns()  # (190 MB at 1 GB, let go before the findings are made)
         return summary, seen
     held = alongside.held(trace.meta) if alongside is not None else None
@@ -244,6 +246,11 @@ def operator_summary(trace: RankTrace, limit: int,
         if max(groups.events) > HELD_EVENTS_CAP * limit or seen.start is None:
             return None
         return _summarize(groups, seen), seen
+
+
+def _profiled_with_flops(meta: dict) -> bool:
+    """Whether the file says it was profiled with FLOPs (torch 2.13 writes ``"with_flops": 1`` and no count)."""
+    return meta.get("with_flops") in (1, True)
 
 
 def too_uneven_to_table() -> str:
@@ -483,7 +490,7 @@ def _memory_details(args: Args) -> tuple | None:
 
 def _summarize(groups: StepGroups, seen: Seen) -> TraceSummary:
     """The groups summarised one after the other into one summary."""
-    summarizer = TraceSummarizer(seen.start, shapes=seen.shapes, flops=seen.flops, compact=groups.count > 1,
+    summarizer = TraceSummarizer(seen.start, shapes=seen.shapes, flops=seen.flops or _profiled_with_flops(seen.meta), compact=groups.count > 1,
                                  read=read_trace_events)
     for index in range(groups.count):
         events = groups.group(index)
