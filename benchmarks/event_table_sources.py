@@ -37,7 +37,7 @@ from benchmarks.machine import machine_line
 from torchmagic.features.profile.kineto import STEP_PREFIX
 from torchmagic.features.profile.trace import summarize_trace
 from torchmagic.features.profile.traces.ops import OPS_EVENT_LIMIT, alongside_reading, operator_summary
-from torchmagic.features.profile.traces.run import _read
+from torchmagic.features.profile.traces.run import read_trace
 
 
 def _conv_step():
@@ -104,7 +104,7 @@ def _timed(fn):
 
 def _file_summary(path: str):
     alongside = alongside_reading(path)
-    trace = _read(path, alongside)
+    trace = read_trace(path, alongside)
     summary, _ = operator_summary(trace, OPS_EVENT_LIMIT, alongside)
     return summary
 

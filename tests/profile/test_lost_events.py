@@ -8,7 +8,7 @@ from torch.autograd import DeviceType
 
 from torchmagic.core.devices import DeviceInfo
 from torchmagic.features.profile import trace
-from torchmagic.features.profile.build import summary_fields
+from torchmagic.features.profile.summary_fields import summary_fields
 from torchmagic.features.profile.result import ProfileResult
 
 from .contexts import cuda_context

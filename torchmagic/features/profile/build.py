@@ -18,22 +18,21 @@ import torch
 from ...core.devices import Device
 from ...core.limits import describe_error
 from ...core.measure.stats import unpaired_ratio
-from ...core.render.format import fmt_us
 from ...core.user_files import NewFile
 from .activity import python_calls
 from .allocations import allocation_report
 from .amp_estimate import estimate_amp
-from .frames import frame_label, ipython_cell_files
+from .frames import ipython_cell_files
 from .modules import MODULE_MARK, module_labels
 from .options import ProfileOptions
 from .result import OpRow, ProfileResult
 from .roofline import roofline_fields
-from .rules import (RuleContext, amp_worth_estimating, diagnose, kernel_stats, lost_events_note,
-                    missing_kernels_note)
+from .rules import RuleContext, amp_worth_estimating
 from .summary import TraceSummary
-from .trace import summarize_trace
+from .summary_fields import summary_fields
+from .live_columns import live_columns, live_trace
+from .traces.columnar import columnar_summary
 
-HOT_LINES_KEPT = 50
 ENERGY_MIN_S = 1.0  # NVML refreshes its counter every few to tens of ms: shorter windows read coarsely
 
 
@@ -75,35 +74,6 @@ def build_profile(prof, m: Measured) -> ProfileResult:
     return ProfileResult(notes=notes, **fields)
 
 
-def summary_fields(s: TraceSummary, ctx: RuleContext, steps_timed: int, notes: list[str]) -> dict[str, Any]:
-    """The result's fields that come from a trace's summary, its findings first; ``steps_timed``: the steps
-    whose time was measured (one fewer than the summary's when the last did not finish)."""
-    findings = diagnose(s, ctx)
-    for note in (missing_kernels_note(s, ctx), lost_events_note(s)):
-        if note:
-            notes.append(note)
-    if s.one_time_us:
-        costs = ", ".join(f"{kind} {fmt_us(us)}" for kind, us in
-                          sorted(s.one_time_us.items(), key=lambda kv: -kv[1]))
-        notes.append(f"One-time costs in the profiled steps, shown as start-up and kept out of the findings' "
-                     f"shares: {costs}. Profile after a warm-up step (--warmup 1) to see the steady state alone.")
-    if s.profiler_start_us:
-        notes.append(f"The first profiled step took {fmt_us(s.profiler_start_us)} more than the others' median: "
-                     "the profiler starting to trace the GPU, kept out of the findings' shares.")
-    if s.steps > steps_timed:
-        notes.append("The last profiled step did not finish; it is included up to the failure.")
-    cells = ipython_cell_files()
-    return dict(
-        findings=findings, event_count=s.event_count, kernels_without_launch=s.kernels_without_launch,
-        launches_without_kernel=s.launches_without_kernel, ops=[_op_row(o) for o in s.ops.values()],
-        # Python between ops shows as the step markers' own time: count it under "other"
-        categories_s={k: v / 1e6 for k, v in s.category_us.items() if v > 0},
-        device_categories_s={k: v / 1e6 for k, v in s.device_category_us.items() if v > 0},
-        timeline=s.timeline, step_starts_us=list(s.step_start_us), memory_peak_bytes=dict(s.peak_allocated),
-        kernel_stats=kernel_stats(s), memory_allocated_bytes=dict(s.allocated_total),
-        hot_lines=[(frame_label(frame, cells), us) for frame, us in s.hot_lines.most_common(HOT_LINES_KEPT)])
-
-
 def nothing_measured(step_s: list[float], warmup_s: list[float], ops: list[OpRow]) -> bool:
     """No warm-up run or step finished and the profiler saw no operator (run.measured_nothing says why)."""
     return not step_s and not warmup_s and not ops
@@ -134,11 +104,34 @@ def _overhead(m: Measured) -> dict[str, Any]:
 
 
 def _analysed(prof, results, m: Measured, notes: list[str]) -> dict[str, Any]:
-    """The fields read from the profiler's events: summary, findings, memory, modules, roofline, trace file."""
+    """The fields read from the profiler's events (in the columns a trace file is read into: live_columns.py):
+    summary, findings, memory, modules, roofline, trace file."""
     started = time.perf_counter()
     options = m.options
-    summary = summarize_trace(results.events(), results.trace_start_ns(), shapes=options.record_shapes,
-                              flops=options.flops, python_calls=python_calls(results) if options.stack else ())
+    events, calls = results.events(), python_calls(results) if options.stack else ()
+    columns = live_columns(events, calls, every_op_inputs=options.record_shapes or options.flops)
+    if not len(columns.start):
+        notes.append("The profiler returned no events.")
+        fields: dict[str, Any] = {"ops": []}
+    else:
+        summary, first_ns, _ = columnar_summary(columns, live_trace(columns), len(columns.start), options.flops,
+                                                options.record_shapes)
+        summary.event_count = len(events) + len(calls)
+        del columns
+        fields = _summarized(summary, first_ns, results, m, notes)
+    fields["analysis_s"] = time.perf_counter() - started
+    if options.trace and not nothing_measured(m.step_s, m.warmup_s, fields["ops"]):
+        fields["trace_path"] = _export_trace(prof, options, notes)
+    # The profiler object sits in reference cycles, so only the cyclic GC would free it, at some
+    # later moment in the user's code, along with the events it holds (~0.3 s for 100k events).
+    # Free them now, inside the time the magic reports.
+    prof.profiler.kineto_results = None
+    return fields
+
+
+def _summarized(summary: TraceSummary, first_ns: int, results, m: Measured, notes: list[str]) -> dict[str, Any]:
+    """The fields of a profile's summary (``first_ns``: the profiler clock at its time zero, its first event)."""
+    options = m.options
     ctx = _with_amp_estimate(m.ctx, summary, m.device, notes)
     fields = summary_fields(summary, ctx, len(m.step_s), notes)
     if m.error is not None and not m.step_s:  # a fragment of a step that failed is no step to diagnose
@@ -147,8 +140,8 @@ def _analysed(prof, results, m: Measured, notes: list[str]) -> dict[str, Any]:
                      "the step its fix would change (fix the error, then profile again).")
     tree = results.experimental_event_tree() if options.memory or options.stack else None
     if options.memory and summary.step_start_us:
-        first_step_ns = results.trace_start_ns() + round(summary.step_start_us[0] * 1000)
-        last_step_ns = results.trace_start_ns() + round((summary.step_start_us[-1] + summary.step_us[-1]) * 1000)
+        first_step_ns = first_ns + round(summary.step_start_us[0] * 1000)
+        last_step_ns = first_ns + round((summary.step_start_us[-1] + summary.step_us[-1]) * 1000)
         fields["memory_timeline"], fields["largest_allocations"] = allocation_report(
             tree, first_step_ns, last_step_ns, ipython_cell_files(),
             m.history.allocations if m.history is not None else None)
@@ -158,13 +151,6 @@ def _analysed(prof, results, m: Measured, notes: list[str]) -> dict[str, Any]:
         fields.update(_named_modules(fields, module_labels(tree, ctx.user.module_paths)))
     if options.flops:
         fields.update(roofline_fields(fields["ops"], m.step_s, m.device, notes))
-    fields["analysis_s"] = time.perf_counter() - started
-    if options.trace and not nothing_measured(m.step_s, m.warmup_s, fields["ops"]):
-        fields["trace_path"] = _export_trace(prof, options, notes)
-    # The profiler object sits in reference cycles, so only the cyclic GC would free it, at some
-    # later moment in the user's code, along with the events it holds (~0.3 s for 100k events).
-    # Free them now, inside the time the magic reports.
-    prof.profiler.kineto_results = None
     return fields
 
 
@@ -212,12 +198,6 @@ def _energy_fields(energy_mj: tuple[int | None, int | None], step_s: list[float]
         notes.append(f"Energy: the profiled steps took {window * 1e3:.0f} ms, against NVML's counter "
                      "refreshed every few to tens of ms: profile more steps for a figure to trust.")
     return {"energy_j_per_step": (after - before) / 1000 / len(step_s)}
-
-
-def _op_row(o) -> OpRow:
-    return OpRow(o.name, o.calls, o.self_cpu_us, o.total_cpu_us, o.self_device_us, o.flops,
-                 o.allocated_bytes, tuple(o.top_shapes()), bytes=o.bytes, dtype=o.dtype,
-                 estimated_flops=o.estimated_flops, flop_device_us=o.flop_device_us)
 
 
 def _error_text(error: BaseException | None) -> str | None:

@@ -76,15 +76,16 @@ class _Carried:
     first_launch: int | None = None  # the lowest runtime call's CUPTI id so far (lost events)
 
 
-def columnar_summary(columns: TraceColumns, trace: RankTrace, limit: int,
-                     flops: bool = False) -> tuple[TraceSummary, int, bool]:
+def columnar_summary(columns: TraceColumns, trace: RankTrace, limit: int, flops: bool = False,
+                     shapes: bool | None = None) -> tuple[TraceSummary, int, bool]:
     """The summary of the trace's events over all its steps, read in groups of about ``limit`` events (as
-    ops.py groups them), its first event's start (ns), and whether an op had shapes recorded; ``flops``: count
-    ops' FLOPs and tensor bytes (--flops)."""
+    ops.py groups them), its first event's start (ns), and whether ops' time is kept by their shapes: as asked
+    (``shapes``), else where an op had shapes recorded; ``flops``: count ops' FLOPs and tensor bytes."""
     out, table = TraceSummary(), _table(columns)
-    shaped = torch.tensor([bool(shapes) for shapes, _, _ in columns.input_lists], dtype=torch.bool)
-    is_op = torch.tensor([k.cat == CPU_OP for k in table.kinds], dtype=torch.bool)
-    shapes = bool(shaped[table.inputs[is_op[table.kind.long()]].long()].any())
+    if shapes is None:
+        shaped = torch.tensor([bool(shapes) for shapes, _, _ in columns.input_lists], dtype=torch.bool)
+        is_op = torch.tensor([k.cat == CPU_OP for k in table.kinds], dtype=torch.bool)
+        shapes = bool(shaped[table.inputs[is_op[table.kind.long()]].long()].any())
     names, carried = names_of(table.kinds), _Carried()
     cuts = [round(start * 1000) for start in group_starts(trace, limit)]  # ns, as the columns keep times
     if len(cuts) > 1:  # per kernel and per Python op: 8 bytes, not a float object and its pointer

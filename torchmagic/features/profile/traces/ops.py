@@ -31,7 +31,7 @@ from ....core.devices.cuda import tensor_core_precision
 
 from ..result import ProfileResult
 from ..rules import RuleContext
-from ..build import summary_fields
+from ..summary_fields import summary_fields
 from ..options import ProfileOptions
 from ..kineto import (CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, external_id, is_runtime,
                               unread_device)

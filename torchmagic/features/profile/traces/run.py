@@ -112,7 +112,7 @@ def _analyze(source, label: str | None, operators: bool) -> TraceAnalysis:
     paths = trace_files(source)
     # one rank: its operator pass reads the file with the per-rank pass (where it holds the trace at once)
     alongside = alongside_reading(paths[0]) if operators and len(paths) == 1 else None
-    traces = [_read(path, alongside) for path in paths]
+    traces = [read_trace(path, alongside) for path in paths]
     notes = _number_ranks(traces)
     for trace in traces:
         notes.extend(note if len(traces) == 1 else f"{shown_path(os.path.basename(trace.path))}: {note}"
@@ -168,7 +168,8 @@ def _analyze(source, label: str | None, operators: bool) -> TraceAnalysis:
         analysis_s=time.perf_counter() - started)
 
 
-def _read(path: str, alongside: AlongsideReading | None = None) -> RankTrace:
+def read_trace(path: str, alongside: AlongsideReading | None = None) -> RankTrace:
+    """One trace file read by the per-rank pass (and ``alongside``), with what its top level says of its rank."""
     reader = SlicedTraceReader(path)
     trace = read_rank(reader, path, alongside)
     trace.bytes_read, trace.meta = reader.bytes_read, reader.meta
