@@ -8,7 +8,7 @@ from torchmagic.core.devices import CpuDevice
 from torchmagic.features.profile import regions, rules
 from torchmagic.features.profile.rules import host_overhead
 from torchmagic.features.profile.summary import TraceSummary
-from torchmagic.features.profile.trace import summarize_trace
+from torchmagic.features.profile.live_columns import summarize_live
 
 
 def _cell(train: str, evaluate: str, batches: int = 12):
@@ -59,7 +59,7 @@ def _summary(step) -> TraceSummary:
             with torch.profiler.record_function(f"ProfilerStep#{i}"):
                 step()
     results = prof.profiler.kineto_results
-    return summarize_trace(results.events(), results.trace_start_ns())
+    return summarize_live(results)[0]
 
 
 def test_the_parts_are_told_apart_by_the_graph_nodes_backward_used():

@@ -4,7 +4,8 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from torchmagic.features.profile import categories, frames, timeline, trace
+from torchmagic.features.profile import categories, frames, timeline
+from torchmagic.features.profile.live_columns import summarize_live
 
 
 def summarize(fn, steps=2, **kw):
@@ -13,7 +14,7 @@ def summarize(fn, steps=2, **kw):
             with record_function(f"ProfilerStep#{i}"):
                 fn()
     results = prof.profiler.kineto_results
-    return trace.summarize_trace(results.events(), results.trace_start_ns(), shapes=True)
+    return summarize_live(results, shapes=True)[0]
 
 
 def test_self_times_add_up_to_step_time():
@@ -31,7 +32,7 @@ def test_events_outside_steps_are_ignored():
         with record_function("ProfilerStep#0"):
             x.cos()
     results = prof.profiler.kineto_results
-    s = trace.summarize_trace(results.events(), results.trace_start_ns())
+    s = summarize_live(results)[0]
     assert "aten::cos" in s.ops and "aten::sin" not in s.ops
 
 
@@ -104,3 +105,17 @@ def test_a_package_whose_path_holds_path_objects_is_read_as_installed(monkeypatc
     finally:
         frames.installed_package.cache_clear()
         frames.is_user_frame.cache_clear()
+
+
+def test_a_ranges_name_is_read_as_the_user_wrote_it():
+    """Read from kineto's events, not its Chrome-trace writer, which writes these names as "unknown", drops the
+    newline, makes the backslash a slash and leaves the quote unescaped (the file is then no JSON)."""
+    names = ['say "hi"', "back\\slash", "two\nlines", "ünïcödé", "\x1b[31mred", "tab\there"]
+    x = torch.randn(8, 8)
+
+    def step():
+        for name in names:
+            with record_function(name):
+                x @ x
+    s = summarize(step)
+    assert set(names) <= set(s.ops) and all(s.ops[name].calls == 2 for name in names)

@@ -30,8 +30,7 @@ from .roofline import roofline_fields
 from .rules import RuleContext, amp_worth_estimating
 from .summary import TraceSummary
 from .summary_fields import summary_fields
-from .live_columns import live_columns, live_trace
-from .traces.columnar import columnar_summary
+from .live_columns import summarize_live
 
 ENERGY_MIN_S = 1.0  # NVML refreshes its counter every few to tens of ms: shorter windows read coarsely
 
@@ -104,21 +103,17 @@ def _overhead(m: Measured) -> dict[str, Any]:
 
 
 def _analysed(prof, results, m: Measured, notes: list[str]) -> dict[str, Any]:
-    """The fields read from the profiler's events (in the columns a trace file is read into: live_columns.py):
-    summary, findings, memory, modules, roofline, trace file."""
+    """The fields read from the profiler's events (read into the columns a trace file is read into, and
+    analysed as a file is: live_columns.py): summary, findings, memory, modules, roofline, trace file."""
     started = time.perf_counter()
     options = m.options
-    events, calls = results.events(), python_calls(results) if options.stack else ()
-    columns = live_columns(events, calls, every_op_inputs=options.record_shapes or options.flops)
-    if not len(columns.start):
+    read = summarize_live(results, shapes=options.record_shapes, flops=options.flops,
+                          python_calls=python_calls(results) if options.stack else ())
+    if read is None:
         notes.append("The profiler returned no events.")
         fields: dict[str, Any] = {"ops": []}
     else:
-        summary, first_ns, _ = columnar_summary(columns, live_trace(columns), len(columns.start), options.flops,
-                                                options.record_shapes)
-        summary.event_count = len(events) + len(calls)
-        del columns
-        fields = _summarized(summary, first_ns, results, m, notes)
+        fields = _summarized(*read, results, m, notes)
     fields["analysis_s"] = time.perf_counter() - started
     if options.trace and not nothing_measured(m.step_s, m.warmup_s, fields["ops"]):
         fields["trace_path"] = _export_trace(prof, options, notes)

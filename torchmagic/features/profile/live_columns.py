@@ -9,11 +9,13 @@ Each attribute read costs about 0.4 µs, so each event reads only what its kind 
 
 from __future__ import annotations
 
-from .activity import activity_reader, is_hidden
+from .activity import activity_reader
 from .events import DEVICE, MEMORY, OP, RUNTIME, event_kind
 from .kineto import PYTHON_FUNCTION, STEP_PREFIX, USER_ANNOTATION
 from .sweep import device_label
 from .traffic import MATMUL_OPS
+from .summary import TraceSummary
+from .traces.columnar import columnar_summary
 from .traces.columns import EventKind, TraceColumns
 from .traces.rank import RankTrace
 
@@ -74,67 +76,69 @@ class _Codes:
 
 def live_columns(events, python_calls=(), *, every_op_inputs: bool = True) -> TraceColumns:
     """The columns of kineto's events (``prof.profiler.kineto_results.events()``) and of the Python tracer's
-    calls where this torch keeps them apart (``activity.python_calls``).  Ops' inputs (shapes, types,
-    non-tensor values) are read for every op with ``every_op_inputs`` (time by shapes, FLOPs), else for
-    matmuls alone (their precision).  Events the summary sets aside are left out, and so are async and hidden
-    ones (torch's own tables hide them too)."""
+    calls where this torch keeps them apart (``activity.python_calls``), in kineto's order.  Ops' inputs
+    (shapes, types, non-tensor values) are read for every op with ``every_op_inputs`` (time by shapes, FLOPs),
+    else for matmuls alone (their precision).  Events the summary sets aside are left out, and so are async and
+    hidden ones (torch's own tables hide them too).  Each attribute is read over all events at once: a
+    comprehension per attribute costs half a loop that reads them all per event."""
     cols = TraceColumns()
     codes = _Codes(cols, every_op_inputs)
+    kept, kinds = _kept(events, codes)
+    light = [cols.kinds[code].kind for code in kinds]
+    starts = [e.start_ns() for e in kept]
+    cols.start.extend(starts)
+    cols.end.extend([at + e.duration_ns() if k != MEMORY else at for e, at, k in zip(kept, starts, light)])
+    cols.thread.extend([codes.thread(e.device_resource_id() if k == DEVICE else e.start_thread_id())
+                        for e, k in zip(kept, light)])
+    cols.kind.extend(kinds)
+    own = [e.correlation_id() for e in kept]  # an op's (and a range's) own id; CUPTI's on a linked event
+    linked = [row for row, k in enumerate(light) if k == DEVICE or k == RUNTIME]
+    cols.linked_rows.extend(linked)
+    cols.correlation.extend([own[row] for row in linked])
+    for row in linked:  # a runtime call's or a kernel's External id: the op that launched it
+        own[row] = kept[row].linked_correlation_id()
+    for row, k in enumerate(light):
+        if k == MEMORY:
+            own[row] = 0
+    cols.external.extend(own)
     read_inputs = codes.read_inputs
-    start, end, thread, kind, sequence, inputs, external = (cols.start, cols.end, cols.thread, cols.kind,
-                                                            cols.sequence, cols.inputs, cols.external)
-    activity_of = activity_reader(events[0] if len(events) else None)
-    for e in events:
-        try:
-            name = e.name()
-            activity = activity_of(e)
-        except UnicodeDecodeError:  # torch 2.13's Python tracer garbles the names of some of its own frames
-            continue
-        code = codes.kind(name, activity)
-        if code is None:
-            continue
-        light = cols.kinds[code].kind
-        row = len(start)
-        if light == DEVICE:
-            tid, linked, own = e.device_resource_id(), e.correlation_id(), e.linked_correlation_id()
-        elif light == MEMORY:
-            tid, linked, own = e.start_thread_id(), None, 0
-            cols.memory_rows.append(row)
-            cols.memory_bytes.append(e.nbytes())
-            cols.memory_device.append(codes.device(e.device_type(), e.device_index()))
-        else:
-            if e.is_async() or is_hidden(e):
-                continue
-            tid = e.start_thread_id()
-            linked, own = (e.correlation_id(), e.linked_correlation_id()) if light == RUNTIME else (None,
-                                                                                                  e.correlation_id())
-        at = e.start_ns()
-        start.append(at)
-        end.append(at + (e.duration_ns() if light != MEMORY else 0))
-        thread.append(codes.thread(tid))
-        kind.append(code)
-        external.append(own)
-        if linked is not None:
-            cols.linked_rows.append(row)
-            cols.correlation.append(linked)
-        if light == OP:
-            sequence.append(e.sequence_nr())
-            inputs.append(codes.input_code(_inputs(e)) if code in read_inputs else 0)
-        else:
-            sequence.append(-1)
-            inputs.append(0)
+    cols.sequence.extend([e.sequence_nr() if k == OP else -1 for e, k in zip(kept, light)])
+    cols.inputs.extend([codes.input_code(_inputs(e)) if code in read_inputs else 0 for e, code in zip(kept, kinds)])
+    memory = [row for row, k in enumerate(light) if k == MEMORY]
+    cols.memory_rows.extend(memory)
+    cols.memory_bytes.extend([kept[row].nbytes() for row in memory])
+    cols.memory_device.extend([codes.device(kept[row].device_type(), kept[row].device_index()) for row in memory])
     for name, at, stop, tid in python_calls:
         code = codes.kind(name, PYTHON_FUNCTION)
-        if code is None:
-            continue
-        start.append(at)
-        end.append(stop)
-        thread.append(codes.thread(tid))
-        kind.append(code)
-        sequence.append(-1)
-        inputs.append(0)
-        external.append(0)
+        if code is not None:
+            for column, value in ((cols.start, at), (cols.end, stop), (cols.thread, codes.thread(tid)),
+                                  (cols.kind, code), (cols.sequence, -1), (cols.inputs, 0), (cols.external, 0)):
+                column.append(value)
     return cols
+
+
+def _kept(events, codes: _Codes) -> tuple[list, list[int]]:
+    """The events the summary reads, with their kind codes."""
+    activity_of = activity_reader(events[0] if len(events) else None)
+    try:
+        pairs = [(e.name(), activity_of(e)) for e in events]
+    except UnicodeDecodeError:  # torch 2.13's Python tracer garbles the names of some of its own frames
+        pairs = [_pair(e, activity_of) for e in events]
+    kind = codes.kind
+    coded = [(e, kind(*pair)) for e, pair in zip(events, pairs) if pair is not None]
+    kept = [(e, code) for e, code in coded if code is not None]
+    hidden = hasattr(events[0], "is_hidden_event") if len(events) else False
+    host = {code for code, k in enumerate(codes.cols.kinds) if k.kind not in (DEVICE, MEMORY)}
+    kept = [(e, code) for e, code in kept
+            if code not in host or not (e.is_async() or (hidden and e.is_hidden_event()))]
+    return [e for e, _ in kept], [code for _, code in kept]
+
+
+def _pair(e, activity_of) -> tuple[str, str] | None:
+    try:
+        return e.name(), activity_of(e)
+    except UnicodeDecodeError:
+        return None
 
 
 def _inputs(e) -> tuple[list, list, list]:
@@ -144,8 +148,16 @@ def _inputs(e) -> tuple[list, list, list]:
     return shapes, e.dtypes(), concrete
 
 
-def live_trace(cols: TraceColumns) -> RankTrace:
-    """What the columnar summary reads of the per-rank pass for a live profile: its events, summarised as one
-    group (kineto holds them all already)."""
-    return RankTrace("profile", events=len(cols.start))
-
+def summarize_live(results, *, shapes: bool = False, flops: bool = False,
+                   python_calls=()) -> tuple[TraceSummary, int] | None:
+    """The summary of a stopped profiler's ``kineto_results`` (``shapes``: ops' time kept by their shapes;
+    ``flops``: FLOPs counted) and the profiler clock's ns at its time zero (its first event); None where the
+    profiler recorded nothing the summary reads."""
+    events = results.events()
+    columns = live_columns(events, python_calls, every_op_inputs=shapes or flops)
+    if not len(columns.start):
+        return None
+    trace = RankTrace("profile", events=len(columns.start))  # one group: kineto holds every event already
+    summary, first_ns, _ = columnar_summary(columns, trace, len(columns.start), flops, shapes)
+    summary.event_count = len(events) + len(python_calls)
+    return summary, first_ns
