@@ -271,7 +271,6 @@ def test_a_stair_of_ops_each_outliving_the_one_before(tmp_path):
 def test_analyze_reads_a_host_only_trace_once_into_columns(tmp_path, monkeypatch):
     events = [_step(1, 0)] + _cases(0)
     path = write_trace(tmp_path / "t.json", events)
-    monkeypatch.setattr(ops, "ALONGSIDE_BYTES_PER_EVENT", 0)  # "too big to hold": the columns hold it all the same
 
     def no_second_reading(path):
         raise AssertionError("the operator pass read the file again")

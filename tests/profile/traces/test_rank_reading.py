@@ -47,7 +47,7 @@ def _fields(trace: RankTrace) -> dict:
 def _assert_same(path: str) -> None:
     checked = _fields(read_rank(_CheckedOnly(path), path))
     typed = _fields(read_rank(SlicedTraceReader(path), path))
-    alongside = AlongsideReading(path, hold=False)
+    alongside = AlongsideReading(path)
     columns = _fields(read_rank(SlicedTraceReader(path), path, alongside))
     for way, read in (("the typed loop", typed), ("over the columns", columns)):
         assert read.keys() == checked.keys()
@@ -74,7 +74,7 @@ def test_the_columns_read_most_batches(monkeypatch):
     reading = rank._Reading.columns
     monkeypatch.setattr(rank._Reading, "columns", lambda self, *args: seen.append(reading(self, *args)) or seen[-1])
     for path in TRACES:
-        read_rank(SlicedTraceReader(path), path, AlongsideReading(path, hold=False))
+        read_rank(SlicedTraceReader(path), path, AlongsideReading(path))
     assert len(seen) > 500 and sum(seen) > 0.9 * len(seen)
 
 
@@ -90,7 +90,7 @@ def test_a_launch_or_kernel_written_again_in_a_row_is_kept_once(tmp_path, monkey
     for chars in (sliced.SLICE_CHARS, 700):  # whole, and batches of a few events: their edges between the pairs
         monkeypatch.setattr(sliced, "SLICE_CHARS", chars)
         _assert_same(path)
-    trace = read_rank(SlicedTraceReader(path), path, AlongsideReading(path, hold=False))
+    trace = read_rank(SlicedTraceReader(path), path, AlongsideReading(path))
     assert list(trace.kernel_corr[:5]) == [5, 6, 5, 6, 6]  # (the repeat of the 8-pair pattern starts again with 5)
 
 

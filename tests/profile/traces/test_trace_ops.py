@@ -2,7 +2,6 @@
 categories, operators and findings, kernels given to the ops that launched them, over every step even
 when the trace is too big to hold at once (read in groups of steps)."""
 
-import gzip
 import os
 
 import pytest
@@ -186,7 +185,7 @@ def test_only_gemms_and_convolutions_are_judged_for_the_grain():
     assert off_tensor_core_grain("aten::_scaled_dot_product_flash_attention", [[2, 8, 77, 64]] * 3) is None
 
 
-def test_a_trace_held_at_once_is_read_once_for_both_passes(tmp_path, monkeypatch):
+def test_a_trace_read_into_columns_is_read_once_and_one_they_give_up_on_twice(tmp_path, monkeypatch):
     events = [event("ProfilerStep#1", 0, 100, cat="user_annotation"), event("aten::mm", 1, 50, **{"External id": 1})]
     path = write_trace(tmp_path / "small.json", events + [EVENTS_ONLY])
     host = write_trace(tmp_path / "host.json", events)
@@ -196,12 +195,10 @@ def test_a_trace_held_at_once_is_read_once_for_both_passes(tmp_path, monkeypatch
         raise AssertionError("the operator pass read the file again")
 
     monkeypatch.setattr(ops, "SlicedTraceReader", no_second_reading)
-    again = torchmagic.analyze(path).profile
+    again = torchmagic.analyze(host).profile  # host-only: read into columns, once, whatever its size
     assert again.steps == whole.steps == 1 and [op.name for op in again.ops] == [op.name for op in whole.ops]
-    monkeypatch.setattr(ops, "ALONGSIDE_BYTES_PER_EVENT", 0)  # a file too big to be likely held: two passes
     with pytest.raises(AssertionError, match="read the file again"):
         torchmagic.analyze(path)
-    assert torchmagic.analyze(host).profile.steps == 1  # host-only: read into columns, once, whatever its size
 
 
 def test_an_operator_pass_error_read_with_the_per_rank_pass_waits_for_it(tmp_path):
@@ -214,26 +211,3 @@ def test_an_operator_pass_error_read_with_the_per_rank_pass_waits_for_it(tmp_pat
         torchmagic.analyze(write_trace(tmp_path / "both.json", events))
     with pytest.raises(ValueError, match=r"traceEvents\[1\] \(\"\[memory\]\"\): args\[\"Device Type\"\] is 99"):
         torchmagic.analyze(write_trace(tmp_path / "ops.json", events[:2]))
-
-
-def test_a_gzipped_trace_too_big_to_be_likely_held_is_read_twice(tmp_path, monkeypatch):
-    """The size that says whether to hold the operators' events in the per-rank pass is the text's, which
-    a gzipped file's trailer gives."""
-    events = [event("ProfilerStep#1", 0, 100, cat="user_annotation")]
-    events += [event("aten::mm", 1 + i, 1, **{"External id": i + 1}) for i in range(7)]
-    text = write_trace(tmp_path / "t.json", events + [EVENTS_ONLY])  # not read into columns
-    with open(text, "rb") as plain, gzip.open(tmp_path / "t.json.gz", "wb") as packed:
-        packed.write(plain.read())
-    path, sizes = str(tmp_path / "t.json.gz"), (os.path.getsize(tmp_path / "t.json.gz"), os.path.getsize(text))
-    assert sizes[0] < sizes[1] / 2
-    monkeypatch.setattr(ops, "OPS_EVENT_LIMIT", 10)
-    monkeypatch.setattr(ops, "ALONGSIDE_BYTES_PER_EVENT", sum(sizes) / 2 / 10)  # the gzip within, its text not
-
-    def no_second_reading(path):
-        raise AssertionError("the operator pass read the file again")
-
-    monkeypatch.setattr(ops, "SlicedTraceReader", no_second_reading)
-    with pytest.raises(AssertionError, match="read the file again"):
-        torchmagic.analyze(path)
-    monkeypatch.setattr(ops, "ALONGSIDE_BYTES_PER_EVENT", sizes[1] / 10)
-    assert torchmagic.analyze(path).profile.steps == 1

@@ -1,15 +1,14 @@
 """One rank's operator-level report from its trace file, as ``%%torchprofile`` gives it.
 
-A trace is read into columns as the per-rank pass reads it (columns.py) and summarised over them
-(columnar.py), whatever its size: host work, runtime calls and the device's kernels, copies and memsets.  A
-trace the columns do not cover (FLOPs, or a value the checked path refuses, cuts or replaces) has its events
-handed, one adapter object each, to the summary and rules ``%%torchprofile`` runs on the profiler's own events
-(profile/trace.py, profile/rules/): the same categories, operator table and findings, over every step.  Unlike
-the cross-rank pass this holds events (about 0.75 KB each), so it is done for a job of one rank: in the
-per-rank pass's own reading of the file where the trace is held at once (``AlongsideReading``), else in a
-second reading; a trace of more than ``OPS_EVENT_LIMIT`` events is read into groups of consecutive steps of
-about that many events each, spilled to a private temporary folder (groups.py), and summarised one group at a
-time into one summary (summarizer.py).  The columnar summary is cut into the same groups of steps.
+A trace is read into columns as the per-rank pass reads it (columns.py), in that one reading, and summarised
+over them (columnar.py; a live profile is read into the same columns: live_columns.py), whatever its size:
+host work, runtime calls and the device's kernels, copies and memsets.  A trace the columns do not cover (a
+value the checked path refuses, cuts or replaces) is read a second time, its events handed, one adapter
+object each, to the summary the events path makes (profile/trace.py): the same categories, operator table
+and findings, over every step.  That path holds events (about 0.75 KB each): a trace of more than
+``OPS_EVENT_LIMIT`` events is read into groups of consecutive steps of about that many events each, spilled
+to a private temporary folder (groups.py), and summarised one group at a time into one summary
+(summarizer.py).  The columnar summary is cut into the same groups of steps.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import dataclasses
 import math
 import operator
 import os
-import stat
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,15 +41,12 @@ from .columns import BatchColumns, ColumnReading, TraceColumns
 from .fields import DEVICE_TYPES, INT_LIMIT, MAX_INPUTS, EventFields, literal
 from .groups import StepGroups, group_starts
 from .rank import RankTrace
-from .reader import TraceFileError, shown_path
+from .reader import shown_path
 from .records import LISTS_KEPT, NO_ARGS, Args, PlainFields, Record
 from .sliced import SlicedTraceReader
 
 OPS_EVENT_LIMIT = 300_000  # events held at once (a group of steps): about 220 MB, 6 s on the 2-core CPU machine
 HELD_EVENTS_CAP = 3        # times that: a group of steps heavier than the average holds more
-# bytes on disk per event: a bigger file most likely holds over OPS_EVENT_LIMIT events (kineto's average about
-# 200 B a plain event), so reading its operators alongside the per-rank pass would only be given up
-ALONGSIDE_BYTES_PER_EVENT = 256
 _NO_DETAILS = (-1, (), (), (), 0, 0, (0, -1))
 _MEMORY = "[memory]"
 _NO_KIND = (None,) * 6
@@ -227,7 +222,7 @@ def operator_summary(trace: RankTrace, limit: int,
                      alongside: AlongsideReading | None = None) -> tuple[TraceSummary, Seen] | None:
     """The trace's summary over all its steps, read in groups of about ``limit`` events, and what the reading
     saw; None if a group holds over ``HELD_EVENTS_CAP`` times that, or the trace no timed event.  What
-    ``alongside`` read with the per-rank pass is taken where it holds the whole trace."""
+    ``alongside`` read into columns with the per-rank pass is taken where it holds the whole trace."""
     columns = alongside.held_columns() if alongside is not None else None
     if columns is not None:
         flops = columns.flops or _profiled_with_flops(trace.meta)
@@ -236,10 +231,6 @@ def operator_summary(trace: RankTrace, limit: int,
                     meta=trace.meta)
         alongside.release_columns()  # (190 MB at 1 GB, let go before the findings are made)
         return summary, seen
-    held = alongside.held(trace.meta) if alongside is not None else None
-    if held is not None:
-        groups, seen = held
-        return None if seen.start is None else (_summarize(groups, seen), seen)
     with StepGroups(trace, group_starts(trace, limit), event_fields, event_from_fields) as groups:
         with gc_paused():  # the events held (a group's) are in no cycle: the GC's passes would only cost time
             seen = _read_groups(trace, groups)
@@ -314,59 +305,21 @@ class _OpsReading:
 
 
 def alongside_reading(path: str) -> AlongsideReading:
-    """An AlongsideReading of the trace at ``path``: into columns whatever its size, and into events where the
-    file is small enough to be likely held at once."""
-    size = _text_size(path)
-    return AlongsideReading(path, hold=size is not None and size <= OPS_EVENT_LIMIT * ALONGSIDE_BYTES_PER_EVENT)
-
-
-def _text_size(path: str) -> int | None:
-    """The trace's size in bytes, a gzipped one's as its trailer says (modulo 4 GiB: a hint); None where it
-    is not a regular file that opens (the per-rank pass says why it cannot read it)."""
-    try:  # O_NONBLOCK: a FIFO opens at once (and is not read)
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except (OSError, ValueError):
-        return None
-    with os.fdopen(fd, "rb") as file:
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                return None
-            if info.st_size < 18 or file.read(2) != b"\x1f\x8b":  # 18: gzip's header and trailer
-                return info.st_size
-            file.seek(-4, os.SEEK_END)
-            return int.from_bytes(file.read(4), "little")
-        except OSError:
-            return None
+    """An AlongsideReading of the trace at ``path``."""
+    return AlongsideReading(path)
 
 
 class AlongsideReading:
-    """The operator pass's reading done as the per-rank pass reads the file (rank.read_rank's ``also``): one
-    reading of the file.  Into columns (columns.py) while the trace holds only what the columnar summary
-    covers; and, with ``hold``, into events for a trace of at most ``OPS_EVENT_LIMIT`` events (one group, held
-    as it is read), given up past the limit.  Where neither holds, the operator pass reads the file again; an
-    error the events' checks raise is kept, to be raised where the operator pass would raise it."""
+    """The operator pass's reading done as the per-rank pass reads the file (rank.read_rank's ``also``): the
+    trace into columns (columns.py) in that one reading, whatever its size.  Where the columns give up (a
+    value they do not cover), the operator pass reads the file again, as events."""
 
-    def __init__(self, path: str, hold: bool = True):
+    def __init__(self, path: str):
         self.columns = ColumnReading(path)
-        self.limit, self.events, self.error = OPS_EVENT_LIMIT, 0, None  # the limit trace_profile groups by
-        self.groups: StepGroups | None = None
-        self.reading: _OpsReading | None = None
-        if hold:
-            self.groups = StepGroups(RankTrace(path), [], event_fields, event_from_fields)
-            self.reading = _OpsReading(path, self.groups)
 
     def __call__(self, batch) -> None:
         """Read one of the per-rank pass's batches, once it has."""
         self.columns(batch)
-        self.events += 1 if batch.records is None else len(batch.records)  # as RankTrace.events counts them
-        if self.events > self.limit:
-            self.groups = self.reading = self.error = None
-        elif self.reading is not None:
-            try:
-                self.reading.batch(batch)
-            except TraceFileError as exc:
-                self.error, self.groups, self.reading = exc, None, None
 
     def batch_columns(self) -> BatchColumns | None:
         """The last batch as the columns read it (None where they did not): the per-rank pass reads its figures
@@ -379,18 +332,7 @@ class AlongsideReading:
 
     def held_columns(self) -> TraceColumns | None:
         """The trace's columns where they hold all of it (None where the reading gave them up)."""
-        if self.error is not None:
-            raise self.error
         return self.columns.columns
-
-    def held(self, meta: dict) -> tuple[StepGroups, Seen] | None:
-        """The trace's events in one group, and what the reading saw (``meta``: the file's other keys); None
-        where it gave up."""
-        if self.error is not None:
-            raise self.error
-        if self.reading is None:
-            return None
-        return self.groups, self.reading.finished(meta)
 
 
 def _read_event(event, index: int, check: EventFields, seen: Seen, groups: StepGroups) -> None:
