@@ -15,13 +15,14 @@ import torch
 from torch._C._autograd import DeviceType, _KinetoEvent
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from torchmagic.features.profile import activity, kineto, trace
+from torchmagic.features.profile import activity, kineto
+from torchmagic.features.profile.live_columns import summarize_live
 from torchmagic.features.profile.traces import ops, run
 from torchmagic.features.profile.traces.fields import EventFields
 from torchmagic.features.profile.traces.reader import TraceReader
 
 from .profile import kineto_fakes
-from .profile.kineto_fakes import Ev, Torch211Event
+from .profile.kineto_fakes import Ev, FakeResults, Torch211Event
 from .profile.test_gpu_trace import EVENTS as GPU_SCENARIO
 
 STAND_INS = (Ev, ops.TraceEvent, Torch211Event)
@@ -103,9 +104,8 @@ def read(real):
     """What the package reads of each stand-in's events, as recorded on proxies."""
     events, start, path = real
     summary, inference, adapter = set(), set(), set()
-    trace.summarize_trace([_Recording(e, summary) for e in events], start, shapes=True, flops=True)
-    trace.summarize_trace([_Recording(e, summary) for e in GPU_SCENARIO + [_memory_event()]],
-                          kineto_fakes.T0, shapes=True, flops=True)
+    for recorded in (events, GPU_SCENARIO + [_memory_event()]):  # the live path (live_columns.py)
+        summarize_live(FakeResults([_Recording(e, summary) for e in recorded]), shapes=True, flops=True)
     for e in events[:200] + GPU_SCENARIO:  # a torch 2.11 event (Torch211Event) goes to this inference alone
         activity.inferred_activity(_Recording(e, inference))
 

@@ -69,3 +69,22 @@ class Torch211Event:
 
     def is_python_function(self):
         return False
+
+
+class FakeResults:
+    """``prof.profiler.kineto_results`` as the summary reads it: the events."""
+
+    def __init__(self, events):
+        self._events = list(events)
+
+    def events(self):
+        return self._events
+
+
+def summarized(events, **options):
+    """The live path's summary (live_columns.summarize_live) of fake events."""
+    from torchmagic.features.profile.live_columns import summarize_live
+
+    read = summarize_live(FakeResults(events), **options)
+    assert read is not None, "no event the summary reads"
+    return read[0]

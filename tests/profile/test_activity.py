@@ -5,10 +5,10 @@ import torch
 from torch._C._autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from torchmagic.features.profile import activity, trace
-from torchmagic.features.profile import events as light_records
+from torchmagic.features.profile import activity, live_columns
+from torchmagic.features.profile.live_columns import summarize_live
 
-from .kineto_fakes import Torch211Event
+from .kineto_fakes import Torch211Event, summarized
 
 needs_activity_type = pytest.mark.skipif(not hasattr(torch._C._autograd._KinetoEvent, "activity_type"),
                                          reason="this torch cannot tell the true activity type")
@@ -47,9 +47,9 @@ def _readable(e):
 @needs_activity_type
 def test_a_summary_is_the_same_whichever_way_activities_are_read(monkeypatch):
     results = _profiled_training()
-    exact = trace.summarize_trace(results.events(), results.trace_start_ns(), shapes=True)
-    monkeypatch.setattr(light_records, "activity_reader", lambda sample: activity.inferred_activity)
-    inferred = trace.summarize_trace(results.events(), results.trace_start_ns(), shapes=True)
+    exact = summarize_live(results, shapes=True)[0]
+    monkeypatch.setattr(live_columns, "activity_reader", lambda sample: activity.inferred_activity)
+    inferred = summarize_live(results, shapes=True)[0]
     assert inferred.steps == exact.steps == 2
     assert inferred.category_us == exact.category_us
     assert {n: (o.calls, o.self_cpu_us) for n, o in inferred.ops.items()} == \
@@ -94,11 +94,11 @@ def test_python_calls_from_the_event_tree_give_the_same_hot_lines(monkeypatch):
                 heavy()
     results = prof.profiler.kineto_results
     events = [e for e in results.events() if _readable(e)]
-    exact = trace.summarize_trace(events, results.trace_start_ns())
+    exact = summarized(events)
     monkeypatch.setattr(activity, "_KinetoEvent", type("OldKinetoEvent", (), {}))  # torch 2.11's
     calls = activity.python_calls(results)
     assert any(name.endswith(": heavy") for name, *_ in calls)
     without_python = [e for e in events if e.activity_type() != "python_function"]
-    rebuilt = trace.summarize_trace(without_python, results.trace_start_ns(), python_calls=calls)
+    rebuilt = summarized(without_python, python_calls=calls)
     assert exact.hot_lines and rebuilt.hot_lines.most_common(1)[0][0] == exact.hot_lines.most_common(1)[0][0]
     assert {n: o.calls for n, o in rebuilt.ops.items()} == {n: o.calls for n, o in exact.ops.items()}

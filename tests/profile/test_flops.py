@@ -11,7 +11,6 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import torchmagic
 from torchmagic.core.devices import CpuDevice
-from torchmagic.features.profile import trace
 from torchmagic.features.profile.flops import CPU_ATTENTION, op_flops
 from torchmagic.features.profile.traces.ops import TraceEvent
 
@@ -129,7 +128,8 @@ def test_a_saved_traces_concrete_inputs_are_read_as_values():
 
 
 def test_on_a_gpu_a_convolutions_flops_meet_the_kernels_its_children_launched():
-    from .test_gpu_trace import CUDA, T0, Ev, step
+    from .kineto_fakes import summarized
+    from .test_gpu_trace import CUDA, Ev, step
 
     class _Conv(Ev):
         def shapes(self): return [[2, 3, 16, 16], [8, 3, 3, 3], [8], [], [], [], [], [], []]
@@ -140,7 +140,7 @@ def test_on_a_gpu_a_convolutions_flops_meet_the_kernels_its_children_launched():
                   Ev("aten::cudnn_convolution", 120, 380, corr=3),
                   Ev("cudaLaunchKernel", 130, 140, tid=99_001, linked=3),
                   Ev("implicit_gemm_kernel", 500, 750, device=CUDA, linked=3))
-    s = trace.summarize_trace(events, T0, flops=True)
+    s = summarized(events, flops=True)
     conv = s.ops["aten::convolution"]
     assert conv.flops == 2 * 2 * 8 * 8 * 8 * 27 and conv.flop_device_us == 250
     assert s.ops["aten::_convolution"].flops == 0 and s.ops["aten::cudnn_convolution"].self_device_us == 250

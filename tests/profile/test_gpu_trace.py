@@ -7,11 +7,11 @@ form a small scenario whose every number is worked out by hand below.
 import pytest
 from torch.autograd import DeviceType
 
-from torchmagic.features.profile import categories, rules, trace
+from torchmagic.features.profile import categories, rules
 from torchmagic.features.profile.summary import TraceSummary
 
 from .contexts import cpu_context, cuda_context
-from .kineto_fakes import T0, Ev
+from .kineto_fakes import Ev, summarized
 
 CUDA = DeviceType.CUDA
 EVENTS = [
@@ -40,7 +40,7 @@ EVENTS = [
 
 @pytest.fixture(scope="module")
 def summary():
-    return trace.summarize_trace(EVENTS, T0)
+    return summarized(EVENTS)
 
 
 def test_step_and_categories_count_each_microsecond_once(summary):
@@ -93,7 +93,7 @@ def test_rules_on_the_gpu_trace(summary):
 def test_explicit_synchronize_is_a_sync():
     events = [Ev("ProfilerStep#0", 0, 100, kind="annotation"),
               Ev("cudaDeviceSynchronize", 10, 60, tid=5)]
-    s = trace.summarize_trace(events, T0)
+    s = summarized(events)
     assert s.sync_runtime_calls == 1 and s.category_us[categories.SYNCS] == pytest.approx(50)
 
 
@@ -117,7 +117,7 @@ def test_amp_fires_on_long_fp32_kernels_whose_host_time_is_only_the_launch():
     events = step(*(e for i in range(3) for e in
                     launched("aten::mm", 100 * i, 10, 100 + 250 * i, 250, corr=10 + i, cupti=500 + i,
                              dtypes=["float", "float"])))
-    s = trace.summarize_trace(events, T0)
+    s = summarized(events)
     assert s.matmul_fp32_us / s.matmul_fp32_calls == pytest.approx(5)
     assert s.matmul_fp32_device_calls == 3 and s.matmul_fp32_device_us == pytest.approx(750)
     f = rules.amp(s, cuda_context())
@@ -130,7 +130,7 @@ def test_amp_silent_on_tiny_fp32_kernels_even_when_their_host_time_is_long():
     events = step(*(e for i in range(50) for e in
                     launched("aten::mm", 10 + 32 * i, 30, 20 + 32 * i, 3, corr=10 + i, cupti=500 + i,
                              dtypes=["float", "float"])), end=2000)
-    s = trace.summarize_trace(events, T0)
+    s = summarized(events)
     assert s.matmul_fp32_us / s.matmul_fp32_calls > rules.THRESHOLDS["amp_min_matmul_us"]
     assert rules.amp(s, cuda_context()) is None
 
@@ -142,7 +142,7 @@ def _training_matmul_trace():
 
 
 def test_amp_fix_on_cuda_is_bf16_autocast_on_ampere_and_fp16_with_grad_scaler_before():
-    s = trace.summarize_trace(_training_matmul_trace(), T0)
+    s = summarized(_training_matmul_trace())
     bf16 = rules.amp(s, cuda_context((9, 0)))
     assert "torch.autocast('cuda', dtype=torch.bfloat16)" in bf16.snippet and "GradScaler" not in bf16.snippet
     assert "no loss scaling" in bf16.fix
@@ -164,7 +164,7 @@ def _memory_trace():
 
 
 def test_memory_peak_is_counted_in_time_order_across_threads():
-    s = trace.summarize_trace(_memory_trace(), T0)
+    s = summarized(_memory_trace())
     assert s.peak_allocated["cuda:0"] == 900
     assert s.allocated_net["cuda:0"] == 50  # 50 bytes of gradients outlive the step
 
@@ -174,7 +174,7 @@ def _cuda_ctx(**counters):
 
 
 def test_step_peak_from_memory_events_is_exact_whatever_the_user_s_peak_counter_says():
-    s = trace.summarize_trace(_memory_trace(), T0)
+    s = summarized(_memory_trace())
     # 80 held before the profile (130 after it, less its net 50), 900 above that at the peak;
     # the user's high-water mark (990, from earlier work) says nothing about this step
     ctx = _cuda_ctx(total=1000, allocated_before=80, allocated_after=130, peak_before=990, peak_after=990)
@@ -208,7 +208,7 @@ def test_a_cuda_profile_whose_ops_launched_no_kernels_says_cupti_recorded_none()
     # what a trace looks like when CUPTI is unavailable: torch's ops, no runtime calls, no kernels
     events = step(Ev("aten::view", 10, 20), Ev("aten::linear", 100, 300, corr=1, seq=3),
                   Ev("aten::addmm", 110, 290, corr=2, dtypes=["float", "float"]), Ev("aten::relu", 400, 450, corr=3))
-    s = trace.summarize_trace(events, T0)
+    s = summarized(events)
     assert s.launching_ops == 2  # linear and relu; view launches nothing, addmm is inside linear
     ctx = cuda_context()
     note = rules.missing_kernels_note(s, ctx)
@@ -216,7 +216,7 @@ def test_a_cuda_profile_whose_ops_launched_no_kernels_says_cupti_recorded_none()
                            "CUPTI recorded none")
     assert {f.rule for f in rules.diagnose(s, ctx)}.isdisjoint({"amp", "gpu_idle"})
     assert rules.missing_kernels_note(s, cpu_context()) is None
-    views_only = trace.summarize_trace(step(Ev("aten::view", 10, 20), Ev("aten::detach", 30, 40)), T0)
+    views_only = summarized(step(Ev("aten::view", 10, 20), Ev("aten::detach", 30, 40)))
     assert rules.missing_kernels_note(views_only, ctx) is None
 
 
@@ -256,7 +256,7 @@ COMPILED = step(
 
 
 def test_kernels_go_to_their_compiled_graph_or_user_range_in_its_phase():
-    s = trace.summarize_trace(COMPILED, T0)
+    s = summarized(COMPILED)
     device_us = {name: op.self_device_us for name, op in s.ops.items() if op.self_device_us}
     assert device_us == pytest.approx({"aten::mm": 200, "triton_poi_fused_relu_0": 20, "my_block": 100,
                                        "triton_per_fused_sum_1": 50, "Optimizer.step#AdamW.step": 60})
@@ -287,7 +287,7 @@ def test_one_time_costs_are_start_up_and_out_of_the_steady_state():
         Ev("cudaLaunchKernel", 70_010, 85_010, tid=99_001, corr=50, linked=3),
         Ev("ampere_sgemm_128x64_tn", 85_020, 89_000, device=CUDA, stream=7, corr=50, linked=3),
     ]
-    s = trace.summarize_trace(events, T0)
+    s = summarized(events)
     assert s.one_time_us[CUDA_CONTEXT] == pytest.approx(28_990)
     assert s.one_time_us[FIRST_COMPILE] == pytest.approx(40_000)  # the compile's whole subtree
     assert s.one_time_us[LAZY_LOADING] == pytest.approx(15_000)

@@ -7,12 +7,11 @@ import pytest
 from torch.autograd import DeviceType
 
 from torchmagic.core.devices import DeviceInfo
-from torchmagic.features.profile import trace
 from torchmagic.features.profile.summary_fields import summary_fields
 from torchmagic.features.profile.result import ProfileResult
 
 from .contexts import cuda_context
-from .kineto_fakes import T0, Ev
+from .kineto_fakes import Ev, summarized
 
 CUDA = DeviceType.CUDA
 
@@ -39,18 +38,18 @@ def _events(lost_kernel: bool = False, lost_launch: bool = False) -> list[Ev]:
 
 
 def test_a_complete_trace_loses_nothing_and_a_kernel_queued_before_it_is_not_counted():
-    s = trace.summarize_trace(_events(), T0)
+    s = summarized(_events())
     assert (s.kernels_without_launch, s.launches_without_kernel, s.kernel_launches) == (0, 0, 3)
 
 
 @pytest.mark.parametrize("lost_kernel, lost_launch", [(True, False), (False, True), (True, True)])
 def test_each_side_lost_is_counted(lost_kernel, lost_launch):
-    s = trace.summarize_trace(_events(lost_kernel, lost_launch), T0)
+    s = summarized(_events(lost_kernel, lost_launch))
     assert s.launches_without_kernel == int(lost_kernel) and s.kernels_without_launch == int(lost_launch)
 
 
 def test_the_report_says_the_profile_is_incomplete_and_why_beside_the_profilers_overhead():
-    s = trace.summarize_trace(_events(lost_kernel=True, lost_launch=True), T0)
+    s = summarized(_events(lost_kernel=True, lost_launch=True))
     notes: list[str] = []
     fields = summary_fields(s, cuda_context(), 1, notes)
     r = ProfileResult(label="%%torchprofile", device=DeviceInfo("cuda", "cuda:0", "H100"), step_s=[0.001],
@@ -68,5 +67,5 @@ def test_the_report_says_the_profile_is_incomplete_and_why_beside_the_profilers_
 def test_a_trace_of_the_device_side_alone_counts_nothing():
     """No runtime call recorded at all (kernels only): nothing to pair, not a loss."""
     kernels = [e for e in _events() if e.name() != "cudaLaunchKernel"]
-    s = trace.summarize_trace(kernels, T0)
+    s = summarized(kernels)
     assert (s.kernels_without_launch, s.launches_without_kernel) == (0, 0)
