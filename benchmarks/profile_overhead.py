@@ -49,7 +49,7 @@ Two figures, printed with their method and the machine they were taken on:
 2. **Analysis time for a profile of >= 100k events.**  A Python loop of tiny tensor adds
    (``x = x + 1`` on 4 floats: 5 nested events each) is profiled exactly as the magic does
    (``record_shapes=True``, one ``ProfilerStep#0`` marker).  Then timed on that one profile:
-   ``summarize_trace(results.events(), results.trace_start_ns())``, the engine's whole
+   ``summarize_live(results)`` (kineto's events into columns, then their summary), the engine's whole
    ``build_profile`` (summary, diagnosis, result rows), and torch's own parse:
    ``prof.events()`` (builds the FunctionEvent tree) and ``prof.key_averages()``.
    Target: under 3 s.
@@ -353,7 +353,7 @@ def bench_analysis(min_events: int = 100_000, reps: int = 3, torch_parse: bool =
     from torchmagic.features.profile.options import ProfileOptions
     from torchmagic.features.profile.run import rule_context
     from torchmagic.features.profile.kineto import STEP_PREFIX
-    from torchmagic.features.profile.trace import summarize_trace
+    from torchmagic.features.profile.live_columns import summarize_live
 
     device = CpuDevice()
 
@@ -396,7 +396,7 @@ def bench_analysis(min_events: int = 100_000, reps: int = 3, torch_parse: bool =
     result = None
     for _ in range(reps):  # interleaved, so drift on a shared machine hits all three alike
         fetch_s.append(_timed(results.events)[1])
-        summary, took = _timed(lambda: summarize_trace(results.events(), results.trace_start_ns()))
+        (summary, _), took = _timed(lambda: summarize_live(results))
         summarize_s.append(took)
         try:  # a private function: its signature may move
             # build_profile releases the profiler's events when done: hand it a stand-in that
@@ -507,7 +507,7 @@ def _analysis_report(a: dict, number: str) -> list[str]:
     def row(label, seconds, verdict=""):
         return [label, f"{seconds:.3f} s", f"{seconds / a['events'] * 1e6:.1f}", verdict]
     rows = [row("kineto_results.events() (fetch only)", a["fetch_events_s"]),
-            row("summarize_trace(results.events(), ...)", a["summarize_s"],
+            row("summarize_live(results)", a["summarize_s"],
                 _verdict(a["summarize_s"], TARGET_ANALYSIS_S))]
     if "build_result_s" in a:
         rows.append(row("engine build_profile (summary, diagnosis, rows)", a["build_result_s"],

@@ -25,10 +25,11 @@ NO_INPUTS = ([], [], [])
 class _Codes:
     """The codes a live profile's names, threads, inputs and memory devices get in its columns."""
 
-    def __init__(self, cols: TraceColumns, every_op_inputs: bool):
-        self.cols, self.every_op_inputs = cols, every_op_inputs
+    def __init__(self, cols: TraceColumns, shapes: bool, flops: bool):
+        self.cols, self.shapes, self.flops = cols, shapes, flops
         self.kinds: dict[tuple[str, str], int | None] = {}  # (name, activity) -> code, None: set aside
-        self.read_inputs: set[int] = set()  # the codes of ops whose inputs are read
+        self.all_inputs: set[int] = set()   # the codes of ops whose inputs are read whole
+        self.shapes_only: set[int] = set()  # ... of those whose shapes alone are
         self.threads: dict = {}
         self.inputs: dict = {}
         self.devices: dict = {}
@@ -46,8 +47,10 @@ class _Codes:
             code = len(cols.kinds) - 1
             cols.steps = cols.steps or (activity == USER_ANNOTATION and name.startswith(STEP_PREFIX))
             cols.kernels = cols.kernels or light == DEVICE
-            if light == OP and (self.every_op_inputs or name in MATMUL_OPS):
-                self.read_inputs.add(code)
+            if light == OP and (self.flops or name in MATMUL_OPS):  # FLOPs, bytes; a matmul's precision
+                self.all_inputs.add(code)
+            elif light == OP and self.shapes:  # time by shapes
+                self.shapes_only.add(code)
         self.kinds[name, activity] = code
         return code
 
@@ -74,15 +77,15 @@ class _Codes:
         return code
 
 
-def live_columns(events, python_calls=(), *, every_op_inputs: bool = True) -> TraceColumns:
+def live_columns(events, python_calls=(), *, shapes: bool = True, flops: bool = True) -> TraceColumns:
     """The columns of kineto's events (``prof.profiler.kineto_results.events()``) and of the Python tracer's
     calls where this torch keeps them apart (``activity.python_calls``), in kineto's order.  Ops' inputs
-    (shapes, types, non-tensor values) are read for every op with ``every_op_inputs`` (time by shapes, FLOPs),
-    else for matmuls alone (their precision).  Events the summary sets aside are left out, and so are async and
+    (shapes, types, non-tensor values) are read where they are needed: matmuls' always (their precision), every
+    op's with ``flops``, every op's shapes alone with ``shapes`` (time by shapes).  Events the summary sets aside are left out, and so are async and
     hidden ones (torch's own tables hide them too).  Each attribute is read over all events at once: a
     comprehension per attribute costs half a loop that reads them all per event."""
     cols = TraceColumns()
-    codes = _Codes(cols, every_op_inputs)
+    codes = _Codes(cols, shapes, flops)
     kept, kinds = _kept(events, codes)
     light = [cols.kinds[code].kind for code in kinds]
     starts = [e.start_ns() for e in kept]
@@ -101,9 +104,10 @@ def live_columns(events, python_calls=(), *, every_op_inputs: bool = True) -> Tr
         if k == MEMORY:
             own[row] = 0
     cols.external.extend(own)
-    read_inputs = codes.read_inputs
+    whole, shaped = codes.all_inputs, codes.shapes_only
     cols.sequence.extend([e.sequence_nr() if k == OP else -1 for e, k in zip(kept, light)])
-    cols.inputs.extend([codes.input_code(_inputs(e)) if code in read_inputs else 0 for e, code in zip(kept, kinds)])
+    cols.inputs.extend([codes.input_code(_inputs(e)) if code in whole else
+                        codes.input_code((e.shapes(), [], [])) if code in shaped else 0 for e, code in zip(kept, kinds)])
     memory = [row for row, k in enumerate(light) if k == MEMORY]
     cols.memory_rows.extend(memory)
     cols.memory_bytes.extend([kept[row].nbytes() for row in memory])
@@ -154,7 +158,7 @@ def summarize_live(results, *, shapes: bool = False, flops: bool = False,
     ``flops``: FLOPs counted) and the profiler clock's ns at its time zero (its first event); None where the
     profiler recorded nothing the summary reads."""
     events = results.events()
-    columns = live_columns(events, python_calls, every_op_inputs=shapes or flops)
+    columns = live_columns(events, python_calls, shapes=shapes, flops=flops)
     if not len(columns.start):
         return None
     trace = RankTrace("profile", events=len(columns.start))  # one group: kineto holds every event already
