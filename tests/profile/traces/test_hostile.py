@@ -392,7 +392,8 @@ def test_a_long_name_is_not_kept_whole(tmp_path):
 def test_one_step_of_more_events_than_can_be_held_gets_no_operator_table_unless_read_into_columns(tmp_path,
                                                                                                     monkeypatch):
     """Steps say which of them fit in the events held at once: one step holding them all does not, where the
-    trace is read as events (a name the typed decoder refuses); a trace read into columns (host work, kernels) holds any number."""
+    trace is read as events (a name the typed decoder refuses); a trace read into columns (host work, kernels)
+    holds any number."""
     from torchmagic.features.profile.traces import ops
 
     monkeypatch.setattr(ops, "OPS_EVENT_LIMIT", 50)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from .activity import activity_reader
 from .events import DEVICE, MEMORY, OP, RUNTIME, event_kind
 from .kineto import PYTHON_FUNCTION, STEP_PREFIX, USER_ANNOTATION
+from .summary import TraceSummary
 from .sweep import device_label
 from .traffic import MATMUL_OPS
-from .summary import TraceSummary
 from .traces.columnar import columnar_summary
 from .traces.columns import EventKind, TraceColumns
 from .traces.rank import RankTrace
@@ -81,9 +81,10 @@ def live_columns(events, python_calls=(), *, shapes: bool = True, flops: bool = 
     """The columns of kineto's events (``prof.profiler.kineto_results.events()``) and of the Python tracer's
     calls where this torch keeps them apart (``activity.python_calls``), in kineto's order.  Ops' inputs
     (shapes, types, non-tensor values) are read where they are needed: matmuls' always (their precision), every
-    op's with ``flops``, every op's shapes alone with ``shapes`` (time by shapes).  Events the summary sets aside are left out, and so are async and
-    hidden ones (torch's own tables hide them too).  Each attribute is read over all events at once: a
-    comprehension per attribute costs half a loop that reads them all per event."""
+    op's with ``flops``, every op's shapes alone with ``shapes`` (time by shapes).  Events the summary sets
+    aside are left out, and so are async and hidden ones (torch's own tables hide them too).  Each attribute
+    is read over all events at once: a comprehension per attribute costs half a loop that reads them all per
+    event."""
     cols = TraceColumns()
     codes = _Codes(cols, shapes, flops)
     kept, kinds = _kept(events, codes)
@@ -107,7 +108,8 @@ def live_columns(events, python_calls=(), *, shapes: bool = True, flops: bool = 
     whole, shaped = codes.all_inputs, codes.shapes_only
     cols.sequence.extend([e.sequence_nr() if k == OP else -1 for e, k in zip(kept, light)])
     cols.inputs.extend([codes.input_code(_inputs(e)) if code in whole else
-                        codes.input_code((e.shapes(), [], [])) if code in shaped else 0 for e, code in zip(kept, kinds)])
+                        codes.input_code((e.shapes(), [], [])) if code in shaped else 0
+                        for e, code in zip(kept, kinds)])
     memory = [row for row, k in enumerate(light) if k == MEMORY]
     cols.memory_rows.extend(memory)
     cols.memory_bytes.extend([kept[row].nbytes() for row in memory])

@@ -3,10 +3,11 @@ list comprehensions a slice (columnar.py summarises it without a loop over host 
 
 What the columnar summary covers is read here; anything else gives the reading up (its columns let go), and
 the operator report is read as before (ops.py): a slice the typed decoder refused, or a value the checked path
-would refuse, cut or replace (but a name or category, kept cut or made printable as that path keeps it).  So where the columns are kept, every event is a plain op, user range, Python frame, runtime call,
-kernel (or copy, or memset) or memory record (or one the summary sets aside), exactly as ops.py's typed path
-would have made its TraceEvent; an op's inputs (shapes, types, non-tensor values) are kept once per distinct
-text, as that path keeps them.
+would refuse, cut or replace (but a name or category, kept cut or made printable as that path keeps it).  So
+where the columns are kept, every event is a plain op, user range, Python frame, runtime call, kernel (or
+copy, or memset) or memory record (or one the summary sets aside), exactly as ops.py's typed path would have
+made its TraceEvent; an op's inputs (shapes, types, non-tensor values) are kept once per distinct text, as
+that path keeps them.  A live profile fills the same columns from kineto's events (profile/live_columns.py).
 """
 
 from __future__ import annotations

@@ -432,7 +432,8 @@ def _memory_details(args: Args) -> tuple | None:
 
 def _summarize(groups: StepGroups, seen: Seen) -> TraceSummary:
     """The groups summarised one after the other into one summary."""
-    summarizer = TraceSummarizer(seen.start, shapes=seen.shapes, flops=seen.flops or _profiled_with_flops(seen.meta), compact=groups.count > 1,
+    flops = seen.flops or _profiled_with_flops(seen.meta)
+    summarizer = TraceSummarizer(seen.start, shapes=seen.shapes, flops=flops, compact=groups.count > 1,
                                  read=read_trace_events)
     for index in range(groups.count):
         events = groups.group(index)
