@@ -9,6 +9,7 @@ Each attribute read costs about 0.4 µs, so each event reads only what its kind 
 
 from __future__ import annotations
 
+from ...core.gc_pause import gc_paused
 from .activity import activity_reader
 from .events import DEVICE, MEMORY, OP, RUNTIME, event_kind
 from .kineto import PYTHON_FUNCTION, STEP_PREFIX, USER_ANNOTATION
@@ -160,10 +161,11 @@ def summarize_live(results, *, shapes: bool = False, flops: bool = False,
     ``flops``: FLOPs counted) and the profiler clock's ns at its time zero (its first event); None where the
     profiler recorded nothing the summary reads."""
     events = results.events()
-    columns = live_columns(events, python_calls, shapes=shapes, flops=flops)
-    if not len(columns.start):
-        return None
-    trace = RankTrace("profile", events=len(columns.start))  # one group: kineto holds every event already
-    summary, first_ns, _ = columnar_summary(columns, trace, len(columns.start), flops, shapes)
+    with gc_paused():  # lists of every event, none in a cycle: the cyclic GC's passes would only cost time
+        columns = live_columns(events, python_calls, shapes=shapes, flops=flops)
+        if not len(columns.start):
+            return None
+        trace = RankTrace("profile", events=len(columns.start))  # one group: kineto holds every event already
+        summary, first_ns, _ = columnar_summary(columns, trace, len(columns.start), flops, shapes)
     summary.event_count = len(events) + len(python_calls)
     return summary, first_ns
