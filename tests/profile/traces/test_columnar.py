@@ -33,7 +33,7 @@ def _both(path: str, steps_per_group: int | None) -> tuple[TraceSummary, TraceSu
     trace = read_rank(reader, path, reading)
     assert reading.columns is not None, "the trace was not read into columns"
     limit = trace.events if steps_per_group is None else max(1, int(steps_per_group * trace.events / len(trace.steps)))
-    flops = reading.columns.flops or reader.meta.get("with_flops") == 1
+    flops = reading.columns.flops or ops._profiled_with_flops(reader.meta)
     columnar, first, _ = columnar_summary(reading.columns, trace, limit, flops)
     read = ops.operator_summary(trace, limit)
     if read is None:  # groups the events path refuses (far heavier than the average): the columns table them

@@ -102,16 +102,15 @@ def live_columns(events, python_calls=(), *, shapes: bool = True, flops: bool = 
     cols.correlation.extend([own[row] for row in linked])
     for row in linked:  # a runtime call's or a kernel's External id: the op that launched it
         own[row] = kept[row].linked_correlation_id()
-    for row, k in enumerate(light):
-        if k == MEMORY:
-            own[row] = 0
+    memory = [row for row, k in enumerate(light) if k == MEMORY]
+    for row in memory:  # a memory record belongs to no op by id
+        own[row] = 0
     cols.external.extend(own)
     whole, shaped = codes.all_inputs, codes.shapes_only
     cols.sequence.extend([e.sequence_nr() if k == OP else -1 for e, k in zip(kept, light)])
     cols.inputs.extend([codes.input_code(_inputs(e)) if code in whole else
                         codes.input_code((e.shapes(), [], [])) if code in shaped else 0
                         for e, code in zip(kept, kinds)])
-    memory = [row for row, k in enumerate(light) if k == MEMORY]
     cols.memory_rows.extend(memory)
     cols.memory_bytes.extend([kept[row].nbytes() for row in memory])
     cols.memory_device.extend([codes.device(kept[row].device_type(), kept[row].device_index()) for row in memory])

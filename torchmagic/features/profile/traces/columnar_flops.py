@@ -4,6 +4,8 @@ counted op each op's kernels belong to.  The formulas run once per distinct (op,
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from ..flops import op_flops
@@ -25,26 +27,35 @@ def flop_totals(out: TraceSummary, events: Events, names: Names, ctx: Context, o
     name, inputs = names.name_id[events.kind[ops]], events.inputs[ops].long()
     pairs, inverse = torch.unique(torch.stack([name, inputs, counting.long()], dim=1), dim=0, return_inverse=True)
     figures = [_figures(names.names[op], events.input_lists[code], bool(counts)) for op, code, counts in pairs.tolist()]
-    flops, moved, pointwise = (torch.tensor([f[i] for f in figures], dtype=torch.long)[inverse] for i in (0, 1, 3))
     count = len(names.names)
-    sums = [torch.zeros(count, dtype=torch.long).scatter_add_(0, name, column).tolist()
-            for column in (flops, moved, pointwise)]
-    typed = torch.tensor([f[2] is not None for f in figures], dtype=torch.bool)[inverse]
+    flops, moved, pointwise = (
+        torch.zeros(count, dtype=torch.long).scatter_add_(0, name, torch.tensor(
+            [getattr(f, field) for f in figures], dtype=torch.long)[inverse]).tolist()
+        for field in ("flops", "bytes", "pointwise_flops"))
+    typed = torch.tensor([f.dtype is not None for f in figures], dtype=torch.bool)[inverse]
     first_typed = torch.full((count,), len(ops)).scatter_reduce_(0, name[typed], typed.nonzero().flatten(), "amin")
     for op in torch.unique(name).tolist():
         stats = out.ops[names.names[op]]
-        stats.flops += sums[0][op]
-        stats.bytes += sums[1][op]
-        stats.estimated_flops += sums[2][op]
+        stats.flops += flops[op]
+        stats.bytes += moved[op]
+        stats.estimated_flops += pointwise[op]
         if stats.dtype is None and int(first_typed[op]) < len(ops):
-            stats.dtype = figures[int(inverse[first_typed[op]])][2]
+            stats.dtype = figures[int(inverse[first_typed[op]])].dtype
 
 
-def _figures(name: str, inputs: tuple, counts: bool) -> tuple[int, int, str | None, int]:
-    """(FLOPs where the op is counted, tensor bytes, dtype, estimated pointwise FLOPs) of one call."""
+class _Figures(NamedTuple):
+    """What one call of an op with given inputs weighs."""
+
+    flops: int            # where the op is counted (the outermost with a formula), else 0
+    bytes: int            # its tensors' bytes (traffic.tensor_traffic)
+    dtype: str | None
+    pointwise_flops: int  # estimated, for a pointwise op
+
+
+def _figures(name: str, inputs: tuple, counts: bool) -> _Figures:
     shapes, dtypes, concrete = inputs
     moved, dtype, pointwise = tensor_traffic(name, shapes, dtypes)
-    return op_flops(name, shapes, [literal(v) for v in concrete]) if counts else 0, moved, dtype, pointwise
+    return _Figures(op_flops(name, shapes, [literal(v) for v in concrete]) if counts else 0, moved, dtype, pointwise)
 
 
 def flop_links(links: ColumnLinks, events: Events, names: Names, ctx: Context) -> None:
