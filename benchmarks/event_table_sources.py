@@ -1,29 +1,24 @@
 """Where the one event table of issue 52 is filled from, for a live profile: kineto's events read into the
-columns (live_columns.py, the live path since issue 52), against the events path it replaced and against the
-profiler's own Chrome-trace export read as a file (the path trace files take). And how far they agree on the
-same profile.
+columns (live_columns.py, the live path since issue 52), against the profiler's own Chrome-trace export read as a
+file (the path trace files take). And how far they agree on the same profile.  (The events path, kineto's events
+swept one by one, was measured here too until it was removed: docs/performance.md keeps its figures.)
 
 For each workload, one profile (CPU activities, ``record_shapes=True`` as ``%%torchprofile`` profiles,
 ``ProfilerStep#N`` ranges around each step, as the magic marks them), exported once (kineto saves a trace
 once), then the two summaries interleaved over ``--reps`` rounds:
 
 =================  ==========================================================================================
-events path        ``summarize_trace(results.events(), ...)``: kineto's events swept one by one (the live path
-                   before issue 52)
 live columns       ``summarize_live(results)``: kineto's events read into columns, then the columnar summary
 export             ``prof.export_chrome_trace(path)``: kineto writes the JSON (C++), gzip off
 file summary       the file read as ``--load`` reads it: the per-rank pass with the columns alongside, then
-                   the operator summary over them (the columnar path; the events path where it gives up)
+                   the operator summary over them
 =================  ==========================================================================================
 
 The export is not a faithful copy: torch 2.13's writer names a range "unknown" where it holds a control
 character or text that is not ASCII, and leaves a double quote unescaped (tests/profile/test_trace.py).
 
 Printed per workload: events, median seconds of each (and µs per event), and how the live columns' summary
-agrees with the file's: median step, the largest difference of a category's share of the steps (points), and
-the first summary fields that differ from the events path's (``benchmarks.columnar_ops.differing``: floats
-beyond 1e-9 of their value; the live columns' time zero is the first event, the events path's the trace's
-start).
+agrees with the file's: median step, and the largest difference of a category's share of the steps (points).
 
 Run ``python -m benchmarks.event_table_sources`` from the repository root (``--help``); about a minute.
 """
@@ -40,12 +35,10 @@ import time
 import torch
 from torch import nn
 
-from benchmarks.columnar_ops import differing
 from benchmarks.machine import machine_line
 from torchmagic.features.profile.kineto import STEP_PREFIX
 from torchmagic.features.profile.live_columns import summarize_live
-from torchmagic.features.profile.trace import summarize_trace
-from torchmagic.features.profile.traces.ops import OPS_EVENT_LIMIT, alongside_reading, operator_summary
+from torchmagic.features.profile.traces.ops import GROUP_EVENTS, alongside_reading, operator_summary
 from torchmagic.features.profile.traces.run import read_trace
 
 
@@ -114,7 +107,7 @@ def _timed(fn):
 def _file_summary(path: str):
     alongside = alongside_reading(path)
     trace = read_trace(path, alongside)
-    summary, _ = operator_summary(trace, OPS_EVENT_LIMIT, alongside)
+    summary, _ = operator_summary(trace, GROUP_EVENTS, alongside)
     return summary
 
 
@@ -128,14 +121,12 @@ def bench(name: str, reps: int, log=print) -> dict:
     prof = _profile(make(), steps)
     results = prof.profiler.kineto_results
     events = len(results.events())
-    times = {"events path": [], "live columns": [], "export": [], "file summary": []}
+    times = {"live columns": [], "export": [], "file summary": []}
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "trace.json")
         t, _ = _timed(lambda: prof.export_chrome_trace(path))  # once: kineto saves a trace once
         times["export"].append(t)
         for _ in range(reps):
-            t, swept = _timed(lambda: summarize_trace(results.events(), results.trace_start_ns(), shapes=True))
-            times["events path"].append(t)
             t, (live, _) = _timed(lambda: summarize_live(results, shapes=True))
             times["live columns"].append(t)
             t, filed = _timed(lambda: _file_summary(path))
@@ -146,15 +137,13 @@ def bench(name: str, reps: int, log=print) -> dict:
         "median step live, file (ms)": (statistics.median(live.step_us) / 1e3, statistics.median(filed.step_us) / 1e3),
         "largest share difference, live against file (points)": 100 * max(abs(share - file_shares.get(c, 0.0))
                                                                            for c, share in live_shares.items()),
-        "fields that differ from the events path (beyond 1e-9)": differing(swept, live, "summary")[:5],
         "steps live, file": (live.steps, filed.steps),
     }
     medians = {k: statistics.median(v) for k, v in times.items()}
     log(f"\n{name}: {about}; {steps} steps, {events:,} kineto events, a {size / 2**20:.1f} MiB trace file")
     for what, seconds in medians.items():
         log(f"  {what:<14} {seconds:8.3f} s  {seconds / events * 1e6:6.1f} µs an event")
-    log(f"  live columns / events path: {medians['live columns'] / medians['events path']:.2f}x; "
-        f"export + file summary / live columns: "
+    log(f"  export + file summary / live columns: "
         f"{(medians['export'] + medians['file summary']) / medians['live columns']:.2f}x")
     for what, value in agreement.items():
         log(f"  {what}: {value}")

@@ -1,9 +1,9 @@
 """Each stand-in for torch's kineto event held against the real one (``_KinetoEvent``, what
-``prof.profiler.kineto_results.events()`` returns): the tests' hand-built events (profile/kineto_fakes.py)
-and the trace-file reader's adapter (traces/ops.py's TraceEvent), which the summary reads as if kineto had
-given them.  The methods held are those the package is seen to read: it runs here on recording proxies
-around a real CPU run's events, around the fakes' GPU scenario, and over that run's exported trace.
-What a stand-in lacks, or returns of another kind, is listed with why; any other drift fails here."""
+``prof.profiler.kineto_results.events()`` returns): the tests' hand-built events (profile/kineto_fakes.py), which
+the live profile's reading (live_columns.py) reads as if kineto had given them.  The methods held are those the
+package is seen to read: it runs here on recording proxies around a real CPU run's events and around the fakes'
+GPU scenario.  Any drift fails here.  That run's exported trace,
+read into columns as any trace file is, holds what its events did."""
 
 from __future__ import annotations
 
@@ -16,34 +16,17 @@ from torch._C._autograd import DeviceType, _KinetoEvent
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from torchmagic.features.profile import activity, kineto
-from torchmagic.features.profile.live_columns import summarize_live
-from torchmagic.features.profile.traces import ops, run
-from torchmagic.features.profile.traces.fields import EventFields
-from torchmagic.features.profile.traces.reader import TraceReader
+from torchmagic.core.measure.low_precision import freeze
+from torchmagic.features.profile.live_columns import live_columns, summarize_live
+from torchmagic.features.profile.traces.columns import ColumnReading
+from torchmagic.features.profile.traces.rank import read_rank
+from torchmagic.features.profile.traces.sliced import SlicedTraceReader
 
 from .profile import kineto_fakes
 from .profile.kineto_fakes import Ev, FakeResults, Torch211Event
 from .profile.test_gpu_trace import EVENTS as GPU_SCENARIO
 
-STAND_INS = (Ev, ops.TraceEvent, Torch211Event)
-
-# What a stand-in lacks of what the package reads, and why
-LACKS = {
-    "TraceEvent.is_hidden_event": "a trace file holds the events torch shows; activity.is_hidden reads the flag "
-                                  "only where an event has it",
-}
-
-# What a stand-in returns beyond the real method's declared type, and why
-WIDER_RETURNS = {
-    "TraceEvent.shapes": ("list[list[int] | list[list[int]]] | tuple[()]",
-                          "a trace file writes a tensor list's sizes, one list per tensor (the event gives []); "
-                          "() on events other than ops, as below"),
-    "TraceEvent.dtypes": ("list[str] | tuple[()]", "on events other than ops, one shared empty tuple: nothing reads "
-                          "it there, and a list each would cost memory on the 300k events held"),
-    "TraceEvent.start_thread_id": ("int | str", "a trace file may name a thread with a string"),
-    "TraceEvent.device_resource_id": ("int | str", "a kernel's stream is the trace's thread, which may be a string"),
-    "TraceEvent.flops": ("int | float", "a trace another tool wrote may count FLOPs as a fraction"),
-}
+STAND_INS = (Ev, Torch211Event)
 
 # Methods some supported torch (2.7 onwards) lacks: a stand-in may have them where the real event has not
 LATER_TORCH = {
@@ -88,13 +71,6 @@ def real(tmp_path_factory):
     return [e for e in results.events() if _readable(e)], results.trace_start_ns(), path
 
 
-def _trace_events(path: str) -> list:
-    """The trace file's events as traces/ops.py reads them."""
-    reader, check = TraceReader(path), EventFields(path)
-    return [ops.TraceEvent(event, check.args(event, reader.index), check, reader.index) for event in reader
-            if event.get("ph") == "X" or (event.get("ph") == "i" and event.get("name") == "[memory]")]
-
-
 def _memory_event():
     return Ev("[memory]", 500, 500, kind="memory", nbytes=64)
 
@@ -103,25 +79,12 @@ def _memory_event():
 def read(real):
     """What the package reads of each stand-in's events, as recorded on proxies."""
     events, start, path = real
-    summary, inference, adapter = set(), set(), set()
+    summary, inference = set(), set()
     for recorded in (events, GPU_SCENARIO + [_memory_event()]):  # the live path (live_columns.py)
         summarize_live(FakeResults([_Recording(e, summary) for e in recorded]), shapes=True, flops=True)
     for e in events[:200] + GPU_SCENARIO:  # a torch 2.11 event (Torch211Event) goes to this inference alone
         activity.inferred_activity(_Recording(e, inference))
-
-    class RecordingTraceEvent(ops.TraceEvent):  # what traces/ops.py reads of its adapter, and the summary
-        __slots__ = ()
-
-        def __getattribute__(self, name):
-            if not name.startswith("_"):
-                adapter.add(name)
-            return super().__getattribute__(name)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ops, "TraceEvent", RecordingTraceEvent)
-        assert run.analyze_traces(path).profile is not None
-    # the adapter goes to the summary as kineto's events do: what it reads on the GPU paths too
-    return {Ev: summary, ops.TraceEvent: adapter | summary, Torch211Event: inference}
+    return {Ev: summary, Torch211Event: inference}
 
 
 def _declared(name: str) -> tuple[list[str], str]:
@@ -189,18 +152,15 @@ def test_a_stand_in_has_only_kinetos_methods_with_their_parameters(stand_in):
 
 @pytest.mark.parametrize("stand_in", STAND_INS, ids=lambda cls: cls.__name__)
 def test_a_stand_in_has_what_the_package_reads_of_it(stand_in, read):
-    listed = {key.split(".")[1] for key in LACKS if key.startswith(f"{stand_in.__name__}.")}
     lacking = read[stand_in] - _methods(stand_in)
-    assert lacking <= listed, f"{stand_in.__name__} lacks {sorted(lacking - listed)}, which the package reads"
-    assert not listed & _methods(stand_in), f"{stand_in.__name__} has {sorted(listed & _methods(stand_in))} now"
-    assert listed <= read[stand_in], f"{stand_in.__name__}: {sorted(listed - read[stand_in])} no longer read"
+    assert not lacking, f"{stand_in.__name__} lacks {sorted(lacking)}, which the package reads"
 
 
-def _checked_returns(event, names, label: str, wider: dict | None = None) -> list[str]:
+def _checked_returns(event, names, label: str) -> list[str]:
     """The methods of ``event`` whose value is not of the type the real method declares."""
     wrong = []
     for name in names:
-        declared = (wider or {}).get(f"{label}.{name}", (_declared(name)[1],))[0]
+        declared = _declared(name)[1]
         value = getattr(event, name)()
         if not _conforms(value, declared):
             wrong.append(f"{label}.{name}() -> {value!r}, not {declared}")
@@ -214,41 +174,46 @@ def test_real_events_return_what_their_methods_declare(real, read):
     assert not wrong, wrong[:5]
 
 
-def test_stand_ins_return_what_the_real_methods_declare(real):
-    samples = {Ev: GPU_SCENARIO + [_memory_event()], ops.TraceEvent: _trace_events(real[2]),
+def test_stand_ins_return_what_the_real_methods_declare():
+    samples = {Ev: GPU_SCENARIO + [_memory_event()],
                Torch211Event: [Torch211Event("kernel"), Torch211Event("cudaLaunchKernel", DeviceType.CPU)]}
     wrong = []
     for stand_in, events in samples.items():
         names = sorted(_methods(stand_in) & set(dir(_KinetoEvent)))  # all it has, read or not
-        wrong += [w for e in events for w in _checked_returns(e, names, stand_in.__name__, WIDER_RETURNS)]
+        wrong += [w for e in events for w in _checked_returns(e, names, stand_in.__name__)]
     assert not wrong, wrong[:5]
 
 
-def test_each_wider_return_is_wider_than_torchs():
-    for key, (annotation, _) in WIDER_RETURNS.items():
-        assert annotation != _declared(key.split(".")[1])[1], f"{key}: torch declares {annotation} now: drop it"
+def _ops_and_memory(columns) -> tuple[list, list]:
+    """The ops of a run's columns (name, sequence number, input types, shapes where no input is a tensor list),
+    in order, and its memory records' bytes."""
+    ops = []
+    for row, code in enumerate(columns.kind):
+        kind = columns.kinds[code]
+        if kind.cat == kineto.CPU_OP:
+            shapes, dtypes, _ = columns.input_lists[columns.inputs[row]]
+            # a trace file writes a tensor list's sizes, one list per tensor, where the event gives []
+            ops.append((kind.name, columns.sequence[row], list(dtypes),
+                        None if "TensorList" in dtypes else freeze(shapes)))
+    return ops, list(columns.memory_bytes)
 
 
-def test_the_trace_adapter_reads_what_the_same_run_gave_as_events(real):
-    """The adapter over a run's exported trace answers as that run's events did, op by op."""
+def test_a_runs_trace_file_fills_the_columns_its_events_did(real):
+    """A run's exported trace read into columns as any file is holds what its events gave the live reading, op by
+    op (torch 2.13's export writes no "flops" argument, even with with_flops=True: not compared)."""
     events, _, path = real
-    kind = activity.activity_reader()  # torch's own answer, or inferred on a torch before 2.13
-    ops_by_id = {e.correlation_id(): e for e in events if kind(e) == kineto.CPU_OP}
-    adapted = [e for e in _trace_events(path) if e.activity_type() == kineto.CPU_OP]
-    assert len(adapted) == len(ops_by_id) > 10
-    for ours in adapted:
-        theirs = ops_by_id[ours.correlation_id()]
-        tensor_list = "TensorList" in theirs.dtypes()  # see WIDER_RETURNS
-        # not flops(): torch 2.13's export writes no "flops" argument, even with with_flops=True
-        for name in ("name", "dtypes", "sequence_nr", "concrete_inputs") + (() if tensor_list else ("shapes",)):
-            assert getattr(ours, name)() == getattr(theirs, name)(), (ours.name(), name)
-    memory = [e.nbytes() for e in events if e.name() == "[memory]"]
-    assert [e.nbytes() for e in _trace_events(path) if e.name() == "[memory]"] == memory
+    live = live_columns(events, (), shapes=True, flops=True)
+    reading = ColumnReading(path)
+    read_rank(SlicedTraceReader(path), path, reading)
+    file_ops, file_memory = _ops_and_memory(reading.columns)
+    live_ops, live_memory = _ops_and_memory(live)
+    assert len(file_ops) > 10 and sorted(file_ops, key=repr) == sorted(live_ops, key=repr)
+    assert file_memory == live_memory and file_memory
 
 
 def test_the_enums_and_activity_types_the_stand_ins_use_are_torchs(real):
-    assert kineto_fakes.DeviceType is DeviceType and ops.DeviceType is DeviceType
-    stand_ins = GPU_SCENARIO + [_memory_event()] + _trace_events(real[2])
+    assert kineto_fakes.DeviceType is DeviceType
+    stand_ins = GPU_SCENARIO + [_memory_event()]
     assert {type(e.device_type()) for e in stand_ins} == {DeviceType}
     # every activity type a real CPU run gives, and every one the stand-ins give, is kineto's (kineto.py's names)
     known = lambda kind: kineto.is_read(kind) or kind in kineto.UNREAD_ON_PURPOSE  # noqa: E731
@@ -256,4 +221,3 @@ def test_the_enums_and_activity_types_the_stand_ins_use_are_torchs(real):
     assert all(map(known, real_kinds)), real_kinds
     ours = {e.activity_type() for e in stand_ins} | {activity.inferred_activity(e) for e in GPU_SCENARIO}
     assert all(map(known, ours)), ours
-    assert real_kinds & {e.activity_type() for e in _trace_events(real[2])} == real_kinds

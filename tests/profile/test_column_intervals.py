@@ -1,5 +1,5 @@
-"""column_intervals.py against intervals.py on random intervals: the same merged stretches (an isolated one
-of no length included), intersections and overlaps."""
+"""column_intervals.py against plain loops over sorted lists (test_intervals.py's oracle) on random intervals:
+the same merged stretches (an isolated one of no length included), intersections and overlaps."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import torch
 from torchmagic.features.profile import intervals
 from torchmagic.features.profile import column_intervals
 
+from .test_intervals import intersection, overlap, union
+
 # starts on a coarse grid (so intervals touch and coincide often) or anywhere; lengths 0 now and then
 _TIMES = st.one_of(st.integers(0, 20).map(float), st.floats(0, 100, allow_nan=False))
 _INTERVALS = st.lists(st.tuples(_TIMES, st.one_of(st.just(0.0), st.integers(0, 5).map(float),
@@ -19,12 +21,12 @@ _INTERVALS = st.lists(st.tuples(_TIMES, st.one_of(st.just(0.0), st.integers(0, 5
 
 @hypothesis.settings(max_examples=300, deadline=None, derandomize=True)
 @hypothesis.given(a=_INTERVALS, b=_INTERVALS)
-def test_the_same_as_intervals_py(a, b):
-    ua, ub = intervals.union(a), intervals.union(b)
+def test_the_same_as_plain_loops(a, b):
+    ua, ub = union(a), union(b)
     ca, cb = column_intervals.union(a), column_intervals.union(b)
     assert ua == [tuple(iv) for iv in ca.tolist()]
-    assert list(intervals.intersection(ua, ub)) == [tuple(iv) for iv in column_intervals.intersection(ca, cb).tolist()]
-    assert abs(intervals.overlap(ua, ub) - column_intervals.overlap(ca, cb)) < 1e-9
+    assert list(intersection(ua, ub)) == [tuple(iv) for iv in column_intervals.intersection(ca, cb).tolist()]
+    assert abs(overlap(ua, ub) - column_intervals.overlap(ca, cb)) < 1e-9
     assert abs(sum(end - start for start, end in ua) - column_intervals.total(ca)) < 1e-9
     assert column_intervals.union(ca, b).tolist() == column_intervals.union(a + b).tolist()
 

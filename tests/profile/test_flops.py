@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import torchmagic
 from torchmagic.core.devices import CpuDevice
 from torchmagic.features.profile.flops import CPU_ATTENTION, op_flops
-from torchmagic.features.profile.traces.ops import TraceEvent
+from torchmagic.features.profile.traces.fields import literal
 
 
 class _Attention(nn.Module):
@@ -118,13 +118,21 @@ def conv_flops_of(batch, pixels, c_out, c_in_kernel):
     return 2 * batch * pixels * c_out * c_in_kernel
 
 
-def test_a_saved_traces_concrete_inputs_are_read_as_values():
-    event = {"name": "aten::convolution", "ph": "X", "cat": "cpu_op", "ts": 1, "dur": 2}
+def test_a_saved_traces_concrete_inputs_are_read_as_values(tmp_path):
+    """A file profiled with_flops: its convolution's non-tensor inputs, written as text, are read as the values
+    the formula takes."""
+    from .traces.synthetic import event, write_trace
+
     args = {"Input Dims": [[2, 3, 16, 16], [8, 3, 3, 3], [8], [], [], [], [], [], []],
+            "Input type": ["float"] * 3 + [""] * 6,
             "Concrete Inputs": ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"]}
-    ev = TraceEvent(event, json.loads(json.dumps(args)))
-    assert ev.concrete_inputs() == [None, None, None, [2, 2], [1, 1], [1, 1], False, [0, 0], 1]
-    assert op_flops(ev.name(), ev.shapes(), ev.concrete_inputs()) == 2 * 2 * 8 * 8 * 8 * 27
+    assert [literal(v) for v in args["Concrete Inputs"]] == [None, None, None, [2, 2], [1, 1], [1, 1], False, [0, 0], 1]
+    path = write_trace(tmp_path / "conv.json", [event("ProfilerStep#1", 0, 10, cat="user_annotation"),
+                                                event("aten::convolution", 1, 2, **args)])
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps(data | {"with_flops": 1}))
+    conv = {op.name: op for op in torchmagic.analyze(str(path)).profile.ops}["aten::convolution"]
+    assert conv.flops == 2 * 2 * 8 * 8 * 8 * 27
 
 
 def test_on_a_gpu_a_convolutions_flops_meet_the_kernels_its_children_launched():

@@ -9,7 +9,37 @@ import torch
 from hypothesis import strategies as st
 
 from torchmagic.features.profile import intervals
-from torchmagic.features.profile.intervals import IntervalSet, overlap, union
+from torchmagic.features.profile.intervals import IntervalSet
+
+
+# the oracle: plain loops over sorted, disjoint lists of pairs
+def union(intervals) -> list[tuple[float, float]]:
+    """Any intervals merged into a sorted, disjoint list."""
+    merged: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def intersection(a, b):
+    """Where two sorted, disjoint lists overlap, in order."""
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            yield lo, hi
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+
+
+def overlap(a, b) -> float:
+    """Total length where two sorted, disjoint lists overlap."""
+    return sum(hi - lo for lo, hi in intersection(a, b))
 
 
 def subtract(a, b):

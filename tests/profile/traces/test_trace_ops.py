@@ -1,6 +1,6 @@
 """A job of one rank read from its trace gets the operator-level report %%torchprofile gives: the same
-categories, operators and findings, kernels given to the ops that launched them, over every step even
-when the trace is too big to hold at once (read in groups of steps)."""
+categories, operators and findings, kernels given to the ops that launched them, over every step, summarised
+in groups of steps however its steps are sized."""
 
 import os
 
@@ -8,14 +8,13 @@ import pytest
 
 import torchmagic
 from torchmagic.core.devices import DeviceInfo
-from torchmagic.features.profile.traces import ops
+from torchmagic.features.profile.traces import ops, run
 
 from ...tabs import tabs
 from .synthetic import event, write_trace
 
-# a lone surrogate in a name: the typed decoder refuses its slice, so the trace is read as events (ops.py), not
-# into columns (columns.py)
-EVENTS_ONLY = event("PyTorch Profiler \udc00", 2, 1, cat="Trace")
+# a lone surrogate in a name: the typed decoder refuses its slice, whose events are read one by one (columns.py)
+CHECKED = event("PyTorch Profiler \udc00", 2, 1, cat="Trace")
 
 @pytest.fixture
 def one_rank_files(job_traces):
@@ -74,7 +73,7 @@ def test_kernels_go_to_the_ops_that_launched_them_and_the_gpu_is_named(tmp_path)
 
 def test_a_big_trace_tables_the_operators_of_all_its_steps(one_rank_files, monkeypatch):
     whole = torchmagic.analyze(one_rank_files[0])
-    monkeypatch.setattr(ops, "OPS_EVENT_LIMIT", whole.events // 3)  # room for 1 of the 4 steps at once
+    monkeypatch.setattr(ops, "GROUP_EVENTS", whole.events // 3)  # 1 of the 4 steps a group
     grouped = torchmagic.analyze(one_rank_files[0])
     assert grouped.profile.steps == whole.profile.steps == grouped.ranks[0].steps == 4
     assert not any("first" in note for note in grouped.profile.notes)
@@ -82,35 +81,24 @@ def test_a_big_trace_tables_the_operators_of_all_its_steps(one_rank_files, monke
     assert calls == {op.name: op.calls for op in whole.profile.ops}
 
 
-def test_a_group_of_steps_far_heavier_than_the_average_gets_no_operator_table(tmp_path, monkeypatch):
-    """Groups are cut by the steps' average: a first step of 200 ops among steps of one is not held."""
+@pytest.mark.parametrize("checked", [False, True], ids=["typed", "checked"])
+def test_a_step_far_heavier_than_the_average_is_tabled(tmp_path, monkeypatch, checked):
+    """Groups are cut by the steps' average: a first step of 200 ops among steps of one is one group, tabled."""
     events = [event("ProfilerStep#1", 0, 1000, cat="user_annotation")]
     events += [event("aten::mm", 1 + 4 * i, 2, **{"External id": i + 1}) for i in range(200)]
     for step in range(2, 6):
         events += [event(f"ProfilerStep#{step}", 1000 * step, 900, cat="user_annotation"),
                    event("aten::add", 1000 * step + 1, 5, **{"External id": 1000 + step})]
-    monkeypatch.setattr(ops, "OPS_EVENT_LIMIT", 50)  # 42 events a step on average: a group a step
-    host = torchmagic.analyze(write_trace(tmp_path / "host.json", events)).profile  # columns: no groups
-    assert host.steps == 5 and {op.name: op.calls for op in host.ops} == {"aten::mm": 200, "aten::add": 4}
-    path = write_trace(tmp_path / "uneven.json", events + [EVENTS_ONLY])  # read as events, in groups
-    r = torchmagic.analyze(path)
-    assert r.profile is None and any("a group of its steps holds over 150 events" in n for n in r.notes), r.notes
-    monkeypatch.setattr(ops, "HELD_EVENTS_CAP", 5)
-    p = torchmagic.analyze(path).profile  # the op with FLOPs is one more mm
+    monkeypatch.setattr(ops, "GROUP_EVENTS", 50)  # 42 events a step on average: a group a step
+    p = torchmagic.analyze(write_trace(tmp_path / "uneven.json", events + ([CHECKED] if checked else []))).profile
     assert p.steps == 5 and {op.name: op.calls for op in p.ops} == {"aten::mm": 200, "aten::add": 4}
 
 
-def test_a_trace_too_big_to_hold_and_without_steps_says_why_it_has_no_table(tmp_path, monkeypatch):
+@pytest.mark.parametrize("checked", [False, True], ids=["typed", "checked"])
+def test_a_trace_without_steps_is_tabled_as_one_step_whatever_its_size(tmp_path, monkeypatch, checked):
     events = [event("aten::mm", 10 * i, 5, **{"External id": i + 1}) for i in range(50)]
-    monkeypatch.setattr(ops, "OPS_EVENT_LIMIT", 20)
-    host = torchmagic.analyze(write_trace(tmp_path / "host.json", events)).profile  # columns hold any number
-    assert host.steps == 1 and {op.name: op.calls for op in host.ops} == {"aten::mm": 50}
-    path = write_trace(tmp_path / "long.json", events + [EVENTS_ONLY])
-    r = torchmagic.analyze(path)
-    assert r.profile is None
-    assert "No operator table: the trace has 51 events and no ProfilerStep markers" in r.to_text()
-    monkeypatch.setattr(ops, "OPS_EVENT_LIMIT", 100)
-    p = torchmagic.analyze(path).profile
+    monkeypatch.setattr(ops, "GROUP_EVENTS", 20)
+    p = torchmagic.analyze(write_trace(tmp_path / "long.json", events + ([CHECKED] if checked else []))).profile
     assert p.steps == 1 and "No ProfilerStep markers: the whole trace is read as one step." in p.notes
     assert {op.name: op.calls for op in p.ops} == {"aten::mm": 50}
 
@@ -185,20 +173,21 @@ def test_only_gemms_and_convolutions_are_judged_for_the_grain():
     assert off_tensor_core_grain("aten::_scaled_dot_product_flash_attention", [[2, 8, 77, 64]] * 3) is None
 
 
-def test_a_trace_read_into_columns_is_read_once_and_one_they_give_up_on_twice(tmp_path, monkeypatch):
+@pytest.mark.parametrize("checked", [False, True], ids=["typed", "checked"])
+def test_a_trace_is_read_once_whatever_it_holds(tmp_path, monkeypatch, checked):
+    """Read into columns in the per-rank pass's one reading, its slices typed or its events read one by one."""
     events = [event("ProfilerStep#1", 0, 100, cat="user_annotation"), event("aten::mm", 1, 50, **{"External id": 1})]
-    path = write_trace(tmp_path / "small.json", events + [EVENTS_ONLY])
-    host = write_trace(tmp_path / "host.json", events)
-    whole = torchmagic.analyze(path).profile
+    path = write_trace(tmp_path / "t.json", events + ([CHECKED] if checked else []))
 
-    def no_second_reading(path):
-        raise AssertionError("the operator pass read the file again")
+    readers, reader = [], run.SlicedTraceReader
 
-    monkeypatch.setattr(ops, "SlicedTraceReader", no_second_reading)
-    again = torchmagic.analyze(host).profile  # host-only: read into columns, once, whatever its size
-    assert again.steps == whole.steps == 1 and [op.name for op in again.ops] == [op.name for op in whole.ops]
-    with pytest.raises(AssertionError, match="read the file again"):
-        torchmagic.analyze(path)
+    def counted(*args):
+        readers.append(args)
+        return reader(*args)
+
+    monkeypatch.setattr(run, "SlicedTraceReader", counted)
+    p = torchmagic.analyze(path).profile
+    assert p.steps == 1 and [op.name for op in p.ops] == ["aten::mm"] and len(readers) == 1
 
 
 def test_an_operator_pass_error_read_with_the_per_rank_pass_waits_for_it(tmp_path):

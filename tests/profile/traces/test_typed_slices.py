@@ -10,7 +10,7 @@ import json
 import pytest
 
 import torchmagic
-from torchmagic.features.profile.traces import ops, run, sliced
+from torchmagic.features.profile.traces import run, sliced
 from torchmagic.features.profile.traces.reader import TraceFileError
 
 
@@ -50,7 +50,6 @@ class _CheckedOnly(sliced.SlicedTraceReader):
 def _checked_only(path: str, monkeypatch):
     with monkeypatch.context() as patch:
         patch.setattr(run, "SlicedTraceReader", _CheckedOnly)
-        patch.setattr(ops, "SlicedTraceReader", _CheckedOnly)
         return _report(path)
 
 

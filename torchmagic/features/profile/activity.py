@@ -62,11 +62,6 @@ def _flag(e, method: str) -> bool:
     return bool(read()) if read is not None else False
 
 
-def is_hidden(e) -> bool:
-    """Whether torch hides the event from its own tables (torch 2.5+ only marks some)."""
-    return _flag(e, "is_hidden_event")
-
-
 def python_calls(results) -> list[tuple[str, int, int, int]]:
     """The Python tracer's calls, (name, start ns, end ns, thread), where this torch leaves them out
     of ``results.events()``: before ``is_python_function()`` existed they are only in the event tree

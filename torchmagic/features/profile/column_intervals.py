@@ -1,10 +1,11 @@
-"""intervals.py's arithmetic on [start, end) times held as tensors (float64 µs): any intervals merged (as
-intervals.union merges them, in start order, an interval of no length kept where nothing covers it: whether any
-is left is read), two merged sets' intersection and difference (of positive length) and their overlap, and a
-set's length inside each of many windows.  The columnar summary works on these; so does intervals.IntervalSet.
+"""Arithmetic on [start, end) times held as tensors (float64 µs): any intervals merged (in start order, each
+joining the one before where it starts at or before the furthest end so far; an interval of no length kept where
+nothing covers it: whether any is left is read), two merged sets' intersection and difference (of positive
+length) and their overlap, and a set's length inside each of many windows.  The columnar summary works on these;
+so does intervals.IntervalSet.
 
 A set is an (n, 2) tensor of sorted, disjoint intervals.  Each endpoint is one of the inputs' own (no arithmetic
-on times), so a total differs from intervals.py's only by the order of its sum.
+on times), so a set is exact; only a total, a sum of lengths, depends on the order of its additions.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ torch's own profiler count (``with_flops``) knows only a few forward ops (conv2d
 add): a CNN's backward convolutions, two thirds of its training FLOPs, count nothing there.
 ``FlopCounterMode`` counts an op it has a formula for and breaks any other into the ops it is made of;
 in a trace every level of that breakdown is an event (aten::conv2d > aten::convolution >
-aten::_convolution > aten::mkldnn_convolution), so the sweep counts the outermost op with a formula
-and nothing beneath it.
+aten::_convolution > aten::mkldnn_convolution), so the summary counts the outermost op with a formula
+and nothing beneath it (traces/columnar_flops.py).
 
 FlopCounterMode has no formula for the CPU's fused attention (it counts torch 2.13's GPT-2 attention
 as 0 FLOPs on the CPU); the same formula as the GPU's fused attention is added for it, as
@@ -59,31 +59,6 @@ def _positional(formula: Callable) -> int | None:
 
 def counts_flops(name: str) -> bool:
     return name in formulas()
-
-
-class FlopAttribution:
-    """The trace sweep's FLOP count: each op's FLOPs at the outermost op with a formula, none beneath it,
-    and which of those ops each launching op's kernels belong to (their GPU time is its time)."""
-
-    def __init__(self):
-        self.owner: dict[int, str] = {}          # id() of an event at or under a counted op -> that op's name
-        self.call_flops: dict[int, int] = {}     # id() of a counted op's call -> its FLOPs
-        self.owner_of_corr: dict[int, str] = {}  # an op's correlation id -> the counted op above it
-
-    def opened(self, ev, parent, is_op: bool) -> None:
-        owner = self.owner.get(id(parent)) if parent is not None else None
-        if owner is None and is_op and counts_flops(ev.name):
-            owner = ev.name
-            self.call_flops[id(ev)] = op_flops(ev.name, ev.raw.shapes(), ev.raw.concrete_inputs())
-        if owner is not None:
-            self.owner[id(ev)] = owner
-            if is_op and ev.corr:
-                self.owner_of_corr[ev.corr] = owner
-
-    def closed(self, ev) -> int:
-        """The FLOPs of a call that ends (0 for any but a counted op's)."""
-        self.owner.pop(id(ev), None)
-        return self.call_flops.pop(id(ev), 0)
 
 
 def op_flops(name: str, shapes: Sequence, concrete: Sequence) -> int:

@@ -1,6 +1,6 @@
-"""Interval arithmetic on [start, end) times (µs), in one place: on sorted, disjoint lists of pairs
-for a profile held in memory (trace.py), and as :class:`IntervalSet` for traces read as streams
-(traces/), built from events in any order in memory proportional to the union.
+"""Unions of [start, end) times (µs) as :class:`IntervalSet`, for traces read as streams (traces/) and the
+operator summary's waiting (traces/columnar_waiting.py), built from events in any order in memory proportional
+to the union.
 
 Trace events nest (an op inside its parent) and mostly arrive in start order per thread, so
 merging each new interval into the one being built keeps only the top-level spans; whatever
@@ -13,44 +13,14 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 
 from . import column_intervals as sets
 from .array_views import doubles, tensor_view
 
-Pairs = Sequence[tuple[float, float]]  # sorted and disjoint
 PENDING_ROWS = 1 << 16  # IntervalSet.add_all's intervals held before they are joined: 1 MiB
-
-
-def union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Any intervals merged into a sorted, disjoint list."""
-    merged: list[list[float]] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return [(a, b) for a, b in merged]
-
-
-def intersection(a: Pairs, b: Pairs) -> Iterator[tuple[float, float]]:
-    """Where two sorted, disjoint lists overlap, in order."""
-    i = j = 0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if hi > lo:
-            yield lo, hi
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-
-
-def overlap(a: Pairs, b: Pairs) -> float:
-    """Total length where two sorted, disjoint lists overlap."""
-    return sum(hi - lo for lo, hi in intersection(a, b))
 
 
 class IntervalSet:

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from ...core.gc_pause import gc_paused
 from .activity import activity_reader
-from .events import DEVICE, MEMORY, OP, RUNTIME, event_kind
+from .event_kinds import DEVICE, MEMORY, OP, RUNTIME, event_kind
 from .kineto import PYTHON_FUNCTION, STEP_PREFIX, USER_ANNOTATION
 from .summary import TraceSummary
-from .sweep import device_label
 from .traffic import MATMUL_OPS
 from .traces.columnar import columnar_summary
-from .traces.columns import EventKind, TraceColumns
+from .traces.columns import EventKind, TraceColumns, device_label
 from .traces.rank import RankTrace
 
 NO_INPUTS = ([], [], [])

@@ -10,6 +10,7 @@ import torch
 from .result import TimelineSpan as Span
 from .summary import TraceSummary
 
+MAIN_LANE = "CPU main thread"  # the lane of the thread the steps ran on
 MAX_BARS_PER_LANE = 1000  # the drawing is ~1000 pixels wide
 BINNED = "(binned)"
 

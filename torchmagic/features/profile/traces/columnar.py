@@ -1,16 +1,18 @@
-"""The operator report's summary of a trace computed over its columns (columns.py): the same TraceSummary the
-sweep (profile/sweep.py, through summarizer.py) makes of the same events, without a Python step per host
-event.  A group of steps at a time (bounding what is made besides the columns): runtime calls joined to their
-op's thread and the nesting from tree.py, what each event inherits from its ancestors a depth at a time
-(columnar_context.py), what runtime calls note (columnar_runtime.py), then every total as a masked sum
-(columnar_totals.py); the device's events are handed to device_attribution as the summarizer hands them.
-The groups are the ones ops.py would read as events, cut at the same steps (groups.py), each event in the
-group its start falls in, a kernel in its launch's, and one begun outside the steps in each group it spans;
-what the summarizer carries from one group to the next is carried here too.
+"""The operator report's summary of a trace (a TraceSummary), computed over its columns (columns.py) without a
+Python step per host event.  A group of consecutive steps at a time (bounding what is made besides the columns):
+runtime calls joined to their op's thread and the nesting from tree.py, what each event inherits from its
+ancestors a depth at a time (columnar_context.py), what runtime calls note (columnar_runtime.py) and memory
+records (columnar_memory.py), every total as a masked sum (columnar_totals.py), the main thread's waiting
+(columnar_waiting.py), then the device's events given to the ops that launched them (columnar_device.py).
+Groups begin at the steps ``group_starts`` picks: each event is in the group its start falls in, a kernel in its
+launch's, and one begun outside the steps in each group it is open across; what later groups need (the steps so
+far, the main thread, memory levels, op calls and kernels' first launches, the group before's device intervals
+and other threads' work past its steps, the lowest runtime call's id) is carried from one to the next.
 
-Times are the sweep's own floats (µs since the first event, made by the same operations), so nesting and
-windows come out the same; sums are taken in another order, so totals may differ from the sweep's in their
-last bits (tests/profile/traces/test_columnar.py holds them to 1e-9 of their value, or 1e-6 µs).
+Times are µs since the trace's first event as float64 (the ns difference over 1000; an end, the start plus the
+duration over 1000), and nesting and windows are decided on them.  The figures are the columns' own:
+tests/profile/traces/recorded.py holds them to summaries recorded when an earlier per-event pass (removed
+since) and this one agreed field by field.
 """
 
 from __future__ import annotations
@@ -23,18 +25,17 @@ from dataclasses import dataclass, field
 import torch
 
 from ..array_views import tensor_view
-from ..events import ANNOTATION, DEVICE, MEMORY, OP, PYTHON, RUNTIME
+from ..event_kinds import ANNOTATION, DEVICE, MEMORY, OP, PYTHON, RUNTIME
 from ..kineto import CPU_OP, STEP_PREFIX, USER_ANNOTATION
-from ..summarizer import discount_waiting, memory_levels
 from ..summary import TraceSummary
-from ..sweep import MAIN_LANE
+from ..timeline import MAIN_LANE
 from .columnar_context import Events, context_of, names_of
 from .columnar_device import DeviceBusy, DeviceColumns, attribute, count_lost, device_reads, first_launches
-from .columnar_memory import MemoryColumns, memory_records
+from .columnar_memory import MemoryColumns, memory_levels, memory_records
 from .columnar_runtime import relinked_threads, runtime_opened
 from .columnar_totals import closed_totals, opened_totals
+from .columnar_waiting import discount_waiting
 from .columns import EventKind, TraceColumns
-from .groups import group_starts
 from .rank import RankTrace
 from .tree import event_tree
 
@@ -78,8 +79,8 @@ class _Carried:
 
 def columnar_summary(columns: TraceColumns, trace: RankTrace, limit: int, flops: bool = False,
                      shapes: bool | None = None) -> tuple[TraceSummary, int, bool]:
-    """The summary of the trace's events over all its steps, read in groups of about ``limit`` events (as
-    ops.py groups them), its first event's start (ns), and whether ops' time is kept by their shapes: as asked
+    """The summary of the trace's events over all its steps, read in groups of about ``limit`` events
+    (``group_starts``), its first event's start (ns), and whether ops' time is kept by their shapes: as asked
     (``shapes``), else where an op had shapes recorded; ``flops``: count ops' FLOPs and tensor bytes."""
     out, table = TraceSummary(), _table(columns)
     if shapes is None:
@@ -100,6 +101,16 @@ def columnar_summary(columns: TraceColumns, trace: RankTrace, limit: int, flops:
     return out, table.first, shapes
 
 
+def group_starts(trace: RankTrace, limit: int) -> list[float]:
+    """The start (µs, the file's clock) of each group's first step: about ``limit`` events a group,
+    as the trace's steps average them; one group ([]) for a trace within the limit or without steps."""
+    if trace.events <= limit or not trace.steps:
+        return []
+    starts = sorted(start for start, _ in trace.steps.values())
+    per_group = max(1, int(limit / (trace.events / len(starts))))
+    return starts[::per_group] if per_group < len(starts) else []
+
+
 def _table(columns: TraceColumns) -> _Table:
     start = tensor_view(columns.start, torch.long)
     memory = MemoryColumns(tensor_view(columns.memory_rows, torch.long),
@@ -116,8 +127,9 @@ def _table(columns: TraceColumns) -> _Table:
 
 
 def _add_whole_trace_marker(table: _Table) -> None:
-    """ops.py's ``_whole_trace_marker``: the trace's span, on the thread that ran most ops (the first seen of
-    those tied; tid 0 with none), made by its operations (the file's µs from ns and back)."""
+    """A ProfilerStep#0 marker over the trace's span, for a trace without steps (read as one step): from its
+    first event's start to its latest end, on the thread that ran most ops (of those tied, the first seen; tid 0
+    with no ops), its times made as a written event's are read (µs from the ns, then ns again, rounded)."""
     is_op = torch.tensor([k.cat == CPU_OP for k in table.kinds], dtype=torch.bool)[table.kind.long()]
     ops = table.thread[is_op].long()
     tid = 0
@@ -142,7 +154,7 @@ def _add_whole_trace_marker(table: _Table) -> None:
 
 
 def _light(table: _Table, rows: torch.Tensor | None = None) -> torch.Tensor:
-    """Each row's light kind (events.event_kind's; -1 for a row the summary sets aside), a byte each: of
+    """Each row's light kind (event_kinds.event_kind's; -1 for a row the summary sets aside), a byte each: of
     ``rows``, or of every row."""
     kinds = torch.tensor([-1 if k.kind is None else k.kind for k in table.kinds], dtype=torch.int8)
     return kinds[table.kind if rows is None else table.kind[rows]]
@@ -158,10 +170,11 @@ def _correlation(table: _Table, rows: torch.Tensor) -> torch.Tensor:
 
 
 def _groups(table: _Table, trace: RankTrace, cuts: list[int]) -> Iterator[torch.Tensor]:
-    """Each group's events (indices, in file order) as groups.StepGroups puts them: by the group its start
-    falls in, a kernel (or copy) in its launch's group, and one begun outside the steps in each later group
-    it is open across the start of (found a slice of the columns at a time: what is made per event is its
-    group and its place, 12 bytes).  ``cuts``: each group's first step's start (ns)."""
+    """Each group's events (indices, in file order): each in the group its start falls in (the last to begin at
+    or before it; the first for an earlier one), a kernel (or copy) in its launch's group, and a host event begun
+    outside the steps in each later group it is open across the start of too (a Python frame around the training
+    loop: what runs under it there keeps its context).  Found a slice of the columns at a time: what is made per
+    event is its group and its place, 12 bytes.  ``cuts``: each group's first step's start (ns)."""
     if len(cuts) < 2:
         yield torch.arange(len(table.start))
         return
@@ -182,8 +195,9 @@ def _groups(table: _Table, trace: RankTrace, cuts: list[int]) -> Iterator[torch.
 
 def _launched_in(table: _Table, group: torch.Tensor, device: torch.Tensor) -> None:
     """Move each kernel (or copy) to its launch's group (``device``: which linked rows are on the device): the
-    group whose range of launch correlation ids (CUPTI numbers calls in order) holds its id, where that group
-    is not a later one than its own by time (groups.StepGroups._launched_in).  A slice of the rows at a time."""
+    group whose range of runtime calls' correlation ids (its lowest to its highest; CUPTI numbers calls in order)
+    holds its id (of the ranges beginning at or below it, the one beginning last), unless that group is a later
+    one than its own by time (a kernel starts after its launch); else it stays.  A slice of the rows at a time."""
     linked, correlation = table.linked_rows, table.correlation
     count = int(group.max()) + 1 if len(group) else 0
     low = torch.full((count,), torch.iinfo(torch.long).max)
@@ -229,9 +243,11 @@ def _spanning(table: _Table, trace: RankTrace, cuts: torch.Tensor, group: torch.
 
 
 def _events(table: _Table, rows: torch.Tensor, names, inputs: tuple) -> tuple[Events, DeviceColumns]:
-    """A group's host events (ops, user ranges, Python frames, runtime calls, memory records) in the sweep's
-    visiting order, their times as its floats, and its device events.  ``inputs``: the ops' input lists,
-    whether shapes were recorded, whether there are several groups, and whether FLOPs are counted."""
+    """A group's host events (ops, user ranges, Python frames, runtime calls, memory records) in visiting order
+    (tree.py: thread by thread in the order threads first appear in the group, each thread's by start, longer
+    first, then file order), their times µs since the trace's first event, and its device events.  ``inputs``:
+    the ops' input lists, whether shapes were recorded, whether there are several groups, and whether FLOPs are
+    counted."""
     input_lists, shapes, grouped, flops = inputs
     light = _light(table, rows)
     host = rows[(light == OP) | (light == ANNOTATION) | (light == PYTHON) | (light == MEMORY) | (light == RUNTIME)]
@@ -240,7 +256,7 @@ def _events(table: _Table, rows: torch.Tensor, names, inputs: tuple) -> tuple[Ev
     end = start + (table.end[host] - table.start[host]).double() / 1000.0
     external, correlation = table.external[host], _correlation(table, host)
     thread = table.thread[host].long()
-    if len(device):  # runtime calls joined to their op's thread (events.link_runtime_threads)
+    if len(device):  # for linking kernels: runtime calls joined to their op's thread (CUPTI reports OS thread ids)
         thread = relinked_threads(table.kind[host].long(), thread, external, names, table.tids)
     lane, codes = _first_seen_order(thread)
     tree = event_tree(lane, start, end)
@@ -254,8 +270,8 @@ def _events(table: _Table, rows: torch.Tensor, names, inputs: tuple) -> tuple[Ev
 
 
 def _device(table: _Table, rows: torch.Tensor, names, grouped: bool) -> DeviceColumns:
-    """A group's device events, in the order the events path holds them: the file's, where there are several
-    groups those linked to a launch (put in their group once all are read) last."""
+    """A group's device events in file order; where there are several groups, those with a CUPTI id after those
+    without (each part in file order)."""
     correlation = _correlation(table, rows)
     if grouped:
         order = torch.argsort((correlation != 0).long(), stable=True)
@@ -279,12 +295,14 @@ def _first_seen_order(codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _add(out: TraceSummary, group: tuple[Events, DeviceColumns], names, carried: _Carried, memory: MemoryColumns,
          last: bool) -> None:
-    """One group's events summarised into ``out``, as TraceSummarizer.add summarises them (``last``: no step
-    follows)."""
+    """One group's events summarised into ``out``, added to what the groups before added and carrying what the
+    next needs (``last``: no step follows): its steps' windows (markers by start, ties in file order), each host
+    event's context, runtime calls, memory records, the totals of closed and opened events, the main thread's
+    waiting, memory levels, then the device's events and those the profiler lost."""
     events, device = group
     step_rows = names.step[events.kind].nonzero().flatten()
     step_rows = step_rows[torch.argsort(events.tree.order[step_rows], stable=True)]  # the file's order, then
-    step_rows = step_rows[torch.argsort(events.start[step_rows], stable=True)]       # by start, as it sorts
+    step_rows = step_rows[torch.argsort(events.start[step_rows], stable=True)]       # by start
     windows = list(zip(events.start[step_rows].tolist(), events.end[step_rows].tolist()))
     before = len(carried.windows)
     out.step_us += [end - start for start, end in windows]

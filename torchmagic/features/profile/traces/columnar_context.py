@@ -1,6 +1,6 @@
 """What each host event of a group of steps is, as the columnar summary (columnar.py) reads it: its name's
-meaning (``Names``), and what it inherits from the events around it when the sweep opens it (``Context``),
-worked out a depth at a time from the roots down."""
+meaning (``Names``), and what it inherits from the events around it when it is opened, in visiting order
+(``Context``), worked out a depth at a time from the roots down."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from ..categories import (CATEGORIES, COPIES, COPY_OPS, FORWARD, NO_KERNEL_OPS, OTHER, START_UP, SYNC_OPS, SYNC_RUNTIME,
                           SYNCS, phase_of)
-from ..events import ANNOTATION, DEVICE, MEMORY, OP, PYTHON, RUNTIME
+from ..event_kinds import ANNOTATION, DEVICE, MEMORY, OP, PYTHON, RUNTIME
 from ..flops import counts_flops
 from ..frames import is_library_frame, is_user_frame
 from ..kineto import LAUNCH_CALLS, STEP_PREFIX, is_backward_node, is_copy_to_host, is_pageable_upload
@@ -22,10 +22,11 @@ CATEGORY = {category: code for code, category in enumerate(CATEGORIES)}
 
 @dataclass
 class Events:
-    """The host events the sweep reads, in its visiting order (thread by thread)."""
+    """A group's host events in visiting order (tree.py): thread by thread, in the order threads first appear
+    in the group; each thread's by start, then longer first, then file order."""
 
     kind: torch.Tensor     # code into ``names``' table of kinds
-    start: torch.Tensor    # µs since the trace's first event, as the sweep's floats
+    start: torch.Tensor    # µs since the trace's first event (float64: the ns difference over 1000)
     end: torch.Tensor
     thread: torch.Tensor   # index into ``tids``, in the order threads first appear
     sequence: torch.Tensor
@@ -100,13 +101,13 @@ def names_of(kinds: list[EventKind]) -> Names:
 
 @dataclass
 class Context:
-    """What each event (visiting order) has when the sweep opens it: the phase it is in, whether an op
-    encloses it, whether it is in a sync or a copy the user asked for, its step (-1: outside the steps) and
-    its timeline bar (the index of the step's top-level event it is under, -1 for a marker or none),
-    whether its own phase took over (the phase it opens, where none is open or it is a compile), the
-    innermost frame of the user's code around it with the first library call that frame made, and the
-    innermost user range around it (not a step marker; name ids, -1 for none); with --flops, the outermost
-    op with a FLOP formula at or above it (its name id, -1 for none: flops.FlopAttribution's owner)."""
+    """What each event (visiting order) has when it is opened, from its parent's: the phase it is in, whether
+    an op encloses it, whether it is in a sync or a copy the user asked for, its step (-1: outside the steps;
+    a root not a marker is placed by its start) and its timeline bar (the index of the step's top-level event
+    it is under, -1 for a marker or none), whether its own phase took over (the phase it opens, where none is
+    open or it is a compile), the innermost frame of the user's code at or around it with the first library
+    call that frame made, and the innermost user range at or around it (not a step marker; name ids, -1 for
+    none); with --flops, the outermost op with a FLOP formula at or above it (its name id, -1 for none)."""
 
     phase: torch.Tensor
     under_op: torch.Tensor
@@ -169,8 +170,9 @@ def context_of(events: Events, names: Names, step_rows: torch.Tensor, windows, b
 
 
 def category_of(names: Names, kind: torch.Tensor, ctx: Context, at: torch.Tensor) -> torch.Tensor:
-    """sweep._category of the events ``at`` (codes into CATEGORIES): the phase they are in, else a sync (asked
-    for, or a runtime call that waits), a copy asked for, an op's or a call's own work, or other."""
+    """The category of the events ``at`` (codes into CATEGORIES), the first that holds: the phase they are in,
+    a sync (asked for, or a runtime call that waits), a copy asked for, an op's or a runtime call's own work
+    (forward), else other (Python between ops, user ranges' own time)."""
     phase = ctx.phase[at]
     sync = ctx.in_sync[at] | names.sync_runtime[kind[at]]
     work = names.op[kind[at]] | names.runtime[kind[at]]
@@ -179,7 +181,8 @@ def category_of(names: Names, kind: torch.Tensor, ctx: Context, at: torch.Tensor
 
 
 def window_of(windows, t: torch.Tensor) -> torch.Tensor:
-    """sweep._window_of over a tensor of times: the window holding each, or -1."""
+    """The step window holding each of the times ``t`` (``windows``: (start, end) pairs by start): the last to
+    start at or before it, where it ends after it; else -1."""
     if not windows:
         return torch.full_like(t, -1, dtype=torch.long)
     starts = torch.tensor([w[0] for w in windows], dtype=torch.float64)

@@ -1,7 +1,7 @@
-"""The device's events in the columnar summary (columnar.py), as device_attribution gives them out in the
-summarizer: each kernel, copy and memset to the op (or user range) that launched it, the device's time in the
-steps and what data loading left idle, and the events the profiler lost; over a group's device events held as
-tensors, with what the host side told about them (``ColumnLinks``) looked up by id rather than per event."""
+"""The device's events in the columnar summary (columnar.py): each kernel, copy and memset given to the op (or
+user range) that launched it, the device's time in the steps and what data loading left idle, and the events the
+profiler lost; over a group's device events held as tensors, with what the host side told about them
+(``ColumnLinks``) looked up by id rather than per event."""
 
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ class Keyed:
 
 @dataclass
 class ColumnLinks:
-    """What a group's host events tell about its device events (device_attribution.DeviceLinks as tensors)."""
+    """What a group's host events tell about its device events, by id: kineto links a kernel to its op by the
+    op's ``External id`` (an op id here) and to its runtime call by CUPTI's correlation id."""
 
     ops: Keyed = field(default_factory=Keyed)  # op id -> (name id, category code, precision code)
     misaligned: dict = field(default_factory=dict)  # op id -> "MxKxN" of a 16-bit matmul off the grain
@@ -58,9 +59,10 @@ class ColumnLinks:
 
 @dataclass
 class DeviceColumns:
-    """A group's device events, in the order the events path holds them."""
+    """A group's device events in file order; where there are several groups, those with a CUPTI id last
+    (columnar._device)."""
 
-    start: torch.Tensor  # µs since the trace's first event, as the summarizer's floats
+    start: torch.Tensor  # µs since the trace's first event, made as the host events' are (float64)
     end: torch.Tensor
     name: torch.Tensor   # name ids (Names.names)
     stream: list         # each one's stream (tid as kept)
@@ -73,7 +75,8 @@ class DeviceColumns:
 
 @dataclass
 class DeviceBusy:
-    """A group of steps' device intervals, for the next (device_attribution.Busy as tensors)."""
+    """A group of steps' device intervals, for the next group: all, those the steps count, and those of kernels
+    without a launch in the trace that run past the group's last step (from its end)."""
 
     all: torch.Tensor = EMPTY
     steps: torch.Tensor = EMPTY
@@ -81,8 +84,9 @@ class DeviceBusy:
 
 
 def first_launches(device: DeviceColumns, first_kernels: dict[int, int]) -> torch.Tensor:
-    """The CUPTI ids of this group's launches that are a kernel's first in the trace (``first_kernels``: name id
-    -> its first launch's id, the groups' before, updated), as the summarizer finds them."""
+    """The CUPTI ids of this group's launches that are a kernel's first in the trace: of each kernel name no group
+    before ran, its earliest event's (by start, ties in the group's order).  ``first_kernels``: name id -> its
+    first launch's id, the groups' before, updated."""
     if not len(device):
         return _NONE
     order = torch.argsort(device.start, stable=True)
@@ -101,8 +105,10 @@ def device_reads(device: DeviceColumns, names: Names) -> torch.Tensor:
 
 def attribute(out: TraceSummary, device: DeviceColumns, links: ColumnLinks, names: Names,
               steps: tuple[list, DeviceBusy]) -> DeviceBusy:
-    """device_attribution.attribute_device over columns; ``steps``: the windows so far, the group before's busy
-    time."""
+    """Give each device event to the op that launched it (by its ``External id``), or where no op did, to the
+    innermost user range around its launch (by CUPTI's id), in that op's or launch's category (else other); add up
+    its time per op, category and matmul precision, its delay after its launch returned, its bar; and measure the
+    device time of the steps (``_busy_time``).  ``steps``: the windows so far, the group before's busy time."""
     windows, before = steps
     if not len(device) and not len(before.after):
         return DeviceBusy()
@@ -205,8 +211,11 @@ def _timeline(out: TraceSummary, device: DeviceColumns, category: torch.Tensor, 
 
 
 def _busy_time(out: TraceSummary, links: ColumnLinks, steps: tuple, kernels: tuple) -> DeviceBusy:
-    """device_attribution._busy_time over sets as tensors: the device time of the steps and what data loading
-    left idle; ``kernels``: all intervals, those launched in the steps, those whose launch is not in the trace."""
+    """The device time of the steps: the union of the kernels the steps launched, wherever they ran (a host ahead
+    of its GPU leaves the last steps' kernels running after the profiled window), and where the launch is not in
+    the trace, of the kernels run inside the steps (the group before's that ran past its steps included), less
+    what the group before counted; and the data loading the device sat idle through.  ``kernels``: all
+    intervals, those launched in the steps, those whose launch is not in the trace."""
     windows, before = steps
     intervals, launched_in_steps, unlinked = kernels
     busy, unlinked = union(intervals), union(unlinked, before.after)
@@ -222,7 +231,13 @@ def _busy_time(out: TraceSummary, links: ColumnLinks, steps: tuple, kernels: tup
 
 
 def count_lost(out: TraceSummary, device: DeviceColumns, links: ColumnLinks, first: int | None) -> int | None:
-    """device_attribution.count_lost_events over columns."""
+    """Kernels (and copies) whose runtime call is not in the trace, and kernel launches made in the steps whose
+    kernel is not: CUPTI pairs them by correlation id, so either side missing is an event lost.  CUPTI numbers
+    calls in order, so a kernel numbered below the trace's first runtime call was launched before the trace
+    began (a queue the GPU was still running: 614 kernels in HTA's trace_diff trace), not lost.  A trace with
+    no runtime call at all recorded only the device's side: nothing is counted there.  Group after group the
+    counts add up, and ``first`` is the lowest runtime call's id of the groups so far (returned, with this
+    group's)."""
     if len(links.in_step.keys):
         lowest = int(links.in_step.keys[0])
         first = lowest if first is None else min(first, lowest)

@@ -1,9 +1,10 @@
-"""Memory records in the columnar summary (columnar.py), as the sweep visits them (sweep._memory): each kept
-with its time, device and bytes for the levels (summarizer.memory_levels), an allocation in a step added to its
-device's total and to the op around it (the sweep's stack top when it visits the record: the record's parent)."""
+"""Memory records in the columnar summary (columnar.py), in the order the nesting visits them: each kept with its
+time, device and bytes for the levels (memory_levels), an allocation in a step added to its device's total and to
+the op around it (the innermost open event when it is visited: the record's parent)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -43,3 +44,27 @@ def memory_records(out: TraceSummary, events: Events, names: Names, memory: Memo
     if not bool(by_op.any()):
         return records, none
     return records, (names.name_id[events.kind[parent[by_op]]], nbytes[by_op], visiting_keys(events.tree, rows[by_op]))
+
+
+def memory_levels(out: TraceSummary, records: list[tuple[float, str, int]], windows, levels: tuple[dict, dict],
+                  last: bool) -> None:
+    """Peak and final allocation level per device above the first step's start, in time order across
+    threads: on CUDA, backward allocates on the autograd thread while the main thread's tensors live.
+    Memory may be recorded from before the steps (run.py starts the profiler a warm-up step early: the
+    CPU profiler reports no free of a block allocated before it started, so the gradients zero_grad
+    frees would otherwise never leave the level); only the steps' records make the peak, and none after
+    the last step.  ``levels``: each device's bytes allocated so far and its level at the first step's
+    start, carried from one group of steps to the next (``last``: no step follows)."""
+    if not windows:
+        return
+    level, base = levels
+    start, end = windows[0][0], windows[-1][1] if last else math.inf
+    for t, device, nbytes in sorted(records, key=lambda r: r[0]):
+        if t > end:
+            break
+        if t >= start:
+            base.setdefault(device, level[device])
+        level[device] += nbytes
+        if t >= start:
+            out.peak_allocated[device] = max(out.peak_allocated.get(device, 0), level[device] - base[device])
+    out.allocated_net = {device: level[device] - base[device] for device in base}

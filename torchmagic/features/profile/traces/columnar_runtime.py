@@ -1,6 +1,6 @@
 """Runtime calls in the columnar summary (columnar.py): a group's runtime calls joined to their op's thread
-(events.link_runtime_threads), and what the sweep notes as it opens each (sweep._runtime_opened): when a launch
-returned, whether it was made in a step, copies to the host and explicit syncs, one-time costs, launches no op
+(CUPTI reports OS thread ids), and what each notes as it opens, from its context: when a launch returned,
+whether it was made in a step, copies to the host and explicit syncs, one-time costs, launches no op
 encloses."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from .columnar_totals import ONE_TIME
 def relinked_threads(kind: torch.Tensor, thread: torch.Tensor, external: torch.Tensor, names: Names,
                      tids: list) -> torch.Tensor:
     """Each event's thread code with runtime calls joined to the thread of their op (by its id; the last op of
-    an id in the file's order), else to the thread their OS thread was seen to be (events.link_runtime_threads,
-    a code standing for a falsy tid, 0 or '', as falsy); ``kind``, ``thread``, ``external``: the group's host
-    events in the file's order."""
+    an id in the file's order; one on a thread whose tid is 0 or '' leaves its calls to the next rule), else to
+    the thread their OS thread was seen to be (that of the op of the last call on it that has one), else left
+    as they are.  ``kind``, ``thread``, ``external``: the group's host events in the file's order."""
     is_op, runtime = names.op[kind], names.runtime[kind]
     if not bool(runtime.any()):
         return thread
@@ -37,10 +37,10 @@ def relinked_threads(kind: torch.Tensor, thread: torch.Tensor, external: torch.T
 
 
 def runtime_opened(out, events: Events, names: Names, ctx: Context, known: tuple) -> tuple[ColumnLinks, torch.Tensor]:
-    """What the sweep notes as it opens each runtime call, and the group's data loading in the steps; returns
-    the links for the device's events and each event's one-time cost (a code into ONE_TIME, -1 for none).
-    ``known``: op calls so far (by name; this group's added) and the CUPTI ids of this group's first launches
-    of a kernel."""
+    """What each runtime call notes as it opens, and the group's data loading in the steps (the events opening
+    it where no phase was open); returns the links for the device's events and each event's one-time cost (a
+    code into ONE_TIME, -1 for none).  ``known``: op calls so far (by name; this group's added) and the CUPTI
+    ids of this group's first launches of a kernel."""
     op_calls, first = known
     kind, links = events.kind, ColumnLinks()
     data = ctx.took & (names.phase[kind] == CATEGORY[DATA]) & (ctx.step >= 0)

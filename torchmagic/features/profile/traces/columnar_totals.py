@@ -1,35 +1,37 @@
-"""The columnar summary's totals (columnar.py): what the sweep adds up as it closes each event in the steps
-(self time by category, the operator table, shapes and matmuls, the timeline's bars) and what it notes as it
-opens one (ops called from Python and the time between them, autograd's graph nodes, the optimizer's ops),
-each a masked sum over a group's events, added to what the groups before added."""
+"""The columnar summary's totals (columnar.py): what each event in the steps adds as it closes (self time by
+category, the operator table, shapes and matmuls, the timeline's bars) and what it notes as it opens (ops called
+from Python and the time between them, autograd's graph nodes, the optimizer's ops), each a masked sum over a
+group's events, added to what the groups before added.  Events open in visiting order and close as tree.py
+nests them: just before the first later visit of their thread that starts at or after their end (after their
+last child, if that closes later; at their thread's end where none does), innermost first; where a total keeps
+an order (a dict's rows, the first of ties), it is that sequence of visits and closes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 
 from ....core.measure.low_precision import OpCall, freeze
-from ..categories import BACKWARD, CATEGORIES, COPIES, DATA, FORWARD, OPTIMIZER, OTHER, START_UP
+from ..categories import BACKWARD, CATEGORIES, COPIES, DATA, FORWARD, LOW_PRECISION_DTYPES, OPTIMIZER, OTHER, START_UP
 from ..kineto import CUDA_CONTEXT, FIRST_COMPILE, LAZY_LOADING, LIBRARY_SET_UP
 from ..summary import OpStats, TraceSummary
 from ..timeline import Bars, add_bounded
-from ..sweep import count_fp32_call, matmul_precision, shape_text
 from ..traffic import MATMUL_OPS, off_tensor_core_grain
 from .columnar_context import CATEGORY, Context, Events, Names, category_of
 from .columnar_device import FP32, LOW, ColumnLinks, Keyed
 from .columnar_flops import flop_links, flop_totals
 from .fields import literal
 
+MAX_MATMUL_CALLS = 4096  # distinct fp32 matmul calls kept (shapes that vary every step would grow it unbounded)
 ONE_TIME = (FIRST_COMPILE, CUDA_CONTEXT, LIBRARY_SET_UP, LAZY_LOADING)  # the one-time costs' codes
 
 
 def closed_totals(out: TraceSummary, events: Events, names: Names, ctx: Context, marked: tuple) -> dict:
-    """What the sweep adds up as it closes each event in the steps: self time by category, the operator
-    table, the timeline's bars (each in its dominant category); returns the bars' intervals by lane.
-    ``marked``: the bytes memory records gave ops as the sweep visited them (columnar_memory.py), each
-    runtime call's one-time cost (a code into ``ONE_TIME``, -1 for none), and the links to the device's
-    events to fill (None where the group has none)."""
+    """What each event in the steps adds as it closes: its self time (its length less its children's, not below
+    0) by category, the operator table, the timeline's bars (each in its dominant category); returns the bars'
+    intervals by lane.  ``marked``: the bytes memory records gave the ops they were visited under
+    (columnar_memory.py), each runtime call's one-time cost (a code into ``ONE_TIME``, -1 for none), and the
+    links to the device's events to fill (None where the group has none)."""
     allocations, one_time, links = marked
     tree, kind = events.tree, events.kind
     length = events.end - events.start
@@ -76,8 +78,8 @@ def _one_time(out: TraceSummary, kind: torch.Tensor, self_us: torch.Tensor) -> N
 
 
 def _op_links(links: ColumnLinks, events: Events, names: Names, ops: tuple) -> None:
-    """Each op's name, category and matmul precision by its id, for its kernels (the last to close of an id
-    wins, as the sweep's dict keeps it)."""
+    """Each op's name, category and matmul precision by its id, for its kernels (of ops sharing an id, the last
+    to close is kept)."""
     rows, category, precision = ops
     codes = torch.zeros(len(rows), dtype=torch.long)
     for place, kept in precision.items():
@@ -89,22 +91,24 @@ def _op_links(links: ColumnLinks, events: Events, names: Names, ops: tuple) -> N
 
 
 def closing_keys(tree, rows: torch.Tensor) -> torch.Tensor:
-    """Where in the sweep's sequence of actions each of ``rows`` closes: at the visit of the next event not
-    under it, before that visit, innermost first (visiting_keys gives the visits' places)."""
+    """Each of ``rows``' place in the sequence of visits and closes where it closes: just before the visit
+    that closes it (``tree.after``), innermost first (visiting_keys gives the visits' places)."""
     depth = int(tree.depth.max()) if len(tree.depth) else 0
     return 2 * tree.after[rows] * (depth + 2) + (depth - tree.depth[rows])
 
 
 def visiting_keys(tree, rows: torch.Tensor) -> torch.Tensor:
-    """Where in the sweep's sequence of actions each of ``rows`` is visited (after the closes it makes)."""
+    """Each of ``rows``' place in the sequence of visits and closes where it is visited (after the closes
+    made just before it)."""
     depth = int(tree.depth.max()) if len(tree.depth) else 0
     return (2 * rows + 1) * (depth + 2)
 
 
 def _operator_table(out: TraceSummary, names: Names, closed: tuple, allocations: tuple) -> None:
-    """Calls, self and total time per name, and the bytes allocated under each op, in the order the sweep's
-    dict has the names: the first to close, or to be given an allocation, first.  ``closed``: the rows'
-    kinds, self and total times and closing keys; ``allocations``: the ops' names, bytes and visiting keys."""
+    """Calls, self and total time per name, and the bytes allocated under each op, a name's row made (where
+    there is none yet) in the order of its first close or first allocation, whichever comes first in the
+    sequence of visits and closes.  ``closed``: the rows' kinds, self and total times and closing keys;
+    ``allocations``: the ops' names, bytes and visiting keys."""
     kind, self_us, length, keys = closed
     allocated_name, allocated, allocated_keys = allocations
     name = names.name_id[kind]
@@ -130,7 +134,7 @@ def _operator_table(out: TraceSummary, names: Names, closed: tuple, allocations:
 def _inputs(out: TraceSummary, events: Events, names: Names, ops: tuple, links: ColumnLinks | None) -> dict:
     """What ops' inputs decide, over the ops in the steps in closing order (``ops``: their indices, categories
     and self times): each op's self time by its shapes (where shapes were recorded), and matmuls' time by
-    precision, each distinct fp32 call kept for the amp rule (at most sweep.MAX_MATMUL_CALLS of them, the
+    precision, each distinct fp32 call kept for the amp rule (at most MAX_MATMUL_CALLS of them, the
     first to close), with ``links`` (where kernels are linked) a 16-bit matmul off the tensor cores' grain and
     each kept fp32 call by the op's id.  Returns the matmuls' precisions ("low" or "fp32") by their place in
     ``ops``."""
@@ -153,7 +157,7 @@ def _inputs(out: TraceSummary, events: Events, names: Names, ops: tuple, links: 
                                                   (category[matmul] == CATEGORY[FORWARD]).tolist(),
                                                   self_us[matmul].tolist(), external):
         shapes, dtypes, concrete = events.input_lists[code]
-        precision = precisions[place] = matmul_precision(_Inputs(dtypes))
+        precision = precisions[place] = matmul_precision(dtypes)
         if precision == "low":
             out.matmul_low_us += us
             shape = off_tensor_core_grain(names.names[op], shapes) if corr else None
@@ -168,19 +172,9 @@ def _inputs(out: TraceSummary, events: Events, names: Names, ops: tuple, links: 
     return precisions
 
 
-@dataclass
-class _Inputs:
-    """An op's input types, read as sweep.matmul_precision reads a raw event's."""
-
-    types: list
-
-    def dtypes(self) -> list:
-        return self.types
-
-
 def _timeline(out: TraceSummary, events: Events, names: Names, tops: torch.Tensor, closed: tuple) -> dict:
-    """A bar per top-level event of a step, in the category that took most of the self time under it (the
-    first to close among those tied, as the sweep's dict keeps them), added to the timeline and bounded;
+    """A bar per top-level event of a step, in the category that took most of the self time under it (of
+    categories tied, the one whose first event under the bar closed first), added to the timeline and bounded;
     returns the bars' intervals by lane (a tensor of (start, end) rows each, in closing order).
     ``closed``: the events in the steps in closing order, and every event's category and self time."""
     closing, category, self_us = closed
@@ -206,10 +200,10 @@ def _timeline(out: TraceSummary, events: Events, names: Names, tops: torch.Tenso
 
 
 def opened_totals(out: TraceSummary, events: Events, names: Names, ctx: Context) -> list[tuple[int, float, float]]:
-    """What the sweep notes as it opens each op in the steps (sweep._op_opened): ops called from Python and
-    the Python time between them, autograd's graph nodes, the optimizer's ops; and as it opens any event
-    whose own phase takes over: backward's nodes, the optimizer's name.  Returns the gaps between Python ops
-    (the index of the op before, its end, the next one's start)."""
+    """What each op in the steps notes as it opens, from its context: ops called from Python and the Python
+    time between them, autograd's graph nodes, the optimizer's ops; and what any event whose own phase takes
+    over notes: backward's ranges counted, the optimizer's name.  Returns the gaps between Python ops (the
+    index of the op before, its end, the next one's start)."""
     kind, phase, length = events.kind, ctx.phase, events.end - events.start
     op = names.op[kind] & (ctx.step >= 0)
     out.launching_ops += int((op & ~ctx.under_op & (phase != CATEGORY[DATA]) & ~names.no_kernel[kind]).sum())
@@ -259,8 +253,9 @@ def _optimizer(out: TraceSummary, names: Names, kind: torch.Tensor, optimizer_op
 
 
 def _python_gaps(events: Events, python: torch.Tensor, resets: torch.Tensor, step: torch.Tensor, offset: int) -> list:
-    """The Python time after each op called from Python until the next on its thread in the same step, where
-    no event opening a phase came between (in visiting order, as the sweep's ``last_python`` sees them)."""
+    """The Python time after each op called from Python until the next one visited, where that is on the same
+    thread in the same step and starts after it ends, and no event whose name opens a phase was visited between
+    (the time until then is that phase's, not Python's)."""
     seen = (python | resets).nonzero().flatten()
     before, after = seen[:-1], seen[1:]
     index = torch.cumsum(python.long(), 0) + (offset - 1)  # each Python op's place in python_op_us
@@ -268,3 +263,29 @@ def _python_gaps(events: Events, python: torch.Tensor, resets: torch.Tensor, ste
         & (step[before] == step[after]) & (events.start[after] > events.end[before])
     before, after = before[gap], after[gap]
     return list(zip(index[before].tolist(), events.end[before].tolist(), events.start[after].tolist()))
+
+
+def matmul_precision(dtypes: list) -> str | None:
+    """A matmul's or convolution's precision by its first input's type: "low" (16 bits), "fp32", or None."""
+    if not dtypes:
+        return None
+    if dtypes[0] in LOW_PRECISION_DTYPES:
+        return "low"
+    return "fp32" if dtypes[0] == "float" else None
+
+
+def count_fp32_call(out: TraceSummary, call: OpCall, self_us: float, forward: bool) -> list | None:
+    """A distinct fp32 matmul/conv call's totals ([calls, self CPU µs, GPU µs, calls in the forward]) with this
+    call added; None past MAX_MATMUL_CALLS distinct calls."""
+    totals = out.fp32_matmuls.get(call)
+    if totals is None and len(out.fp32_matmuls) < MAX_MATMUL_CALLS:
+        totals = out.fp32_matmuls[call] = [0, 0.0, 0.0, 0]
+    if totals is not None:
+        totals[0] += 1
+        totals[1] += self_us
+        totals[3] += forward
+    return totals
+
+
+def shape_text(shapes) -> str:
+    return ", ".join(f"[{', '.join(map(str, s))}]" if isinstance(s, list) else str(s) for s in shapes if s != [])

@@ -1,13 +1,15 @@
 """A trace read into columns as the per-rank pass reads it: the operator report's input at the cost of a few
 list comprehensions a slice (columnar.py summarises it without a loop over host events).
 
-What the columnar summary covers is read here; anything else gives the reading up (its columns let go), and
-the operator report is read as before (ops.py): a slice the typed decoder refused, or a value the checked path
-would refuse, cut or replace (but a name or category, kept cut or made printable as that path keeps it).  So
-where the columns are kept, every event is a plain op, user range, Python frame, runtime call, kernel (or
-copy, or memset) or memory record (or one the summary sets aside), exactly as ops.py's typed path would have
-made its TraceEvent; an op's inputs (shapes, types, non-tensor values) are kept once per distinct text, as
-that path keeps them.  A live profile fills the same columns from kineto's events (profile/live_columns.py).
+The per-rank pass's batches are read into columns a slice of typed records at once, and where a slice holds a
+value the columns do not take as written (one the typed decoder refused, or one the checked path would refuse,
+cut or replace; a name or category is cut or made printable within the slice, as that path keeps it), its
+events one by one as the checked path (fields.py) reads them.  Every trace is read into columns, none is given
+up on; a value the checked path refuses is raised after the per-rank pass's own error, which comes first.  Every
+event is kept as a plain op, user range, Python frame, runtime call, kernel (or copy, or memset) or memory
+record (or one the summary sets aside), each value as the checked path keeps it; an op's inputs (shapes, types,
+non-tensor values) are kept once per distinct value, however written.  A live profile fills the same columns
+from kineto's events (profile/live_columns.py).
 """
 
 from __future__ import annotations
@@ -19,16 +21,16 @@ import torch
 from torch._C._autograd import DeviceType
 
 from ..array_views import append_values, tensor_view
-from ..events import ANNOTATION, DEVICE, MEMORY, OP, PYTHON, RUNTIME, event_kind
-from ..kineto import CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, is_runtime
-from ..sweep import device_label
+from ..event_kinds import DEVICE, MEMORY, event_kind
+from ..kineto import CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, external_id, is_runtime
+from ....core.measure.low_precision import freeze
 from .fields import DEVICE_TYPES, INT_LIMIT, EventFields
-from .records import EMPTY_LIST, LISTS_KEPT, NO_ARGS, PlainFields
+from .fields import kind as kind_of
+from .reader import TraceFileError
+from .records import EMPTY_LIST, NO_ARGS, PlainFields
 
-# the light kinds the columnar summary reads (None: set aside)
-IN_SCOPE = (OP, ANNOTATION, PYTHON, MEMORY, RUNTIME, DEVICE, None)
 # times whose ns, ends and differences all fit in int64 (the columns' type): ±2**61 ns, 73 years either side of
-# the clock's zero (kineto writes µs since the epoch, 1.7e12 today); a trace beyond is read as events
+# the clock's zero (kineto writes µs since the epoch, 1.7e12 today); a time beyond is refused (_read_checked)
 TIME_LIMIT_US = 2**61 / 1000
 
 
@@ -38,15 +40,15 @@ class EventKind:
 
     name: str
     cat: str
-    kind: int | None  # events.event_kind's
+    kind: int | None  # event_kinds.event_kind's
 
 
 @dataclass
 class TraceColumns:
-    """A trace's timed events in file order: start and end in ns (as ops.TraceEvent rounds the file's µs),
-    thread (a device event's stream) and kind codes (``threads``, ``kinds`` give what they stand for),
-    autograd sequence numbers, and the op each belongs to (``External id``: an op's own, a runtime call's or a
-    kernel's launching op's)."""
+    """A trace's timed events in file order: start and end in ns (the file's µs times 1000, rounded half to
+    even; an end, the start plus the duration so rounded), thread (a device event's stream) and kind codes
+    (``threads``, ``kinds`` give what they stand for), autograd sequence numbers, and the op each belongs to
+    (``External id``: an op's own, a runtime call's or a kernel's launching op's)."""
 
     start: array = field(default_factory=lambda: array("q"))
     end: array = field(default_factory=lambda: array("q"))
@@ -59,7 +61,7 @@ class TraceColumns:
     kinds: list[EventKind] = field(default_factory=list)  # code -> what the pair is read as
     input_lists: list = field(default_factory=list)  # code -> (shapes, input types, non-tensor inputs) as kept
     # memory records ([memory] instants, read as rows of their own): their rows, bytes (an allocation > 0, a
-    # free < 0) and device (code into ``devices``, labels as sweep.device_label makes them)
+    # free < 0) and device (code into ``devices``, labels as device_label makes them)
     memory_rows: array = field(default_factory=lambda: array("q"))
     memory_bytes: array = field(default_factory=lambda: array("q"))
     memory_device: array = field(default_factory=lambda: array("i"))
@@ -88,33 +90,45 @@ class BatchColumns:
 
 
 class ColumnReading:
-    """The per-rank pass's batches read into TraceColumns (rank.read_rank's ``also``), until one holds what
-    the columnar summary does not cover: then it gives up, and ``columns`` is None.  ``batch``: the last
-    batch's columns, where it was read (else None)."""
+    """The per-rank pass's batches read into TraceColumns (rank.read_rank's ``also``): a slice of typed records
+    over its columns at once, and where a slice holds a value they do not take as it is (one the typed decoder
+    refused, or one the checked path would refuse, cut or replace), its events one by one as the checked path
+    reads them (fields.py).  A value that path refuses is kept (``refusal``) to be raised once the per-rank pass
+    has read the file, whose own error comes first.  ``batch``: the last batch's columns where it was read as a
+    slice (else None)."""
 
     def __init__(self, path: str):
         self.plain = PlainFields(EventFields(path, share=True))
         self.columns: TraceColumns | None = TraceColumns()
-        self._kind_codes: dict[tuple, int] = {}   # (name, cat) as written -> code
+        self.refusal: TraceFileError | None = None
+        self.dropped = 0  # ops whose inputs were too many to keep (their shapes and types are left out)
+        self._kind_codes: dict[tuple, int | None] = {}  # (name, cat) as written -> code (None: read checked)
+        self._kept_kinds: dict[tuple, int] = {}     # (name, cat) as kept -> code
         self._thread_codes: dict = {}              # tid as written -> code
+        self._kept_threads: dict = {}              # tid as kept -> code
         self._input_codes: dict[tuple, int] = {}   # an op's inputs' texts -> code
+        self._kept_inputs: dict[tuple, int] = {}   # an op's inputs as kept (lists as tuples) -> code
         self._device_codes: dict[tuple, int] = {}  # a memory record's (device type, index) -> code
         self._memory_kinds: set[int] = set()       # the kind codes of memory records
         self._linked_kinds: set[int] = set()       # ... of runtime calls and device events
-        self._raw_kinds: list[tuple] = []          # code -> (name, cat) as written
-        self._input_code(NO_ARGS)  # code 0: none recorded
+        self._raw_kinds: list[tuple] = []          # code -> (name, cat) as written (as kept where read checked)
+        self._kept_input_code(([], [], []))  # code 0: none recorded
         self.batch: BatchColumns | None = None
 
     def __call__(self, batch) -> None:
         self.batch = None
-        if self.columns is None:
+        if self.columns is None or self.refusal is not None:
             return
         if batch.records is None or not self._read(batch.records):
-            self.columns = None
-            self._kind_codes = self._thread_codes = self._input_codes = self._device_codes = {}
+            try:
+                for position, event in enumerate(batch.events()):
+                    self._read_checked(event, batch.first + position)
+            except TraceFileError as exc:
+                self.refusal = exc
 
     def _read(self, records: list) -> bool:
-        """Add a batch's timed records and memory records; False where one is outside what the columns cover."""
+        """Add a batch's timed records and memory records; False (nothing added) where one holds a value the
+        columns do not take as it is."""
         timed = [r for r in records if r.ph == "X" or (r.ph == "i" and r.name == "[memory]")]
         if not timed:
             self.batch = BatchColumns([], array("i"), array("d"), array("d"), array("q"), self._raw_kinds, [])
@@ -126,10 +140,8 @@ class ColumnReading:
         args = [r.args or NO_ARGS for r in timed]
         cols = self.columns
         counted = [a.flops for a in args if a.flops]  # torch's own count: kept is that it was asked for
-        if counted:  # (flops.py counts from the shapes); a value the checked path refuses gives the columns up
-            if not all(0 <= value < INT_LIMIT for value in counted):
-                return False
-            cols.flops = True
+        if not all(0 <= value < INT_LIMIT for value in counted):  # (flops.py counts from the shapes)
+            return False
         code = self._input_code
         inputs = [0 if a.dims is EMPTY_LIST and a.dtypes is EMPTY_LIST and a.concrete is EMPTY_LIST else code(a)
                   for a in args]
@@ -142,11 +154,12 @@ class ColumnReading:
             # kineto.external_id: ``External id``, else the name torch 1.8-1.9 wrote
             external = array("q", [a.external if a.external is not None else a.external_before_1_10 or 0
                                    for a in args])
-        except (TypeError, OverflowError):  # None, or past 64 bits (signed), as the checked path refuses them
+        except (TypeError, OverflowError):  # None, or past 64 bits (signed)
             return False
         memory = [i for i, kind in enumerate(kinds) if kind in self._memory_kinds] if self._memory_kinds else []
         if not _plain_times(ts, dur) or (memory and not self._memory(timed, memory, args)):
             return False
+        cols.flops = cols.flops or bool(counted)
         cols.external += external
         if self._linked_kinds:
             rows = [i for i, kind in enumerate(kinds) if kind in self._linked_kinds]
@@ -163,6 +176,67 @@ class ColumnReading:
         self.batch = BatchColumns(timed, codes, ts, dur, correlation, self._raw_kinds, memory)
         return True
 
+    def _read_checked(self, event, index: int) -> None:
+        """One event from its dict, each value checked, cut or made printable as the checked path keeps it
+        (the per-rank pass's checks first, in its order, then those of the fields the columns keep besides)."""
+        check = self.plain.check
+        check.event(event, index)
+        phase = event.get("ph")
+        if phase != "X" and (phase != "i" or event.get("name") != "[memory]"):
+            return
+        ts, dur = check.time(event, index, "ts"), check.time(event, index, "dur", 0.0)
+        name = check.name(event, index)
+        text = check.text(event.get("cat"), event, index, "'cat'")
+        args = check.args(event, index)
+        tid = check.hashable(event.get("tid", 0), event, index, "'tid'")
+        correlation = check.integer(args, "correlation", 0, event, index)
+        external = external_id(args)
+        if not -INT_LIMIT <= external < INT_LIMIT:
+            raise check.refuse(event, index, 'args["External id"]', f"is {kind_of(external)}, not an integer")
+        for key, value in (("ts", ts), ("dur", dur)):
+            if not -TIME_LIMIT_US < value < TIME_LIMIT_US:
+                raise check.refuse(event, index, f"'{key}'", f"is {value:.6g} µs, more than the {TIME_LIMIT_US:.3g} "
+                                   "µs (73 years) from the clock's zero that a trace's times are read within")
+        code = self._kind_code(name, text, (name, text))
+        kept = self.columns.kinds[code]
+        sequence, inputs = -1, 0
+        if kept.cat == CPU_OP:
+            sequence, lists_dropped = check.integer(args, "Sequence number", -1, event, index), check.dropped
+            inputs = self._kept_input_code((check.shapes(args, event, index),
+                                            check.texts(args, "Input type", event, index),
+                                            check.texts(args, "Concrete Inputs", event, index)))
+            self.dropped += check.dropped > lists_dropped
+            self.columns.flops = bool(check.number(args, "flops", 0, event, index)) or self.columns.flops
+        elif name == "[memory]":  # whatever its category: the checked path reads a memory record's size and device
+            nbytes = check.integer(args, "Bytes", 0, event, index)
+            device = (check.integer(args, "Device Type", 0, event, index, low=0),
+                      check.integer(args, "Device Id", -1, event, index))
+            if device[0] not in DEVICE_TYPES:
+                raise check.refuse(event, index, 'args["Device Type"]', f"is {device[0]}, not a device type "
+                                   f"torch knows ({min(DEVICE_TYPES)} to {max(DEVICE_TYPES)})")
+        self._add_row(code, (ts, dur), self._thread_code(tid), (sequence, inputs, external, correlation))
+        if code in self._memory_kinds:
+            cols = self.columns
+            cols.end[-1] = cols.start[-1]  # an instant: a memory record's end is its start, whatever its dur
+            cols.memory_rows.append(len(cols.start) - 1)
+            cols.memory_bytes.append(nbytes)
+            cols.memory_device.append(self._codes(self._device_codes, [device], self._new_device)[0])
+
+    def _add_row(self, code: int, times: tuple[float, float], thread: int, values: tuple) -> None:
+        """One row, its times made ns as a slice's are (rounded half to even, as torch rounds)."""
+        cols, (ts, dur), (sequence, inputs, external, correlation) = self.columns, times, values
+        start = round(ts * 1000)
+        if code in self._linked_kinds:
+            cols.linked_rows.append(len(cols.start))
+            cols.correlation.append(correlation)
+        cols.start.append(start)
+        cols.end.append(start + round(dur * 1000))
+        cols.thread.append(thread)
+        cols.kind.append(code)
+        cols.sequence.append(sequence)
+        cols.inputs.append(inputs)
+        cols.external.append(external)
+
     def _memory(self, timed: list, rows: list[int], args: list) -> bool:
         """Keep the batch's memory records (their ``rows``, bytes and device); False where one is not plain (a device
         type torch does not know), or has a duration (as written by kineto, none has)."""
@@ -173,7 +247,7 @@ class ColumnReading:
                               self._new_device)
         try:
             nbytes = array("q", [args[i].nbytes for i in rows])
-        except OverflowError:  # past 64 bits (signed): the checked path refuses it
+        except OverflowError:  # past 64 bits (signed)
             return False
         if devices is None:
             return False
@@ -191,14 +265,22 @@ class ColumnReading:
 
     def _input_code(self, args) -> int | None:
         """The code of an op's inputs as the checked path keeps them, or None where it would not keep them as
-        written (or too many distinct ones were seen)."""
+        written."""
         texts = bytes(args.dims), bytes(args.dtypes), bytes(args.concrete)
         code = self._input_codes.get(texts)
         if code is None:
             kept = self.plain.op_inputs(args)
-            if kept is None or len(self._input_codes) >= LISTS_KEPT:
+            if kept is None:
                 return None
-            code = self._input_codes[texts] = len(self.columns.input_lists)
+            code = self._input_codes[texts] = self._kept_input_code(kept)
+        return code
+
+    def _kept_input_code(self, kept: tuple[list, list, list]) -> int:
+        """The code of inputs as kept: one per distinct value, however it was written."""
+        key = freeze(kept)
+        code = self._kept_inputs.get(key)
+        if code is None:
+            code = self._kept_inputs[key] = len(self.columns.input_lists)
             self.columns.input_lists.append(kept)
         return code
 
@@ -206,43 +288,58 @@ class ColumnReading:
     def _codes(codes: dict, keys: list, new) -> list[int] | None:
         """Each key's code, new ones made by ``new`` (None where a key is not covered)."""
         try:
-            return [codes[key] for key in keys]
+            found = [codes[key] for key in keys]
         except KeyError:
-            pass
-        for key in keys:
-            if key not in codes:
-                code = new(key)
-                if code is None:
-                    return None
-                codes[key] = code
-        return [codes[key] for key in keys]
+            for key in keys:
+                if key not in codes:
+                    codes[key] = new(key)
+            found = [codes[key] for key in keys]
+        return None if None in found else found
 
     def _new_kind(self, pair: tuple) -> int | None:
+        """The code of a slice's (name, cat), or None where the checked path reads more of such an event (a
+        range, call or kernel named [memory]: its size and device)."""
         # as the checked path keeps them: a long name (a templated kernel's) cut, one not ASCII made printable
         name, text = (self.plain.check.text(value, {}, 0, "'name'") for value in pair)
-        if len(self._kind_codes) >= LISTS_KEPT:
-            return None
+        code = self._kind_code(name, text, pair)
+        kept = self.columns.kinds[code]
+        return None if name == "[memory]" and kept.kind != MEMORY and kept.cat != CPU_OP else code
+
+    def _kind_code(self, name: str, text: str, pair: tuple) -> int:
+        """The code of a (name, category) as kept, one per distinct pair (``pair``: as written, first seen)."""
+        code = self._kept_kinds.get((name, text))
+        if code is not None:
+            return code
         cat = activity(text, name)
         kind = event_kind(cat, name)
-        if kind not in IN_SCOPE or (name == "[memory]" and kind != MEMORY and cat != CPU_OP):
-            return None  # a range, call or kernel named [memory]: the checked path reads its size and device too
         cols = self.columns
         cols.steps = cols.steps or (cat == USER_ANNOTATION and name.startswith(STEP_PREFIX))
         cols.kernels = cols.kernels or kind == DEVICE
+        code = self._kept_kinds[name, text] = len(cols.kinds)
         cols.kinds.append(EventKind(name, cat, kind))
         self._raw_kinds.append(pair)
         if kind == MEMORY:
-            self._memory_kinds.add(len(cols.kinds) - 1)
+            self._memory_kinds.add(code)
         if cat in DEVICE_ACTIVITIES or is_runtime(cat):  # linked by CUPTI's correlation id (a name set aside too)
-            self._linked_kinds.add(len(cols.kinds) - 1)
-        return len(cols.kinds) - 1
+            self._linked_kinds.add(code)
+        return code
 
     def _new_thread(self, tid) -> int | None:
-        kept = self.plain.tid(tid)
-        if kept is None or len(self._thread_codes) >= LISTS_KEPT:
-            return None
-        self.columns.threads.append(kept)
-        return len(self.columns.threads) - 1
+        """The code of a slice's tid, or None where the checked path reads it (an integer past 64 bits)."""
+        kept = self.plain.check.text(tid, {}, 0, "'tid'") if type(tid) is str else self.plain.tid(tid)
+        return None if kept is None else self._thread_code(kept)
+
+    def _thread_code(self, kept) -> int:
+        code = self._kept_threads.get(kept)
+        if code is None:
+            code = self._kept_threads[kept] = len(self.columns.threads)
+            self.columns.threads.append(kept)
+        return code
+
+
+def device_label(device_type: DeviceType, index: int) -> str:
+    """A memory record's device, per device and never summed across GPUs: "cuda:1", as a Device's label reads."""
+    return "cpu" if device_type == DeviceType.CPU else f"{str(device_type).rsplit('.', 1)[-1].lower()}:{max(index, 0)}"
 
 
 def _plain_times(ts: array, dur: array) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from ....core.render.format import fmt_s
 from ..kineto import timing_note, unread_note
 from .cross import find_straggler, match_collectives, representative_lanes, summarize_rank
-from .ops import AlongsideReading, alongside_reading, too_big_to_table, too_uneven_to_table, trace_profile
+from .ops import AlongsideReading, alongside_reading, trace_profile
 from .rank import RankTrace, read_rank
 from .fields import TEXT_CHARS, kind
 from .reader import EVENT_CHARS, TraceFileError, shown_path
@@ -97,8 +97,7 @@ def _too_many(what: str) -> str:
 
 def analyze_traces(source, *, label: str | None = None, operators: bool = True) -> TraceAnalysis:
     """Read every trace of ``source`` and compare its ranks; with ``operators``, a job of one rank
-    also gets its operator table and findings (read with the per-rank pass, or in a second one for a trace
-    too big to hold at once).  A file that is not a
+    also gets its operator table and findings (read in the per-rank pass's one reading).  A file that is not a
     trace raises TraceFileError, whose traceback holds none of the frames that found it."""
     __tracebackhide__ = True  # noqa: F841
     try:
@@ -152,13 +151,7 @@ def _analyze(source, label: str | None, operators: bool) -> TraceAnalysis:
     findings = cross_rank_findings(ranks, straggler, phase, reason)
     profile = None
     if operators and len(traces) == 1:  # one rank: its operators and findings, as %%torchprofile gives them
-        skipped = too_big_to_table(traces[0], alongside)
-        if skipped:
-            notes.append(skipped)
-        else:
-            profile = trace_profile(traces[0], alongside)
-            if profile is None:
-                notes.append(too_uneven_to_table())
+        profile = trace_profile(traces[0], alongside)
     return TraceAnalysis(
         source=label or (shown_path(_path(source)) if isinstance(source, (str, bytes, os.PathLike)) else "traces"),
         ranks=ranks, straggler=straggler, straggler_phase=phase, straggler_reason=reason,
