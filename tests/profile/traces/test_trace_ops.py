@@ -200,3 +200,23 @@ def test_an_operator_pass_error_read_with_the_per_rank_pass_waits_for_it(tmp_pat
         torchmagic.analyze(write_trace(tmp_path / "both.json", events))
     with pytest.raises(ValueError, match=r"traceEvents\[1\] \(\"\[memory\]\"\): args\[\"Device Type\"\] is 99"):
         torchmagic.analyze(write_trace(tmp_path / "ops.json", events[:2]))
+
+
+def test_rows_of_equal_figures_are_listed_by_name_whatever_order_the_trace_gave_them(tmp_path):
+    """Ties are broken by name (summary.largest): the operator table, each op's top shapes and the report's text
+    are the same for two files holding the same events in other orders, the ops' and the shapes' both."""
+    def events(names: list[str], shapes: list[list[int]]) -> list[dict]:
+        found = [event("ProfilerStep#1", 0, 1000, cat="user_annotation")]
+        found += [event(name, 10 + 20 * i, 10, **{"External id": i + 1}) for i, name in enumerate(names)]
+        found += [event("aten::mm", 500 + 20 * i, 10, **{"Input Dims": [dims, dims], "Input type": ["float"] * 2})
+                  for i, dims in enumerate(shapes)]
+        return found
+
+    names, shapes = ["aten::relu", "aten::add", "aten::mul"], [[4, 4], [2, 2], [3, 3]]
+    one = torchmagic.analyze(write_trace(tmp_path / "one.json", events(names, shapes))).profile
+    other = torchmagic.analyze(write_trace(tmp_path / "other.json", events(names[::-1], shapes[::-1]))).profile
+    rows = [(op.name, op.shapes) for op in one.sorted_ops()]
+    assert rows == [(op.name, op.shapes) for op in other.sorted_ops()]
+    assert [name for name, _ in rows] == ["aten::mm", "aten::add", "aten::mul", "aten::relu"]
+    assert rows[0][1] == ("[2, 2], [2, 2]", "[3, 3], [3, 3]")
+    assert one.to_text().replace("one.json", "") == other.to_text().replace("other.json", "")

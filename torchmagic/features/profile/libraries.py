@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from .summary import largest
+
 LIBRARY_SHARE = 0.5  # a library call holding this share of the syncs (or small ops) is named as their source
 _FRAME = re.compile(r"^(?P<path>.*)\((?P<line>\d+)\): (?P<function>.*)$")
 
@@ -14,7 +16,7 @@ def library_call(counts, total: int) -> tuple[str, str] | None:
     (read from Python stacks: --stack, --memory), where it holds at least LIBRARY_SHARE of it."""
     if not counts or not total:
         return None
-    frame, n = counts.most_common(1)[0]
+    frame, n = largest(counts, 1)[0]
     match = _FRAME.match(frame)
     if n < LIBRARY_SHARE * total or match is None:
         return None

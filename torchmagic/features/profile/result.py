@@ -184,7 +184,7 @@ class ProfileResult(Result):
 
     def sorted_ops(self) -> list[OpRow]:
         field_name = self.sort_field
-        return sorted(self.ops, key=lambda op: getattr(op, field_name), reverse=True)
+        return sorted(self.ops, key=lambda op: (-getattr(op, field_name), op.name))  # ties by name
 
     def finding(self, rule: str) -> Finding | None:
         return next((f for f in self.findings if f.rule == rule), None)

@@ -6,11 +6,18 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ...core.measure.low_precision import OpCall
 from .categories import CATEGORIES
 from .result import TimelineSpan as Span  # a bar: a step's top-level event, or a kernel
+
+
+def largest(counts: Mapping, n: int | None = None) -> list[tuple]:
+    """``counts``' (key, value) pairs, largest value first, ties by key: the order every table and list of the
+    report is in, whatever order the trace gave them."""
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
 
 
 @dataclass
@@ -35,7 +42,7 @@ class OpStats:
     flop_device_us: float = 0.0
 
     def top_shapes(self, n: int = 2) -> list[str]:
-        return [s for s, _ in self.shapes.most_common(n)]
+        return [s for s, _ in largest(self.shapes, n)]
 
 
 @dataclass

@@ -9,7 +9,7 @@ from ...core.render.format import fmt_us
 from .frames import frame_label, ipython_cell_files
 from .result import OpRow
 from .rules import RuleContext, diagnose, kernel_stats, lost_events_note, missing_kernels_note
-from .summary import TraceSummary
+from .summary import TraceSummary, largest
 
 HOT_LINES_KEPT = 50
 
@@ -23,7 +23,7 @@ def summary_fields(s: TraceSummary, ctx: RuleContext, steps_timed: int, notes: l
             notes.append(note)
     if s.one_time_us:
         costs = ", ".join(f"{kind} {fmt_us(us)}" for kind, us in
-                          sorted(s.one_time_us.items(), key=lambda kv: -kv[1]))
+                          largest(s.one_time_us))
         notes.append(f"One-time costs in the profiled steps, shown as start-up and kept out of the findings' "
                      f"shares: {costs}. Profile after a warm-up step (--warmup 1) to see the steady state alone.")
     if s.profiler_start_us:
@@ -40,7 +40,7 @@ def summary_fields(s: TraceSummary, ctx: RuleContext, steps_timed: int, notes: l
         device_categories_s={k: v / 1e6 for k, v in s.device_category_us.items() if v > 0},
         timeline=s.timeline, step_starts_us=list(s.step_start_us), memory_peak_bytes=dict(s.peak_allocated),
         kernel_stats=kernel_stats(s), memory_allocated_bytes=dict(s.allocated_total),
-        hot_lines=[(frame_label(frame, cells), us) for frame, us in s.hot_lines.most_common(HOT_LINES_KEPT)])
+        hot_lines=[(frame_label(frame, cells), us) for frame, us in largest(s.hot_lines, HOT_LINES_KEPT)])
 
 
 def _op_row(o) -> OpRow:

@@ -9,7 +9,7 @@ from ....core.expectations import Expectation, measured
 from ..libraries import library_call, library_fix, possessive
 from ..regions import EVALUATION, parts
 from ..result import Finding
-from ..summary import TraceSummary
+from ..summary import TraceSummary, largest
 from ..user import UserSetup
 from .context import RuleContext
 from .findings import THRESHOLDS, Advice, fmt_per_step, make_finding, share_of_step
@@ -33,7 +33,7 @@ def sync(s: TraceSummary, ctx: RuleContext) -> Finding | None:
         package, function = inside
         fix, snippet = library_fix(package, function, ctx.user.model)
         evidence["inside"] = f"{package}.{function}"
-        title += (f"; {fmt_per_step(s.syncs_in_library.most_common(1)[0][1] / s.steps)} of "
+        title += (f"; {fmt_per_step(largest(s.syncs_in_library, 1)[0][1] / s.steps)} of "
                   f"them inside {possessive(package)} {function}")
         return make_finding("sync", ctx, share, title, evidence, Advice(fix, snippet, expected))
     split = parts(s)

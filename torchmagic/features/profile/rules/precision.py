@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ....core.expectations import Expectation, measured
 from ..result import Finding
-from ..summary import TraceSummary
+from ..summary import TraceSummary, largest
 from ..traffic import TENSOR_CORE_MULTIPLE
 from .context import RuleContext
 from .findings import THRESHOLDS, Advice, make_finding, share_of_step
@@ -110,7 +110,7 @@ def tensor_core_alignment(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     share = s.misaligned_matmul_device_us / kernels
     if share < THRESHOLDS["misaligned_matmul_share"]:
         return None
-    shapes = [shape for shape, _ in s.misaligned_shapes.most_common(3)]
+    shapes = [shape for shape, _ in largest(s.misaligned_shapes, 3)]
     removed = share_of_step(s.misaligned_matmul_device_us, s)
     fix = (f"Pad the dimensions to multiples of {TENSOR_CORE_MULTIPLE} (64 for a vocabulary): hidden sizes, the "
            "output layer's rows, batch x sequence, a convolution's channels (an RGB input padded to 4 or 8 channels "
