@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 import torch
 from torch._C._autograd import DeviceType
 
+from ....core.measure.low_precision import freeze
 from ..array_views import append_values, tensor_view
 from ..event_kinds import DEVICE, MEMORY, event_kind
 from ..kineto import CPU_OP, DEVICE_ACTIVITIES, STEP_PREFIX, USER_ANNOTATION, activity, external_id, is_runtime
-from ....core.measure.low_precision import freeze
 from .fields import DEVICE_TYPES, INT_LIMIT, EventFields
 from .fields import kind as kind_of
 from .reader import TraceFileError
@@ -72,6 +72,22 @@ class TraceColumns:
     steps: bool = False  # a ProfilerStep marker was read
     kernels: bool = False  # a kernel, copy or memset was read
     flops: bool = False  # an op had torch's FLOPs count (profiled with_flops)
+
+
+@dataclass
+class _CheckedRow:
+    """One event's values read from its dict, as the checked path keeps them (codes into the columns' lists)."""
+
+    thread: int
+    correlation: int
+    external: int
+    code: int = -1
+    start: int = 0  # ns
+    end: int = 0
+    sequence: int = -1  # an op's (-1 on other events, as nothing reads theirs)
+    inputs: int = 0
+    nbytes: int = 0  # a memory record's, and its device's code
+    device: int = 0
 
 
 @dataclass
@@ -188,54 +204,48 @@ class ColumnReading:
         name = check.name(event, index)
         text = check.text(event.get("cat"), event, index, "'cat'")
         args = check.args(event, index)
-        tid = check.hashable(event.get("tid", 0), event, index, "'tid'")
-        correlation = check.integer(args, "correlation", 0, event, index)
-        external = external_id(args)
-        if not -INT_LIMIT <= external < INT_LIMIT:
-            raise check.refuse(event, index, 'args["External id"]', f"is {kind_of(external)}, not an integer")
+        row = _CheckedRow(self._thread_code(check.hashable(event.get("tid", 0), event, index, "'tid'")),
+                          check.integer(args, "correlation", 0, event, index), external_id(args))
+        if not -INT_LIMIT <= row.external < INT_LIMIT:
+            raise check.refuse(event, index, 'args["External id"]', f"is {kind_of(row.external)}, not an integer")
         for key, value in (("ts", ts), ("dur", dur)):
             if not -TIME_LIMIT_US < value < TIME_LIMIT_US:
                 raise check.refuse(event, index, f"'{key}'", f"is {value:.6g} µs, more than the {TIME_LIMIT_US:.3g} "
                                    "µs (73 years) from the clock's zero that a trace's times are read within")
-        code = self._kind_code(name, text, (name, text))
-        kept = self.columns.kinds[code]
-        sequence, inputs = -1, 0
-        if kept.cat == CPU_OP:
-            sequence, lists_dropped = check.integer(args, "Sequence number", -1, event, index), check.dropped
-            inputs = self._kept_input_code((check.shapes(args, event, index),
-                                            check.texts(args, "Input type", event, index),
-                                            check.texts(args, "Concrete Inputs", event, index)))
+        row.code = self._kind_code(name, text, (name, text))
+        row.start = round(ts * 1000)  # as a slice's are made ns (rounded half to even, as torch rounds)
+        row.end = row.start + round(dur * 1000)
+        if self.columns.kinds[row.code].cat == CPU_OP:
+            row.sequence, lists_dropped = check.integer(args, "Sequence number", -1, event, index), check.dropped
+            row.inputs = self._kept_input_code((check.shapes(args, event, index),
+                                                check.texts(args, "Input type", event, index),
+                                                check.texts(args, "Concrete Inputs", event, index)))
             self.dropped += check.dropped > lists_dropped
             self.columns.flops = bool(check.number(args, "flops", 0, event, index)) or self.columns.flops
         elif name == "[memory]":  # whatever its category: the checked path reads a memory record's size and device
-            nbytes = check.integer(args, "Bytes", 0, event, index)
+            row.nbytes = check.integer(args, "Bytes", 0, event, index)
             device = (check.integer(args, "Device Type", 0, event, index, low=0),
                       check.integer(args, "Device Id", -1, event, index))
             if device[0] not in DEVICE_TYPES:
                 raise check.refuse(event, index, 'args["Device Type"]', f"is {device[0]}, not a device type "
                                    f"torch knows ({min(DEVICE_TYPES)} to {max(DEVICE_TYPES)})")
-        self._add_row(code, (ts, dur), self._thread_code(tid), (sequence, inputs, external, correlation))
-        if code in self._memory_kinds:
-            cols = self.columns
-            cols.end[-1] = cols.start[-1]  # an instant: a memory record's end is its start, whatever its dur
-            cols.memory_rows.append(len(cols.start) - 1)
-            cols.memory_bytes.append(nbytes)
-            cols.memory_device.append(self._codes(self._device_codes, [device], self._new_device)[0])
+            row.device = self._codes(self._device_codes, [device], self._new_device)[0]
+        self._add_row(row)
 
-    def _add_row(self, code: int, times: tuple[float, float], thread: int, values: tuple) -> None:
-        """One row, its times made ns as a slice's are (rounded half to even, as torch rounds)."""
-        cols, (ts, dur), (sequence, inputs, external, correlation) = self.columns, times, values
-        start = round(ts * 1000)
-        if code in self._linked_kinds:
+    def _add_row(self, row: _CheckedRow) -> None:
+        cols = self.columns
+        if row.code in self._linked_kinds:
             cols.linked_rows.append(len(cols.start))
-            cols.correlation.append(correlation)
-        cols.start.append(start)
-        cols.end.append(start + round(dur * 1000))
-        cols.thread.append(thread)
-        cols.kind.append(code)
-        cols.sequence.append(sequence)
-        cols.inputs.append(inputs)
-        cols.external.append(external)
+            cols.correlation.append(row.correlation)
+        if row.code in self._memory_kinds:  # an instant: a memory record's end is its start, whatever its dur
+            row.end = row.start
+            cols.memory_rows.append(len(cols.start))
+            cols.memory_bytes.append(row.nbytes)
+            cols.memory_device.append(row.device)
+        for column, value in ((cols.start, row.start), (cols.end, row.end), (cols.thread, row.thread),
+                              (cols.kind, row.code), (cols.sequence, row.sequence), (cols.inputs, row.inputs),
+                              (cols.external, row.external)):
+            column.append(value)
 
     def _memory(self, timed: list, rows: list[int], args: list) -> bool:
         """Keep the batch's memory records (their ``rows``, bytes and device); False where one is not plain (a device
