@@ -176,6 +176,25 @@ def test_inference_grad_silent_when_training():
     assert "inference_grad" not in rules_of(profile(w.fast_data_step()))
 
 
+def test_inference_grad_silent_on_the_nodes_a_training_step_leaves_unused(monkeypatch):
+    """torch's LSTM trained: its final hidden and cell states are graph nodes no backward uses (2 a step, beside
+    4 used), made by ops that take none of the step: no evaluation pass to run without autograd."""
+    torch.manual_seed(0)
+    model = torch.nn.LSTM(32, 64, num_layers=2, batch_first=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(16, 20, 32)
+
+    def step():
+        out, _ = model(x)
+        out.sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+    assert "inference_grad" not in rules_of(profile(step))
+    monkeypatch.setitem(rules.THRESHOLDS, "inference_grad_eval_share", 0.0)  # the case is held: else it fires
+    assert profile(step).finding("inference_grad").evidence["unused_ms_per_step"] < 0.01
+
+
 def test_optimizer_fires_on_per_parameter_loop():
     f = profile(w.many_params_step(foreach=False)).finding("optimizer")
     assert f is not None

@@ -22,6 +22,8 @@ def inference_grad(s: TraceSummary, ctx: RuleContext) -> Finding | None:
     if per_step < THRESHOLDS["inference_grad_unused_share"] * used:
         return None  # a stray node or two beside training (a running total kept with grad): not a forward pass
     unused_us = sum(s.graph_node_us.get(node, 0.0) for node in unused)
+    if s.backward_events and share_of_step(unused_us, s) < THRESHOLDS["inference_grad_eval_share"]:
+        return None
     share = 0.1 * share_of_step(unused_us or s.category_us["forward"], s)  # what autograd's bookkeeping costs
     model = ctx.user.model
     if s.backward_events:  # the cell also trains: this is its evaluation

@@ -36,6 +36,9 @@ THRESHOLDS = {
     "inference_grad_nodes_per_step": 2,
     # ... and, beside a backward, at least this share of the nodes it used: a forward pass, not a stray op
     "inference_grad_unused_share": 0.25,
+    # ... and there, that the ops which made those nodes take at least this share of the step: an evaluation
+    # pass, not the few nodes a training step leaves unused (an LSTM's final states: 2 a step, 0% of it)
+    "inference_grad_eval_share": 0.02,
     # optimizer: optimizer share of the step without foreach/fused kernels
     "optimizer_share": 0.10,
     "optimizer_ops_per_step": 8,
