@@ -317,7 +317,7 @@ def _add(out: TraceSummary, group: tuple[Events, DeviceColumns], names, carried:
     records, allocations = memory_records(out, events, names, memory, carried.windows)
     bars = closed_totals(out, events, names, context, (allocations, one_time, links if len(device) else None))
     gaps = opened_totals(out, events, names, context)
-    carried.others_after = discount_waiting(out, (bars, gaps), carried.windows[before:], carried.others_after)
+    carried.others_after = discount_waiting(out, bars, gaps, carried.windows[before:], carried.others_after)
     memory_levels(out, records, carried.windows, (carried.level, carried.base), last)
     carried.busy_before = attribute(out, device, links, names, (carried.windows, carried.busy_before))
     carried.first_launch = count_lost(out, device, links, carried.first_launch)

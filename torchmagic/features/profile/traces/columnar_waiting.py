@@ -14,14 +14,15 @@ from ..summary import TraceSummary
 from ..timeline import MAIN_LANE
 
 
-def discount_waiting(out: TraceSummary, swept: tuple[dict, list], windows, before=()) -> list[tuple[float, float]]:
+def discount_waiting(out: TraceSummary, bars: dict, python_gaps: list, windows,
+                     before=()) -> list[tuple[float, float]]:
     """The main thread's gaps count as Python ("other") unless another thread worked meanwhile:
     on CUDA, backward runs on an autograd thread while the main thread waits for it.  The same holds
-    for the Python time after each op called from Python.  ``swept``: the group's timeline bars by lane and
-    the Python gaps (index, start, end) between ops called from Python (columnar_totals.opened_totals);
+    for the Python time after each op called from Python.  ``bars``: the group's timeline bars by lane (a tensor
+    of (start, end) rows each, or a list of such pairs); ``python_gaps``: the Python gaps (index, start, end)
+    between ops called from Python (columnar_totals.opened_totals);
     ``before``: other threads' work that began in the group of steps before; returns what of it and of this
     group's runs past its steps."""
-    bars, python_gaps = swept  # each lane's bars: a tensor of (start, end) rows, or a list of such pairs
     others = IntervalSet.of(torch.cat([as_set(ivs) for lane, ivs in bars.items() if lane != MAIN_LANE]
                                       + [as_set(list(before))]))
     worked = others.within_each([(start, end) for _, start, end in python_gaps]) if python_gaps else []
