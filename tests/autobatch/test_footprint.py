@@ -1,6 +1,8 @@
 """A CPU trial's footprint reads: how many, what it counts of them with its neighbours'
 (footprint.FootprintCount), and what a trial in a new process (--fresh) reads."""
 
+import gc
+
 import torch
 
 from torchmagic.core.devices import CpuDevice
@@ -53,6 +55,10 @@ def test_a_first_trial_reads_the_first_steps_and_a_plain_trial_the_warmed_ones()
         torch.ones(batch_size, 1024).sum()
 
     device, reset = CpuDevice(), (lambda collect=True: None)
+    # --fresh runs it in a new process; here, earlier tests' garbage collected inside the scope would free
+    # more than the step takes (a read of 0 B, then of 58 MiB, in two runs of the suite): collected first
+    gc.collect()
+    device.empty_cache()
     fresh = run_first_trial(step, 256, device, reset)
     assert fresh.footprint_reads and fresh.footprint_reads[0] >= 60 * MiB and fresh.peak_bytes >= 60 * MiB
     assert 0 <= fresh.allocated_bytes - 256 * 1024 * 4 < 4096  # torch's allocations, read in the second run
