@@ -1,5 +1,6 @@
-"""Record the operator summaries of summary_cases.CASES (recorded.py): ``python -m tests.profile.traces.record_summaries``
-from the repository's root, on purpose only (recorded.py's docstring says when)."""
+"""Record the operator summaries and the per-rank pass's reductions of summary_cases.CASES (recorded.py):
+``python -m tests.profile.traces.record_summaries [operators|ranks]`` (both by default) from the repository's root,
+on purpose only (recorded.py's docstring says when)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import sys
 import tempfile
 
-from .recorded import RECORDED, fingerprint
+from .recorded import RANKS_RECORDED, RECORDED, fingerprint, rank_fingerprint
 from .summary_cases import CASES, GROUPINGS
 
 
@@ -37,15 +38,30 @@ def key(name: str, grouping: int | None) -> str:
     return name if grouping is None else f"{name} (groups of {grouping})"
 
 
+def rank_trace(make, folder: str):
+    """The per-rank pass's reduction of a case's trace (None for a case that writes none)."""
+    from torchmagic.features.profile.traces.run import read_trace
+
+    path = make(folder)
+    return None if path is None else read_trace(path)
+
+
 def main() -> None:
-    recorded = {}
+    which = sys.argv[1:] or ["operators", "ranks"]
+    recorded, ranks = {}, {}
     with tempfile.TemporaryDirectory() as folder:
         for name, make in CASES.items():
-            for grouping, summary in summaries(make, folder):
-                recorded[key(name, grouping)] = fingerprint(summary)
-    with gzip.open(RECORDED, "wt") as f:
-        json.dump(recorded, f, separators=(",", ":"))
-    print(f"{len(recorded)} summaries recorded in {RECORDED}", file=sys.stderr)
+            if "operators" in which:
+                for grouping, summary in summaries(make, folder):
+                    recorded[key(name, grouping)] = fingerprint(summary)
+            trace = rank_trace(make, folder) if "ranks" in which else None
+            if trace is not None:
+                ranks[name] = rank_fingerprint(trace)
+    for kept, path, what in ((recorded, RECORDED, "summaries"), (ranks, RANKS_RECORDED, "per-rank reductions")):
+        if kept:
+            with gzip.open(path, "wt") as f:
+                json.dump(kept, f, separators=(",", ":"))
+            print(f"{len(kept)} {what} recorded in {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

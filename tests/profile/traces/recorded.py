@@ -19,6 +19,7 @@ import pytest
 from torchmagic.features.profile.summary import TraceSummary
 
 RECORDED = os.path.join(os.path.dirname(__file__), "..", "..", "data", "operator_summaries.json.gz")
+RANKS_RECORDED = os.path.join(os.path.dirname(__file__), "..", "..", "data", "rank_traces.json.gz")
 LONG = 32  # a list or dict longer than this is kept as its length, first items and the sums of its numbers
 
 
@@ -43,6 +44,21 @@ def fingerprint(value):
     return repr(value)
 
 
+def rank_fingerprint(trace) -> dict:
+    """A RankTrace (the per-rank pass's reduction of a file) as plain JSON values: its unions as their merged
+    intervals, its collectives, its launch and kernel ids, and what each step launched (not where the case was
+    written: its path, the name the file gives itself and so its length)."""
+    fields = {}
+    for name, value in vars(trace).items():
+        if name in ("path", "bytes_read"):
+            continue
+        if name == "meta":
+            value = {key: item for key, item in value.items() if key != "traceName"}
+        fields[name] = fingerprint(list(value.merged()) if hasattr(value, "merged") else value)
+    fields["launched_compute"] = fingerprint(trace.launched_compute())
+    return fields
+
+
 def _long(items: list, first: list) -> dict:
     """A long list's (or dict's values') length, first items, and the sums of its numbers (of each numeric field
     of its dataclasses), and of plain numbers their bounds."""
@@ -59,14 +75,19 @@ def _key(key) -> str:
     return key if isinstance(key, str) else repr(key)
 
 
-def load() -> dict:
-    with gzip.open(RECORDED, "rt") as f:
+def load(path: str = RECORDED) -> dict:
+    with gzip.open(path, "rt") as f:
         return json.load(f)
 
 
 def assert_recorded(summary: TraceSummary, recorded, where: str = "summary") -> None:
     """``summary`` as recorded, floats to 1e-9 of their value (or 1e-6 µs), dicts' keys in order."""
     _same(fingerprint(summary), recorded, where)
+
+
+def assert_rank_recorded(trace, recorded, where: str = "rank") -> None:
+    """A RankTrace as recorded, as ``assert_recorded`` compares."""
+    _same(rank_fingerprint(trace), recorded, where)
 
 
 def _same(a, b, where: str) -> None:

@@ -1,8 +1,7 @@
-"""The per-rank pass over typed slices (rank._Reading.records: its own loop over the records, a record that is not
-plain read from its dict), and over the columns the operator pass reads alongside (rank._Reading.columns: tensors
-for most records), against the checked path reading every event from its dict: the same RankTrace, field by field,
-on every real trace under tests/data (GPU jobs of several schemas, CPU jobs, ROCm, MTIA), a real DDP job's ranks,
-and slices cut small."""
+"""The per-rank pass (rank.py: a file's step windows, unions of busy, data-loading and communication time,
+collectives and launch ids, reduced from its columns) on fixed traces, as recorded (recorded.py): synthetic and
+random traces, GPU jobs of several schemas, CPU jobs, ROCm, MTIA and the H200's, read in typed slices, in slices
+cut small, and event by event through the checked path; a real DDP job's ranks read both ways alike."""
 
 from __future__ import annotations
 
@@ -11,71 +10,48 @@ import os
 
 import pytest
 
-from torchmagic.features.profile.traces import rank, sliced
-from torchmagic.features.profile.traces.ops import AlongsideReading
-from torchmagic.features.profile.traces.rank import RankTrace, read_rank
-from torchmagic.features.profile.traces.sliced import SlicedTraceReader
+from torchmagic.features.profile.traces import sliced
+from torchmagic.features.profile.traces.run import read_trace
 
+from .record_summaries import rank_trace
+from .recorded import RANKS_RECORDED, assert_rank_recorded, load, rank_fingerprint
+from .summary_cases import CASES, DEVICE_TRACES
 from .synthetic import event, write_trace
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "data", "traces")
-TRACES = sorted(glob.glob(os.path.join(DATA, "*.json.gz")) + glob.glob(os.path.join(DATA, "*", "*.json.gz")))
+_FILES = {os.path.relpath(path, os.path.join(os.path.dirname(DEVICE_TRACES[0]), "..")) for path in DEVICE_TRACES}
+_PARAMS = [pytest.param(name, marks=pytest.mark.trace_files) if name.startswith(("gpu/", "traces/")) else name
+           for name in CASES]
+_SMALL = ["synthetic_cases", "random_device_1", "traces/hta_cpu_gloo_rank-34.json.gz",
+          "traces/hta_nccl_allreduce.json.gz", "traces/kineto_resnet50_workers0.pt.trace.json.gz"]
 
 
-class _CheckedOnly(SlicedTraceReader):
-    """The checked path alone: each event its own batch, read from its dict."""
-
-    def _array(self):
-        for one in self._events():
-            yield sliced.Batch(self.index, None, None, [one])
+@pytest.fixture(scope="module")
+def recorded() -> dict:
+    return load(RANKS_RECORDED)
 
 
-def _fields(trace: RankTrace) -> dict:
-    """Everything a RankTrace holds, its interval sets as their merged unions, its dicts with their order."""
-    fields = {}
-    for name, value in vars(trace).items():
-        if hasattr(value, "merged"):
-            value = tuple(list(part) for part in value.merged())
-        elif isinstance(value, dict):
-            value = list(value.items())
-        elif hasattr(value, "tolist"):
-            value = value.tolist()
-        fields[name] = value
-    return fields
+def _assert_as_recorded(name: str, recorded: dict, folder) -> None:
+    trace = rank_trace(CASES[name], str(folder))
+    assert (trace is None) == (name not in recorded), name
+    if trace is not None:
+        assert_rank_recorded(trace, recorded[name], name)
 
 
-def _assert_same(path: str) -> None:
-    checked = _fields(read_rank(_CheckedOnly(path), path))
-    typed = _fields(read_rank(SlicedTraceReader(path), path))
-    alongside = AlongsideReading(path)
-    columns = _fields(read_rank(SlicedTraceReader(path), path, alongside))
-    for way, read in (("the typed loop", typed), ("over the columns", columns)):
-        assert read.keys() == checked.keys()
-        for name in read:
-            assert read[name] == checked[name], f"{os.path.basename(path)}, {way}: {name} differs"
+@pytest.mark.parametrize("name", _PARAMS)
+def test_a_fixed_traces_reduction_is_as_recorded(name, recorded, tmp_path):
+    _assert_as_recorded(name, recorded, tmp_path)
 
 
-@pytest.mark.trace_files
-@pytest.mark.parametrize("path", TRACES, ids=[os.path.basename(p) for p in TRACES])
-def test_every_real_trace_reads_as_the_checked_path_reads_it(path):
-    _assert_same(path)
-
-
-@pytest.mark.parametrize("path", TRACES[:4], ids=[os.path.basename(p) for p in TRACES[:4]])
-def test_in_small_slices_too(path, monkeypatch):
+@pytest.mark.parametrize("name", _SMALL)
+def test_in_small_slices_too(name, recorded, tmp_path, monkeypatch):
     monkeypatch.setattr(sliced, "SLICE_CHARS", 2000)  # a few events a batch: the batch's edges everywhere
-    _assert_same(path)
+    _assert_as_recorded(name, recorded, tmp_path)
 
 
-def test_the_columns_read_most_batches(monkeypatch):
-    """The path over columns is taken (a batch with a name the typed path reads from its dict is not: a kernel's
-    long templated name, cut), so that the comparisons above compare it."""
-    seen = []
-    reading = rank._Reading.columns
-    monkeypatch.setattr(rank._Reading, "columns", lambda self, *args: seen.append(reading(self, *args)) or seen[-1])
-    for path in TRACES:
-        read_rank(SlicedTraceReader(path), path, AlongsideReading(path))
-    assert len(seen) > 500 and sum(seen) > 0.9 * len(seen)
+@pytest.mark.parametrize("name", _SMALL[:4])
+def test_read_event_by_event_through_the_checked_path(name, recorded, tmp_path, monkeypatch):
+    monkeypatch.setattr(sliced, "decode_slice", lambda text: None)
+    _assert_as_recorded(name, recorded, tmp_path)
 
 
 def test_a_launch_or_kernel_written_again_in_a_row_is_kept_once(tmp_path, monkeypatch):
@@ -89,11 +65,36 @@ def test_a_launch_or_kernel_written_again_in_a_row_is_kept_once(tmp_path, monkey
     path = str(write_trace(tmp_path / "twice.json", events))
     for chars in (sliced.SLICE_CHARS, 700):  # whole, and batches of a few events: their edges between the pairs
         monkeypatch.setattr(sliced, "SLICE_CHARS", chars)
-        _assert_same(path)
-    trace = read_rank(SlicedTraceReader(path), path, AlongsideReading(path))
-    assert list(trace.kernel_corr[:5]) == [5, 6, 5, 6, 6]  # (the repeat of the 8-pair pattern starts again with 5)
+        trace = read_trace(path)
+        # per 8 pairs: 5, 6, 5, 6, 6 (the 6 at 41 is another start), the (0, 60) pair has no id
+        assert list(trace.kernel_corr) == [5, 6, 5, 6, 6] * 30 and list(trace.launch_corr) == [5, 6, 5, 6, 6] * 30
+        assert list(trace.kernel_start[:5]) == [120.0, 140.0, 120.0, 140.0, 141.0]
 
 
-def test_a_real_ddp_jobs_ranks(job_traces):
-    for path in sorted(glob.glob(os.path.join(job_traces, "*.json"))):
-        _assert_same(path)
+def test_a_collective_written_twice_is_kept_once_and_its_bytes_counted(tmp_path):
+    """gloo's range on its own thread, written twice (kept once), one still running when the profiler stopped,
+    and record_param_comms' sizes: 1,024 floats and 8 halves."""
+    events = [event("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+              event("gloo:all_reduce", 10, 50, cat="user_annotation", tid=9),
+              event("gloo:all_reduce", 10, 50, cat="user_annotation", tid=9),
+              event("gloo:broadcast", 900, 100, cat="user_annotation", tid=9, finished=False),
+              event("record_param_comms", 5, 1, **{"Collective name": "all_reduce", "In msg nelems": 1024,
+                                                  "dtype": "Float"}),
+              event("record_param_comms", 6, 1, **{"Collective name": "allreduce", "In msg nelems": 8,
+                                                  "dtype": "Half"}),
+              event("c10d::allreduce_", 4, 8)]
+    trace = read_trace(str(write_trace(tmp_path / "gloo.json", events)))
+    assert [(c.op, c.start, c.dur, c.finished) for c in trace.host_collectives] == [
+        ("all_reduce", 10.0, 50.0, True), ("broadcast", 900.0, 100.0, False)]
+    assert dict(trace.comm_bytes) == {"allreduce": 1024 * 4 + 8 * 2}
+    assert trace.host_comm.total() == 150.0 and trace.host_busy.total() == 0.0  # c10d and its sizes: not compute
+    assert trace.steps == {1: (0.0, 1000.0)} and trace.categories == {"user_annotation": 4, "cpu_op": 3}
+
+
+def test_a_real_ddp_jobs_ranks(job_traces, monkeypatch):
+    paths = sorted(glob.glob(os.path.join(job_traces, "*.json")))
+    typed = [rank_fingerprint(read_trace(path)) for path in paths]
+    assert all(t["host_collectives"] and t["steps"] for t in typed)
+    monkeypatch.setattr(sliced, "decode_slice", lambda text: None)
+    for path, fingerprint in zip(paths, typed):
+        assert rank_fingerprint(read_trace(path)) == fingerprint, os.path.basename(path)
