@@ -38,8 +38,8 @@ from torch import nn
 from benchmarks.machine import machine_line
 from torchmagic.features.profile.kineto import STEP_PREFIX
 from torchmagic.features.profile.live_columns import summarize_live
-from torchmagic.features.profile.traces.ops import GROUP_EVENTS, alongside_reading, operator_summary
-from torchmagic.features.profile.traces.run import read_trace
+from torchmagic.features.profile.traces.ops import GROUP_EVENTS, operator_summary
+from torchmagic.features.profile.traces.run import read_rank
 
 
 def _conv_step():
@@ -105,9 +105,8 @@ def _timed(fn):
 
 
 def _file_summary(path: str):
-    alongside = alongside_reading(path)
-    trace = read_trace(path, alongside)
-    summary, _ = operator_summary(trace, GROUP_EVENTS, alongside)
+    trace, columns = read_rank(path)
+    summary, _ = operator_summary(trace, GROUP_EVENTS, columns)
     return summary
 
 

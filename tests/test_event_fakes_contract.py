@@ -18,9 +18,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from torchmagic.features.profile import activity, kineto
 from torchmagic.core.measure.low_precision import freeze
 from torchmagic.features.profile.live_columns import live_columns, summarize_live
-from torchmagic.features.profile.traces.columns import ColumnReading
-from torchmagic.features.profile.traces.rank import read_rank
-from torchmagic.features.profile.traces.sliced import SlicedTraceReader
+from torchmagic.features.profile.traces.columns import read_columns
 
 from .profile import kineto_fakes
 from .profile.kineto_fakes import Ev, FakeResults, Torch211Event
@@ -203,9 +201,7 @@ def test_a_runs_trace_file_fills_the_columns_its_events_did(real):
     op (torch 2.13's export writes no "flops" argument, even with with_flops=True: not compared)."""
     events, _, path = real
     live = live_columns(events, (), shapes=True, flops=True)
-    reading = ColumnReading(path)
-    read_rank(SlicedTraceReader(path), path, reading)
-    file_ops, file_memory = _ops_and_memory(reading.columns)
+    file_ops, file_memory = _ops_and_memory(read_columns(path)[0])
     live_ops, live_memory = _ops_and_memory(live)
     assert len(file_ops) > 10 and sorted(file_ops, key=repr) == sorted(live_ops, key=repr)
     assert file_memory == live_memory and file_memory

@@ -15,23 +15,18 @@ from .summary_cases import CASES, GROUPINGS
 
 def summaries(make, folder: str):
     """(grouping, summary) of a case's trace: whole, and in the groupings its steps allow."""
-    from torchmagic.features.profile.traces.columnar import columnar_summary
-    from torchmagic.features.profile.traces.ops import AlongsideReading, _profiled_with_flops
-    from torchmagic.features.profile.traces.rank import read_rank
-    from torchmagic.features.profile.traces.sliced import SlicedTraceReader
+    from torchmagic.features.profile.traces.ops import operator_summary
+    from torchmagic.features.profile.traces.run import read_rank
 
     path = make(folder)
     if path is None:
         return
-    reading, reader = AlongsideReading(path), SlicedTraceReader(path)
-    trace = read_rank(reader, path, reading)
-    columns = reading.held_columns()
+    trace, columns = read_rank(path)
     for grouping in GROUPINGS:
         if grouping is not None and len(trace.steps) < 2 * grouping:
             continue
         limit = trace.events if grouping is None else max(1, int(grouping * trace.events / len(trace.steps)))
-        summary, _, _ = columnar_summary(columns, trace, limit, columns.flops or _profiled_with_flops(reader.meta))
-        yield grouping, summary
+        yield grouping, operator_summary(trace, limit, columns)[0]
 
 
 def key(name: str, grouping: int | None) -> str:

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from torchmagic.features.profile.traces import sliced
+from torchmagic.features.profile.traces import rank, sliced
 from torchmagic.features.profile.traces.run import read_trace
 
 from .record_summaries import rank_trace
@@ -43,8 +43,9 @@ def test_a_fixed_traces_reduction_is_as_recorded(name, recorded, tmp_path):
 
 
 @pytest.mark.parametrize("name", _SMALL)
-def test_in_small_slices_too(name, recorded, tmp_path, monkeypatch):
+def test_in_small_slices_and_chunks_too(name, recorded, tmp_path, monkeypatch):
     monkeypatch.setattr(sliced, "SLICE_CHARS", 2000)  # a few events a batch: the batch's edges everywhere
+    monkeypatch.setattr(rank, "_ROWS", 7)  # and the columns reduced a few rows at a time
     _assert_as_recorded(name, recorded, tmp_path)
 
 
@@ -63,8 +64,9 @@ def test_a_launch_or_kernel_written_again_in_a_row_is_kept_once(tmp_path, monkey
         events.append(event("gemm", ts + 100, 20, cat="kernel", tid=7, correlation=corr))
         events.append(event("aten::add", ts + 1 + i, 1, cat="cpu_op"))
     path = str(write_trace(tmp_path / "twice.json", events))
-    for chars in (sliced.SLICE_CHARS, 700):  # whole, and batches of a few events: their edges between the pairs
+    for chars, rows in ((sliced.SLICE_CHARS, rank._ROWS), (700, 4), (700, 5)):  # and their edges between the pairs
         monkeypatch.setattr(sliced, "SLICE_CHARS", chars)
+        monkeypatch.setattr(rank, "_ROWS", rows)
         trace = read_trace(path)
         # per 8 pairs: 5, 6, 5, 6, 6 (the 6 at 41 is another start), the (0, 60) pair has no id
         assert list(trace.kernel_corr) == [5, 6, 5, 6, 6] * 30 and list(trace.launch_corr) == [5, 6, 5, 6, 6] * 30

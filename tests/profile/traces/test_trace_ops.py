@@ -8,7 +8,7 @@ import pytest
 
 import torchmagic
 from torchmagic.core.devices import DeviceInfo
-from torchmagic.features.profile.traces import ops, run
+from torchmagic.features.profile.traces import columns, ops
 
 from ...tabs import tabs
 from .synthetic import event, write_trace
@@ -175,31 +175,33 @@ def test_only_gemms_and_convolutions_are_judged_for_the_grain():
 
 @pytest.mark.parametrize("checked", [False, True], ids=["typed", "checked"])
 def test_a_trace_is_read_once_whatever_it_holds(tmp_path, monkeypatch, checked):
-    """Read into columns in the per-rank pass's one reading, its slices typed or its events read one by one."""
+    """Read into columns once, for the per-rank pass and the operator report both, its slices typed or its events
+    read one by one."""
     events = [event("ProfilerStep#1", 0, 100, cat="user_annotation"), event("aten::mm", 1, 50, **{"External id": 1})]
     path = write_trace(tmp_path / "t.json", events + ([CHECKED] if checked else []))
 
-    readers, reader = [], run.SlicedTraceReader
+    readers, reader = [], columns.SlicedTraceReader
 
     def counted(*args):
         readers.append(args)
         return reader(*args)
 
-    monkeypatch.setattr(run, "SlicedTraceReader", counted)
+    monkeypatch.setattr(columns, "SlicedTraceReader", counted)
     p = torchmagic.analyze(path).profile
     assert p.steps == 1 and [op.name for op in p.ops] == ["aten::mm"] and len(readers) == 1
 
 
-def test_an_operator_pass_error_read_with_the_per_rank_pass_waits_for_it(tmp_path):
-    """An event the operator pass refuses (a [memory] record's device) before one the per-rank pass refuses
-    (a string duration): the per-rank pass's error, as when the operator pass read the file after it."""
+def test_of_two_refused_events_the_first_is_named(tmp_path):
+    """A [memory] record's unknown device before a string duration: the file's first refused event is the error,
+    with or without the operator report (one reading serves both)."""
     memory = {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 2,
               "args": {"Device Type": 99}}
     events = [event("aten::mm", 1, 50), memory, event("aten::add", 60, "5")]
-    with pytest.raises(ValueError, match=r"traceEvents\[2\] \(\"aten::add\"\): .dur. is a string"):
-        torchmagic.analyze(write_trace(tmp_path / "both.json", events))
-    with pytest.raises(ValueError, match=r"traceEvents\[1\] \(\"\[memory\]\"\): args\[\"Device Type\"\] is 99"):
-        torchmagic.analyze(write_trace(tmp_path / "ops.json", events[:2]))
+    for operators in (True, False):
+        with pytest.raises(ValueError, match=r"traceEvents\[1\] \(\"\[memory\]\"\): args\[\"Device Type\"\] is 99"):
+            torchmagic.analyze(write_trace(tmp_path / "both.json", events), operators=operators)
+    with pytest.raises(ValueError, match=r"traceEvents\[1\] \(\"aten::add\"\): .dur. is a string"):
+        torchmagic.analyze(write_trace(tmp_path / "dur.json", events[:1] + events[2:]))
 
 
 def test_rows_of_equal_figures_are_listed_by_name_whatever_order_the_trace_gave_them(tmp_path):

@@ -10,7 +10,7 @@ import json
 import pytest
 
 import torchmagic
-from torchmagic.features.profile.traces import run, sliced
+from torchmagic.features.profile.traces import columns, sliced
 from torchmagic.features.profile.traces.reader import TraceFileError
 
 
@@ -49,7 +49,7 @@ class _CheckedOnly(sliced.SlicedTraceReader):
 
 def _checked_only(path: str, monkeypatch):
     with monkeypatch.context() as patch:
-        patch.setattr(run, "SlicedTraceReader", _CheckedOnly)
+        patch.setattr(columns, "SlicedTraceReader", _CheckedOnly)
         return _report(path)
 
 
@@ -86,11 +86,12 @@ def test_slices_read_typed_where_they_can(tmp_path, monkeypatch):
 
 def test_a_number_json_cannot_convert_beside_an_event_read_from_its_dict(tmp_path, monkeypatch):
     """msgspec skips a key no report reads, whatever its number's length; where json then decodes that slice
-    for an event that is not plain, its refusal is the checked path's one line, naming the event."""
+    for an event that is not plain (an op of more inputs than are kept), its refusal is the checked path's one
+    line, naming the event."""
     monkeypatch.setattr(sliced, "SLICE_CHARS", 60_000)  # the long number and the odd name in one slice
     huge = _op(216)
     huge["args"]["unread"] = 0
-    path = _trace(tmp_path / "t.json", {216: {"args": huge["args"]}, 217: ODD["name-not-ascii"]})
+    path = _trace(tmp_path / "t.json", {215: ODD["inputs-5000"], 216: {"args": huge["args"]}})
     (tmp_path / "t.json").write_text((tmp_path / "t.json").read_text().replace('"unread": 0', '"unread": ' + "9" * 5000))
     assert any(batch.records and len(batch.records) > 100 for batch in sliced.SlicedTraceReader(path))
     typed = _report(path)

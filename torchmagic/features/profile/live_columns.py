@@ -16,7 +16,8 @@ from .kineto import PYTHON_FUNCTION, STEP_PREFIX, USER_ANNOTATION
 from .summary import TraceSummary
 from .traffic import MATMUL_OPS
 from .traces.columnar import columnar_summary
-from .traces.columns import EventKind, TraceColumns, device_label
+from .traces.column_codes import EventKind, device_label
+from .traces.columns import TraceColumns
 from .traces.rank import RankTrace
 
 NO_INPUTS = ([], [], [])

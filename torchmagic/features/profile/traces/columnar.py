@@ -35,7 +35,8 @@ from .columnar_memory import MemoryColumns, memory_levels, memory_records
 from .columnar_runtime import relinked_threads, runtime_opened
 from .columnar_totals import closed_totals, opened_totals
 from .columnar_waiting import discount_waiting
-from .columns import EventKind, TraceColumns
+from .column_codes import EventKind
+from .columns import TraceColumns
 from .rank import RankTrace
 from .tree import event_tree
 

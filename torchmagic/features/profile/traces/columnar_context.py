@@ -14,7 +14,7 @@ from ..event_kinds import ANNOTATION, DEVICE, MEMORY, OP, PYTHON, RUNTIME
 from ..flops import counts_flops
 from ..frames import is_library_frame, is_user_frame
 from ..kineto import LAUNCH_CALLS, STEP_PREFIX, is_backward_node, is_copy_to_host, is_pageable_upload
-from .columns import EventKind
+from .column_codes import EventKind
 from .tree import EventTree
 
 CATEGORY = {category: code for code, category in enumerate(CATEGORIES)}

@@ -1,9 +1,9 @@
 """One rank's operator-level report from its trace file, as ``%%torchprofile`` gives it.
 
-The trace is read into columns as the per-rank pass reads it (columns.py), in that one reading, whatever its size
-or what it holds, and summarised over them (columnar.py) as a live profile is (profile/live_columns.py): host
-work, runtime calls and the device's kernels, copies and memsets, in groups of about ``GROUP_EVENTS`` events
-(consecutive steps), which bounds what the summary makes besides the columns.
+The trace's columns (columns.py: its one reading, from which the per-rank pass is made too) are summarised
+(columnar.py) as a live profile's are (profile/live_columns.py): host work, runtime calls and the device's
+kernels, copies and memsets, in groups of about ``GROUP_EVENTS`` events (consecutive steps), which bounds what the
+summary makes besides the columns.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ..options import ProfileOptions
 from ..kineto import unread_device
 from ..summary import TraceSummary
 from .columnar import columnar_summary
-from .columns import BatchColumns, ColumnReading, TraceColumns
+from .columns import TraceColumns
 from .fields import MAX_INPUTS
 from .rank import RankTrace
 from .reader import shown_path
@@ -30,10 +30,11 @@ from .reader import shown_path
 GROUP_EVENTS = 300_000  # events summarised at once (a group of steps)
 
 
-def trace_profile(trace: RankTrace, alongside: AlongsideReading) -> ProfileResult:
-    """The operator-level report of one rank's trace, over all its steps, from what ``alongside`` read with the
-    per-rank pass."""
-    summary, seen = operator_summary(trace, GROUP_EVENTS, alongside)
+def trace_profile(trace: RankTrace, columns: TraceColumns) -> ProfileResult:
+    """The operator-level report of one rank's trace, over all its steps, from its columns (let go once
+    summarised: 190 MB at 1 GB, before the findings are made)."""
+    summary, seen = operator_summary(trace, GROUP_EVENTS, columns)
+    del columns
     notes = ["Read from a trace file: a step's time is its ProfilerStep range as recorded (the device was "
              "not synchronised at its end)."]
     if seen.dropped:
@@ -52,15 +53,10 @@ def trace_profile(trace: RankTrace, alongside: AlongsideReading) -> ProfileResul
                          **fields)
 
 
-def operator_summary(trace: RankTrace, limit: int, alongside: AlongsideReading) -> tuple[TraceSummary, Seen]:
-    """The trace's summary over all its steps, in groups of about ``limit`` events, from the columns
-    ``alongside`` read (let go once summarised), and what the reading saw."""
-    columns = alongside.held_columns()
-    flops = columns.flops or _profiled_with_flops(trace.meta)
-    summary, _, _ = columnar_summary(columns, trace, limit, flops)
-    seen = Seen(kernels=columns.kernels, steps=columns.steps, meta=trace.meta, dropped=alongside.dropped())
-    alongside.release_columns()  # (190 MB at 1 GB, let go before the findings are made)
-    return summary, seen
+def operator_summary(trace: RankTrace, limit: int, columns: TraceColumns) -> tuple[TraceSummary, Seen]:
+    """The trace's summary over all its steps, in groups of about ``limit`` events, and what the reading saw."""
+    summary, _, _ = columnar_summary(columns, trace, limit, columns.flops or _profiled_with_flops(trace.meta))
+    return summary, Seen(kernels=columns.kernels, steps=columns.steps, meta=trace.meta, dropped=columns.dropped)
 
 
 def _profiled_with_flops(meta: dict) -> bool:
@@ -76,43 +72,6 @@ class Seen:
     steps: bool = False
     meta: dict = field(default_factory=dict)
     dropped: int = 0  # ops whose inputs were too many to keep
-
-
-def alongside_reading(path: str) -> AlongsideReading:
-    """An AlongsideReading of the trace at ``path``."""
-    return AlongsideReading(path)
-
-
-class AlongsideReading:
-    """The operator pass's reading done as the per-rank pass reads the file (rank.read_rank's ``also``): the
-    trace into columns (columns.py) in that one reading, whatever its size."""
-
-    def __init__(self, path: str):
-        self.columns = ColumnReading(path)
-
-    def __call__(self, batch) -> None:
-        """Read one of the per-rank pass's batches, once it has."""
-        self.columns(batch)
-
-    def batch_columns(self) -> BatchColumns | None:
-        """The last batch as the columns read it (None where they did not): the per-rank pass reads its figures
-        from these rather than from each record again."""
-        return self.columns.batch
-
-    def release_columns(self) -> None:
-        """Let the columns go once they are summarised."""
-        self.columns.columns = None
-
-    def held_columns(self) -> TraceColumns:
-        """The trace's columns, once the per-rank pass has read it all; what the reading refused is raised now,
-        after any error of that pass's own."""
-        if self.columns.refusal is not None:
-            raise self.columns.refusal
-        return self.columns.columns
-
-    def dropped(self) -> int:
-        """Ops whose inputs were too many to keep (their time is counted)."""
-        return self.columns.dropped
 
 
 def _device(meta: dict, kernels: bool, unread: str | None = None) -> tuple[DeviceInfo, RuleContext]:

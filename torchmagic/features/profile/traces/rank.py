@@ -1,5 +1,6 @@
-"""One rank's trace, reduced while it streams by: step windows, unions of busy, data-loading and
-communication time, and each collective's execution (for matching across ranks).
+"""One rank's trace reduced from its columns (columns.py) by queries over them: step windows, unions of busy,
+data-loading and communication time, each collective's execution (for matching across ranks), and the launch ids
+that tie kernels to the steps that launched them.
 
 What counts as what (kineto's Chrome trace, torch 2.x):
 
@@ -21,32 +22,27 @@ import math
 import re
 from array import array
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from msgspec import UNSET
 
-from ....core.gc_pause import gc_paused
-from ..array_views import tensor_view
-from ..kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, HOST_BACKENDS, KERNEL, OPTIMIZER_PREFIXES,
-                              PYTHON_FUNCTION, STEP_PREFIX, USER_ANNOTATION, activity, is_backward_node, is_runtime)
+from ..array_views import doubles, tensor_view
 from ..column_intervals import grouped_totals
+from ..event_kinds import MEMORY
 from ..intervals import IntervalSet
-from .columns import BatchColumns
-from .fields import INT_LIMIT, EventFields
-from .rank_batch import (BACKWARD, COUNTED, DEVICE, HOST, LAUNCH, NOT_TIMED, TAKEN, UNREAD, BatchRoles, add_links,
-                         category_counts)
-from .records import LISTS_KEPT, NO_ARGS, Args, PlainFields
-from .sliced import SlicedTraceReader
+from ..kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, HOST_BACKENDS, KERNEL, OPTIMIZER_PREFIXES, STEP_PREFIX,
+                      USER_ANNOTATION, is_backward_node, is_runtime)
+from .column_codes import EventKind
+from .columns import TraceColumns
 
 MAX_KINDS = 256  # categories, collectives' names: any beyond are counted together
-# what _Reading.records does with a record (its kind's role): hand it to take(), or what take() would do inline
-_TAKEN, _HOST, _BACKWARD, _COUNTED = "taken", "host op", "backward node", "counted"
-_LAUNCH, _DEVICE = "runtime call", "device work"  # not a collective's
-_NO_KIND = (None, None, False, _TAKEN)
 _CHUNK = 1 << 18  # runtime calls matched to their steps at a time
-_ROLE_CODES = {_HOST: HOST, _BACKWARD: BACKWARD, _DEVICE: DEVICE, _LAUNCH: LAUNCH, _COUNTED: COUNTED, _TAKEN: TAKEN}
+_ROWS = 1 << 20  # rows of the columns reduced at a time (their temporaries about 40 MB)
+# what an event's kind is to the pass (NOT_TIMED: a memory record; COUNTED: a timed event only counted, as c10d's
+# calls, which enqueue work and may block on it, and record_param_comms, which describes it)
+(NOT_TIMED, COUNTED, HOST, BACKWARD, DATA, OPTIMIZER, STEP, HOST_COMM, DEVICE, DEVICE_COMM, LAUNCH) = range(11)
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 # bytes per element of record_param_comms' dtype names
@@ -177,339 +173,187 @@ def window_of(windows: list[tuple[int | None, float, float]], starts: list[float
     return windows[i] if i >= 0 and t < windows[i][2] else None
 
 
-def read_rank(events, path: str, also=None) -> RankTrace:
-    """Reduce a stream of trace events (dicts, or a SlicedTraceReader's batches) to a RankTrace: each field
-    checked as it is read (fields.py), and what repeats kept once (a collective, a launch or a kernel seen again).
-    ``also``: called with each batch first (another reading done in the same pass); where it has ``batch_columns``,
-    a batch it read into columns is taken from those."""
-    reading = _Reading(path)
-    with gc_paused():  # each slice makes thousands of objects, none in a cycle: the GC's passes would only cost time
-        if isinstance(events, SlicedTraceReader):
-            plain = PlainFields(reading.check)
-            columns = getattr(also, "batch_columns", None)  # where ``also`` reads batches into columns
-            for batch in events:
-                if also is not None:
-                    also(batch)
-                if batch.records is None:
-                    reading.event(batch.events()[0], batch.first)
-                    continue
-                read = columns() if columns is not None else None
-                if read is None or not reading.columns(batch, read, plain):
-                    reading.records(batch, plain)
-        else:
-            for position, ev in enumerate(events):
-                reading.event(ev, getattr(events, "index", position))  # the reader's: oversized events not yielded
-    return reading.finished()
+def rank_trace(columns: TraceColumns, path: str) -> RankTrace:
+    """The RankTrace of a trace's columns (its times µs again: the ns kept over 1000), read ``_ROWS`` rows at a
+    time."""
+    out = RankTrace(path, events=columns.events, cut_strings=columns.cut_strings)
+    roles = torch.tensor([_role(kind) for kind in columns.kinds], dtype=torch.int8)
+    categories = _Categories(columns)
+    collectives = _Collectives(columns)
+    kernels, calls = _Linked(ends=True), _Linked(ends=False)
+    first, last = math.inf, -math.inf
+    for chunk in _chunks(columns, roles):
+        timed = chunk.role != NOT_TIMED
+        if not bool(timed.any()):
+            continue
+        first, last = min(first, float(chunk.start[timed].min())), max(last, float(chunk.end[timed].max()))
+        categories.add(chunk.codes[timed])
+        _add_unions(out, chunk)
+        _add_steps(out, columns, chunk)
+        collectives.add(chunk)
+    for chunk in _chunks(columns, roles, tensor_view(columns.linked_rows, torch.int64)):
+        ids = tensor_view(columns.correlation, torch.int64)[chunk.at:chunk.at + len(chunk.role)]
+        kernels.add(chunk, ids, (chunk.role == DEVICE) & (ids > 0))
+        calls.add(chunk, ids, (chunk.role == LAUNCH) & (ids > 0))
+    if first <= last:
+        out.span = (first, last)
+    out.categories = categories.counted()
+    out.host_collectives, out.device_collectives = collectives.host(), collectives.device()
+    out.kernel_start, out.kernel_end, out.kernel_corr = kernels.starts, kernels.ends, kernels.ids
+    out.launch_ts, out.launch_corr = calls.starts, calls.ids
+    _comm_bytes(out, columns)
+    return out
 
 
-class _DictDetails:
-    """What an event says beyond its times, name and category, read from its dict (checked when read)."""
+@dataclass
+class _Chunk:
+    """Some rows of the columns (``rows``; None: rows ``at`` on, in order), each one's kind code, role, and start and
+    end in µs."""
 
-    __slots__ = ("check", "ev", "index", "args")
+    at: int
+    rows: torch.Tensor | None
+    codes: torch.Tensor
+    role: torch.Tensor
+    start: torch.Tensor
+    end: torch.Tensor
 
-    def __init__(self, check: EventFields, ev: dict, index: int, args: dict):
-        self.check, self.ev, self.index, self.args = check, ev, index, args
-
-    def correlation(self) -> int | None:
-        return _correlation(self.args)
-
-    def finished(self) -> bool:
-        return _finished(self.args)
-
-    def thread(self) -> int | str:
-        return self.check.hashable(self.ev.get("tid", 0), self.ev, self.index, "'tid'")
-
-    def comm_sizes(self) -> tuple[str, int, str] | None:
-        return _collective_sizes(self.args, self.check, self.ev, self.index)
+    def row(self, index: int) -> int:
+        return self.at + index if self.rows is None else int(self.rows[index])
 
 
-class _RecordDetails:
-    """The same from a typed record, its values already found plain (records.py)."""
-
-    __slots__ = ("args", "tid", "sizes")
-
-    def __init__(self, args: Args, tid: int | str, sizes: tuple[str, int, str] | None):
-        self.args, self.tid, self.sizes = args, tid, sizes
-
-    def correlation(self) -> int | None:
-        return _plain_correlation(self.args.correlation)
-
-    def finished(self) -> bool:
-        return self.args.finished
-
-    def thread(self) -> int | str:
-        return self.tid
-
-    def comm_sizes(self) -> tuple[str, int, str] | None:
-        return self.sizes
+def _chunks(columns: TraceColumns, roles: torch.Tensor, rows: torch.Tensor | None = None) -> Iterator[_Chunk]:
+    """The columns' rows (or only ``rows``), ``_ROWS`` at a time."""
+    kinds = tensor_view(columns.kind, torch.int32)
+    starts, ends = tensor_view(columns.start, torch.int64), tensor_view(columns.end, torch.int64)
+    for at in range(0, len(kinds) if rows is None else len(rows), _ROWS):
+        chosen = slice(at, at + _ROWS) if rows is None else rows[at:at + _ROWS]
+        codes = kinds[chosen].long()
+        yield _Chunk(at, None if rows is None else chosen, codes, roles[codes], starts[chosen].double() / 1000,
+                     ends[chosen].double() / 1000)
 
 
-def _plain_sizes(args: Args, plain: PlainFields):
-    """record_param_comms' sizes from a record: None where there are none, False where not plain."""
-    if args.collective is UNSET or args.elements is UNSET:
-        return None
-    name, dtype = plain.text(args.collective), plain.text(args.dtype)
-    if name is None or dtype is None or not 0 <= args.elements < INT_LIMIT:
-        return False
-    return name, args.elements, dtype
+def _add_unions(out: RankTrace, chunk: _Chunk) -> None:
+    for unions, roles in ((out.host_busy, (HOST, BACKWARD, DATA)), (out.backward, (BACKWARD,)), (out.data, (DATA,)),
+                          (out.optimizer, (OPTIMIZER,)), (out.host_comm, (HOST_COMM,)), (out.device_busy, (DEVICE,)),
+                          (out.device_comm, (DEVICE_COMM,))):
+        rows = torch.isin(chunk.role, torch.tensor(roles, dtype=torch.int8))
+        unions.add_all(chunk.start[rows], chunk.end[rows])
 
 
-class _Reading:
-    """One rank's trace being read: the RankTrace so far, the checks of its fields, and its collectives
-    (each kept once: the same one written again, same thread and times, is not)."""
+def _add_steps(out: RankTrace, columns: TraceColumns, chunk: _Chunk) -> None:
+    rows = (chunk.role == STEP).nonzero().flatten()
+    for code, opened, closed in zip(chunk.codes[rows].tolist(), chunk.start[rows].tolist(), chunk.end[rows].tolist()):
+        out.steps[step_number(columns.kinds[code].name)] = (opened, closed)  # a step written again: the last
 
-    def __init__(self, path: str):
-        self.out = RankTrace(path)
-        self.check = EventFields(path)
-        self.collectives: dict[tuple, Collective] = {}  # (host?, op, start, end, thread, finished) -> it
-        self.first, self.last = float("inf"), float("-inf")  # the first start and last end of timed events
-        self.kinds: dict[tuple, tuple] = {}  # a record's (name, cat) as written -> what _kind makes of them
-        self.roles = BatchRoles(_ROLE_CODES)  # what _kind makes of the columns' kind codes (``columns``)
 
-    def event(self, ev, index: int) -> None:
-        """One event from its dict, each field checked as it is read."""
-        check = self.check
-        self.out.events += 1
-        check.event(ev, index)
-        if ev.get("ph") != "X":
-            return
-        start = check.time(ev, index, "ts")
-        end = start + check.time(ev, index, "dur", 0.0)
-        name = check.name(ev, index)
-        cat = activity(check.text(ev.get("cat"), ev, index, "'cat'"), name)
-        args = check.args(ev, index)
-        self.take(start, end, name, cat, _DictDetails(check, ev, index, args))
-
-    def records(self, batch, plain: PlainFields, chosen: list | None = None) -> None:
-        """A batch of typed records (``chosen``: only these of them, as (None, record) pairs, counted already);
-        one whose values are not plain is read from its dict instead.  What ``take`` does with a host op (most
-        events) is done here, without the call."""
-        out = self.out
-        if chosen is None:
-            out.events += len(batch.records)
-        kinds, take, when, categories = self.kinds, self.take, plain.when, out.categories
-        host_busy, backward, device_busy = out.host_busy, out.backward, out.device_busy
-        for position, record in enumerate(batch.records) if chosen is None else chosen:
-            if record.ph != "X":
-                continue
-            kind = kinds.get((record.name, record.cat)) or self._kind(record.name, record.cat, plain)
-            ts, dur, tid = record.ts, record.dur, record.tid
-            if type(ts) is not float or not -math.inf < ts < math.inf or type(dur) is not float \
-                    or not 0 <= dur < math.inf or type(tid) is not int or not -INT_LIMIT < tid < INT_LIMIT:
-                ts, dur, tid = when(record)
-            name, cat, detailed, role = kind or _NO_KIND
-            args = record.args or NO_ARGS
-            sizes = _plain_sizes(args, plain) if name == "record_param_comms" else None
-            if kind is None or ts is None or tid is None or sizes is False:
-                out.events -= 1  # counted again there
-                if position is None:
-                    position = next(i for i, held in enumerate(batch.records) if held is record)
-                self.event(batch.events()[position], batch.first + position)
-                continue
-            if role is _TAKEN:
-                take(ts, ts + dur, name, cat, _RecordDetails(args, tid, sizes) if detailed else None)
-                continue
-            counted = cat if cat in categories or len(categories) < MAX_KINDS else "(other)"
-            categories[counted] = categories.get(counted, 0) + 1
-            end = ts + dur
-            if ts < self.first:
-                self.first = ts
-            if end > self.last:
-                self.last = end
-            if role is _HOST or role is _BACKWARD:
-                host_busy.add(ts, end)
-                if role is _BACKWARD:
-                    backward.add(ts, end)
-            elif role is _DEVICE:
-                device_busy.add(ts, end)
-                _correlated(out, _plain_correlation(args.correlation), ts, end)
-            elif role is _LAUNCH:
-                _launched(out, _plain_correlation(args.correlation), ts)
-
-    def columns(self, batch, read: BatchColumns, plain: PlainFields) -> bool:
-        """A batch the columns read, its records' part done over tensors as ``records`` would do it, but for the
-        steps, ranges and collectives ``take`` reads one by one; False (nothing done) where a record's name or
-        category is not plain, or the categories would pass MAX_KINDS: ``records`` reads it then."""
-        table = self.roles.tensors(read.raw_kinds, lambda name, cat: self.kinds.get((name, cat))
-                                   or self._kind(name, cat, plain))
-        out = self.out
-        kind = tensor_view(read.kinds, torch.int32).long()
-        role = table[0][kind]
-        if bool((role == UNREAD).any()):
-            return False
-        if read.memory:  # a memory record ('i') is no timed event here (an 'X' of its name and category is)
-            role[[i for i in read.memory if read.timed[i].ph != "X"]] = NOT_TIMED
-        timed = role != NOT_TIMED
-        taken = role == TAKEN
-        counts = category_counts(table[1][kind[timed]], ~taken[timed], self.roles.categories, out.categories)
-        if len(set(out.categories) | {name for name, _ in counts}) > MAX_KINDS:
-            return False
-        out.events += len(batch.records)
-        for name, count in counts:
-            out.categories[name] = out.categories.get(name, 0) + count
-        ts = tensor_view(read.ts, torch.float64)
-        end = ts + tensor_view(read.dur, torch.float64)
-        bulk = timed & ~taken
-        if bool(bulk.any()):
-            self.first, self.last = min(self.first, float(ts[bulk].min())), max(self.last, float(end[bulk].max()))
-        host, backward, device = (role == HOST) | (role == BACKWARD), role == BACKWARD, role == DEVICE
-        out.host_busy.add_all(ts[host], end[host])
-        out.backward.add_all(ts[backward], end[backward])
-        out.device_busy.add_all(ts[device], end[device])
-        corr = tensor_view(read.correlation, torch.long)
-        linked = device & (corr > 0)
-        add_links(out.kernel_start, out.kernel_end, out.kernel_corr, (ts[linked], end[linked], corr[linked]))
-        linked = (role == LAUNCH) & (corr > 0)
-        add_links(out.launch_ts, None, out.launch_corr, (ts[linked], None, corr[linked]))
-        if bool(taken.any()):
-            self.records(batch, plain, [(None, read.timed[i]) for i in taken.nonzero().flatten().tolist()])
-        return True
-
-    def _kind(self, raw_name: str | None, raw_cat: str | None, plain: PlainFields) -> tuple | None:
-        """A record's name and category as kept, its current-schema category, whether ``take`` reads its
-        details (not an op's, but record_param_comms's), and what ``records`` does with it (its role: a host op
-        or a backward node's, a runtime call's, device work but a collective's, counted only, or handed to
-        ``take``); None where the name or category is not plain."""
-        name, cat = plain.text(raw_name), plain.text(raw_cat)
-        if name is None or cat is None:
-            return None
-        cat = activity(cat, name)
-        detailed = cat not in (CPU_OP, PYTHON_FUNCTION) or name == "record_param_comms"
-        if cat == CPU_OP and not name.startswith("c10d::") and name != "record_param_comms":
-            role = _BACKWARD if is_backward_node(name) else _HOST
-        elif cat in DEVICE_ACTIVITIES and (cat != KERNEL or collective_op(cat, name) is None):
-            role = _DEVICE
-        elif is_runtime(cat):
-            role = _LAUNCH
-        elif cat in (CPU_OP, USER_ANNOTATION, KERNEL):
-            role = _TAKEN
-        else:
-            role = _COUNTED  # take() would only count it
-        kind = name, cat, detailed, role
-        if len(self.kinds) < LISTS_KEPT:
-            self.kinds[raw_name, raw_cat] = kind
-        return kind
-
-    def take(self, start: float, end: float, name: str, cat: str, details) -> None:
-        """A timed event's part in the reduction."""
-        out = self.out
-        counted = cat if cat in out.categories or len(out.categories) < MAX_KINDS else "(other)"
-        out.categories[counted] = out.categories.get(counted, 0) + 1
-        if start < self.first:
-            self.first = start
-        if end > self.last:
-            self.last = end
-        if cat == CPU_OP:
-            if name.startswith("c10d::"):  # c10d ops enqueue work, and may block on it
-                return
-            if name == "record_param_comms":
-                _add_collective_sizes(out, details.comm_sizes())
-                return
-            out.host_busy.add(start, end)
-            if is_backward_node(name):
-                out.backward.add(start, end)
-        elif cat == USER_ANNOTATION:
-            self.annotation(name, start, end, details)
-        elif cat == KERNEL:
-            op = collective_op(cat, name)
-            if op is None:
-                out.device_busy.add(start, end)
-                _correlated(out, details.correlation(), start, end)
-            else:
-                out.device_comm.add(start, end)
-                self.collective(False, op, start, end, details)
-        elif cat in DEVICE_ACTIVITIES:
-            out.device_busy.add(start, end)
-            _correlated(out, details.correlation(), start, end)
-        elif is_runtime(cat):
-            _launched(out, details.correlation(), start)
-
-    def annotation(self, name: str, start: float, end: float, details) -> None:
-        """A user annotation: a step, data loading, an optimizer's step, or a host backend's collective."""
-        out = self.out
+def _role(kind: EventKind) -> int:
+    """What the pass does with events of a kind (their name and category as kept)."""
+    name, cat = kind.name, kind.cat
+    if kind.kind == MEMORY:
+        return NOT_TIMED
+    if cat == CPU_OP:
+        if name.startswith("c10d::") or name == "record_param_comms":
+            return COUNTED
+        return BACKWARD if is_backward_node(name) else HOST
+    if cat == USER_ANNOTATION:
         if name.startswith(STEP_PREFIX):
-            number = step_number(name)
-            if number is not None:
-                out.steps[number] = (start, end)
-        elif name.startswith(DATA_PREFIX):
-            out.data.add(start, end)
-            out.host_busy.add(start, end)
-        elif name.startswith(OPTIMIZER_PREFIXES):
-            out.optimizer.add(start, end)
-        elif name.startswith(HOST_BACKENDS):
-            out.host_comm.add(start, end)
-            self.collective(True, collective_op(USER_ANNOTATION, name), start, end, details)
+            return STEP if step_number(name) is not None else COUNTED
+        for prefixes, role in ((DATA_PREFIX, DATA), (OPTIMIZER_PREFIXES, OPTIMIZER), (HOST_BACKENDS, HOST_COMM)):
+            if name.startswith(prefixes):
+                return role
+        return COUNTED
+    if cat in DEVICE_ACTIVITIES:
+        return DEVICE_COMM if collective_op(cat, name) is not None else DEVICE
+    return LAUNCH if is_runtime(cat) else COUNTED
 
-    def collective(self, host: bool, op: str, start: float, end: float, details) -> None:
-        """Keep a collective's execution, once."""
-        key = (host, op, start, end, details.thread(), details.finished())
-        if key not in self.collectives:
-            self.collectives[key] = Collective(op, start, end - start, key[-1])
 
-    def finished(self) -> RankTrace:
-        """The RankTrace, once every event is read."""
-        out = self.out
-        out.host_collectives = [c for key, c in self.collectives.items() if key[0]]
-        out.device_collectives = [c for key, c in self.collectives.items() if not key[0]]
-        out.cut_strings = self.check.cut
-        if self.first <= self.last:
-            out.span = (self.first, self.last)
-        return out
+class _Categories:
+    """Timed events counted by category, in the order each first appears; past MAX_KINDS, the rest as "(other)"."""
+
+    def __init__(self, columns: TraceColumns):
+        self.names = sorted({kind.cat for kind in columns.kinds})
+        number = {name: i for i, name in enumerate(self.names)}
+        self.of_kind = torch.tensor([number[kind.cat] for kind in columns.kinds], dtype=torch.long)
+        self.counts = torch.zeros(len(self.names), dtype=torch.long)
+        self.order: list[int] = []  # category numbers, as they first appear
+
+    def add(self, codes: torch.Tensor) -> None:
+        category = self.of_kind[codes]
+        self.counts += torch.bincount(category, minlength=len(self.names))
+        unique, inverse = torch.unique(category, return_inverse=True)
+        first = torch.full((len(unique),), len(category)).scatter_reduce_(0, inverse, torch.arange(len(category)),
+                                                                          "amin")
+        seen = set(self.order)
+        self.order += [code for code in unique[torch.argsort(first)].tolist() if code not in seen]
+
+    def counted(self) -> dict[str, int]:
+        found = {self.names[code]: int(self.counts[code]) for code in self.order[:MAX_KINDS]}
+        if len(self.order) > MAX_KINDS:
+            found["(other)"] = int(self.counts[self.order[MAX_KINDS:]].sum())
+        return found
+
+
+class _Collectives:
+    """Each collective's execution, kept once (the same one written again, same thread and times, is not), in
+    file order: a host backend's range, or a device's collective kernel."""
+
+    def __init__(self, columns: TraceColumns):
+        self.columns = columns
+        self.unfinished = set(columns.unfinished_rows)
+        self.kept: dict[tuple, Collective] = {}  # (host?, op, start, end, thread, finished) -> it
+
+    def add(self, chunk: _Chunk) -> None:
+        columns = self.columns
+        rows = ((chunk.role == HOST_COMM) | (chunk.role == DEVICE_COMM)).nonzero().flatten()
+        for index, code, opened, closed in zip(rows.tolist(), chunk.codes[rows].tolist(), chunk.start[rows].tolist(),
+                                               chunk.end[rows].tolist()):
+            row = chunk.row(index)
+            kind = columns.kinds[code]
+            key = (kind.cat == USER_ANNOTATION, collective_op(kind.cat, kind.name), opened, closed,
+                   columns.threads[columns.thread[row]], row not in self.unfinished)
+            if key not in self.kept:
+                self.kept[key] = Collective(key[1], opened, closed - opened, key[5])
+
+    def host(self) -> list[Collective]:
+        return [c for key, c in self.kept.items() if key[0]]
+
+    def device(self) -> list[Collective]:
+        return [c for key, c in self.kept.items() if not key[0]]
+
+
+def _comm_bytes(out: RankTrace, columns: TraceColumns) -> None:
+    """The bytes record_param_comms says each collective moves ('allreduce' -> bytes; past MAX_KINDS names, none)."""
+    for elements, code in zip(columns.comm_elements, columns.comm_kind):
+        name, dtype = columns.comm_kinds[code]
+        key = name.replace("_", "").lower()
+        if key in out.comm_bytes or len(out.comm_bytes) < MAX_KINDS:
+            out.comm_bytes[key] += elements * _DTYPE_BYTES.get(dtype, 0)
+
+
+class _Linked:
+    """Runs linked by CUPTI's correlation id (a compute kernel's, a runtime call's), in order, each kept once:
+    kineto writes some device events twice, and one written again right after (the same id and start) is not
+    kept again."""
+
+    def __init__(self, ends: bool):
+        self.starts, self.ends, self.ids = array("d"), array("d") if ends else None, array("q")
+        self._last: tuple[int, float] | None = None  # the last kept's id and start
+
+    def add(self, chunk: _Chunk, ids: torch.Tensor, chosen: torch.Tensor) -> None:
+        ids, start, end = ids[chosen], chunk.start[chosen], chunk.end[chosen]
+        if not len(ids):
+            return
+        once = torch.ones(len(ids), dtype=torch.bool)
+        once[1:] = (ids[1:] != ids[:-1]) | (start[1:] != start[:-1])
+        once[0] = self._last != (int(ids[0]), float(start[0]))
+        self.starts.extend(doubles(start[once]))
+        if self.ends is not None:
+            self.ends.extend(doubles(end[once]))
+        self.ids.extend(array("q", ids[once].tolist()))
+        self._last = (int(ids[-1]), float(start[-1]))
 
 
 def step_number(name: str) -> int | None:
     """N of ``ProfilerStep#N`` (ASCII digits, at most 18: any other tail is not a step)."""
     tail = name[len(STEP_PREFIX):]
     return int(tail) if tail.isascii() and tail.isdigit() and len(tail) <= 18 else None
-
-
-def _correlated(out: RankTrace, corr: int | None, start: float, end: float) -> None:
-    """Keep a compute kernel's run with the correlation id of the runtime call that launched it
-    (once: the same kernel written again in a row is not kept again)."""
-    if corr is not None and not (out.kernel_corr and out.kernel_corr[-1] == corr and out.kernel_start[-1] == start):
-        out.kernel_start.append(start)
-        out.kernel_end.append(end)
-        out.kernel_corr.append(corr)
-
-
-def _launched(out: RankTrace, corr: int | None, start: float) -> None:
-    """Keep a runtime call's start with its correlation id (once: the same call written again in a row is not
-    kept again)."""
-    if corr is not None and not (out.launch_corr and out.launch_corr[-1] == corr and out.launch_ts[-1] == start):
-        out.launch_ts.append(start)
-        out.launch_corr.append(corr)
-
-
-def _plain_correlation(corr: int) -> int | None:
-    """A typed record's correlation id, None for none (0, or past 64 bits)."""
-    return corr if 0 < corr < 1 << 63 else None
-
-
-def _correlation(args: dict) -> int | None:
-    corr = args.get("correlation")
-    return corr if type(corr) is int and 0 < corr < 1 << 63 else None
-
-
-def _finished(args: dict) -> bool:
-    """False for a range still open when the profiler stopped (kineto ends it there)."""
-    return args.get("finished", True) is not False
-
-
-def _collective_sizes(args: dict, check: EventFields, ev: dict, index: int) -> tuple[str, int, str] | None:
-    """The collective's name, elements and dtype of a ``record_param_comms`` event (what NCCL and newer
-    gloo traces carry), or None."""
-    if "Collective name" not in args or "In msg nelems" not in args:
-        return None
-    name = check.text(args["Collective name"], ev, index, 'args["Collective name"]')
-    elements = check.integer(args, "In msg nelems", 0, ev, index, low=0)
-    dtype = check.text(args.get("dtype"), ev, index, 'args["dtype"]')
-    return name, elements, dtype
-
-
-def _add_collective_sizes(out: RankTrace, sizes: tuple[str, int, str] | None) -> None:
-    if sizes is None:
-        return
-    name, elements, dtype = sizes
-    key = name.replace("_", "").lower()
-    if key in out.comm_bytes or len(out.comm_bytes) < MAX_KINDS:
-        out.comm_bytes[key] += elements * _DTYPE_BYTES.get(dtype, 0)

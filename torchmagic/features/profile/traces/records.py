@@ -11,7 +11,6 @@ there: either way the figures, notes and one-line errors are the checked path's 
 from __future__ import annotations
 
 import json
-import math
 
 import msgspec
 from msgspec import UNSET, Raw, UnsetType, field
@@ -24,7 +23,7 @@ LISTS_KEPT = 1 << 16  # distinct strings, and ops' input lists, remembered: past
 
 
 class Args(msgspec.Struct, gc=False):
-    """The ``args`` keys the reports read (rank.py, ops.py), each of the type kineto writes."""
+    """The ``args`` keys the columns keep (columns.py), each of the type kineto writes."""
 
     external: int | None = field(default=None, name="External id")
     external_before_1_10: int | None = field(default=None, name="external id")
@@ -79,22 +78,6 @@ class PlainFields:
         # an op's input lists as kept, by their texts (Input Dims, Input type, Concrete Inputs): read where it is hot
         self.inputs: dict[tuple[bytes, bytes, bytes], tuple[list, list, list]] = {}
 
-    def times(self, record: Record) -> tuple[float, float] | None:
-        """(ts, dur) in µs as ``EventFields.time`` reads them, or None."""
-        ts, dur = record.ts, record.dur
-        if type(ts) is float:
-            if not math.isfinite(ts):
-                return None
-        elif type(ts) is int and -INT_LIMIT < ts < INT_LIMIT:
-            ts = float(ts)
-        else:
-            return None
-        if dur is None:
-            return ts, 0.0
-        if type(dur) is int and 0 <= dur < INT_LIMIT:
-            return ts, float(dur)
-        return (ts, dur) if type(dur) is float and 0 <= dur < math.inf else None
-
     def text(self, value: str | None) -> str | None:
         """A name or category as ``EventFields.text`` keeps it ('' for null), or None (long, or not ASCII)."""
         kept = self._texts.get(value)
@@ -104,17 +87,6 @@ class PlainFields:
         if len(self._texts) < LISTS_KEPT:
             self._texts[value] = kept
         return kept
-
-    def when(self, record: Record) -> tuple[float | None, float | None, int | str | None]:
-        """(ts, dur, tid) as ``times`` and ``tid`` read them (None for what is not plain): the common case,
-        finite float times and an int thread, without their calls (read for every event)."""
-        ts, dur, tid = record.ts, record.dur, record.tid
-        if type(ts) is not float or not -math.inf < ts < math.inf or type(dur) is not float \
-                or not 0 <= dur < math.inf:
-            ts, dur = self.times(record) or (None, None)
-        if type(tid) is not int or not -INT_LIMIT < tid < INT_LIMIT:
-            tid = self.tid(tid)
-        return ts, dur, tid
 
     def tid(self, value: int | str) -> int | str | None:
         if type(value) is int:

@@ -1,6 +1,6 @@
-"""``torchmagic.analyze``: the traces a job wrote, one file per rank, read one at a time as
-streams (reader.py), reduced per rank (rank.py), compared across ranks (cross.py) and diagnosed
-(rules.py); a job of one rank also gets its operator-level report (ops.py)."""
+"""``torchmagic.analyze``: the traces a job wrote, one file per rank, each read into columns as it streams
+(columns.py), reduced per rank from them (rank.py), compared across ranks (cross.py) and diagnosed (rules.py); a
+job of one rank also gets its operator-level report from the same columns (ops.py)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from collections.abc import Iterable
 from ....core.render.format import fmt_s
 from ..kineto import timing_note, unread_note
 from .cross import find_straggler, match_collectives, representative_lanes, summarize_rank
-from .ops import AlongsideReading, alongside_reading, trace_profile
-from .rank import RankTrace, read_rank
+from .columns import TraceColumns, read_columns
+from .ops import trace_profile
+from .rank import RankTrace, rank_trace
 from .fields import TEXT_CHARS, kind
 from .reader import EVENT_CHARS, TraceFileError, shown_path
 from .result import TraceAnalysis
 from .rules import cross_rank_findings
-from .sliced import SlicedTraceReader
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_IN_NAME = re.compile(r"rank[_-]?([0-9]{1,9})", re.IGNORECASE)
@@ -97,7 +97,7 @@ def _too_many(what: str) -> str:
 
 def analyze_traces(source, *, label: str | None = None, operators: bool = True) -> TraceAnalysis:
     """Read every trace of ``source`` and compare its ranks; with ``operators``, a job of one rank
-    also gets its operator table and findings (read in the per-rank pass's one reading).  A file that is not a
+    also gets its operator table and findings (from the same reading).  A file that is not a
     trace raises TraceFileError, whose traceback holds none of the frames that found it."""
     __tracebackhide__ = True  # noqa: F841
     try:
@@ -109,9 +109,14 @@ def analyze_traces(source, *, label: str | None = None, operators: bool = True) 
 def _analyze(source, label: str | None, operators: bool) -> TraceAnalysis:
     started = time.perf_counter()
     paths = trace_files(source)
-    # one rank: its operator pass reads the file with the per-rank pass (where it holds the trace at once)
-    alongside = alongside_reading(paths[0]) if operators and len(paths) == 1 else None
-    traces = [read_trace(path, alongside) for path in paths]
+    kept: list[TraceColumns] = []  # one rank's columns, for its operator report
+    traces = []
+    for path in paths:
+        trace, columns = read_rank(path)
+        traces.append(trace)
+        if operators and len(paths) == 1:
+            kept.append(columns)
+        del columns  # (a rank's columns let go before the next is read)
     notes = _number_ranks(traces)
     for trace in traces:
         notes.extend(note if len(traces) == 1 else f"{shown_path(os.path.basename(trace.path))}: {note}"
@@ -151,7 +156,7 @@ def _analyze(source, label: str | None, operators: bool) -> TraceAnalysis:
     findings = cross_rank_findings(ranks, straggler, phase, reason)
     profile = None
     if operators and len(traces) == 1:  # one rank: its operators and findings, as %%torchprofile gives them
-        profile = trace_profile(traces[0], alongside)
+        profile = trace_profile(traces[0], kept.pop())
     return TraceAnalysis(
         source=label or (shown_path(_path(source)) if isinstance(source, (str, bytes, os.PathLike)) else "traces"),
         ranks=ranks, straggler=straggler, straggler_phase=phase, straggler_reason=reason,
@@ -161,10 +166,15 @@ def _analyze(source, label: str | None, operators: bool) -> TraceAnalysis:
         analysis_s=time.perf_counter() - started)
 
 
-def read_trace(path: str, alongside: AlongsideReading | None = None) -> RankTrace:
-    """One trace file read by the per-rank pass (and ``alongside``), with what its top level says of its rank."""
-    reader = SlicedTraceReader(path)
-    trace = read_rank(reader, path, alongside)
+def read_trace(path: str) -> RankTrace:
+    """One trace file's RankTrace (``read_rank``'s)."""
+    return read_rank(path)[0]
+
+
+def read_rank(path: str) -> tuple[RankTrace, TraceColumns]:
+    """One trace file read into columns, and the RankTrace made from them with what its top level says of its rank."""
+    columns, reader = read_columns(path)
+    trace = rank_trace(columns, path)
     trace.bytes_read, trace.meta = reader.bytes_read, reader.meta
     info = reader.meta.get("distributedInfo")
     if isinstance(info, dict):
@@ -186,7 +196,7 @@ def read_trace(path: str, alongside: AlongsideReading | None = None) -> RankTrac
     if reader.skipped_meta:
         trace.read_notes.append(f"top-level value(s) too long to keep were left out: "
                                 f"{', '.join(reader.skipped_meta[:3])}{' ...' if len(reader.skipped_meta) > 3 else ''}")
-    return trace
+    return trace, columns
 
 
 def _meta_int(path: str, info: dict, key: str, low: int) -> int | None:
