@@ -2,7 +2,7 @@
 items and the sums of its numbers), held to what ``record_summaries.py`` wrote to
 tests/data/operator_summaries.json.gz.
 
-They were recorded when two implementations agreed on every one, field by field: the sweep over events
+They were first recorded when two implementations agreed on every one, field by field: the sweep over events
 (profile/sweep.py, removed since) and the columnar summary.  A change that moves a figure fails here; re-record
 (``python -m tests.profile.traces.record_summaries``) only for a change meant to move it, and say why in the
 commit."""
@@ -24,11 +24,12 @@ LONG = 32  # a list or dict longer than this is kept as its length, first items 
 
 
 def fingerprint(value):
-    """``value`` (a TraceSummary, or any part of one) as plain JSON values, dicts as lists of pairs in order."""
+    """``value`` (a TraceSummary, or any part of one) as plain JSON values, dicts as lists of pairs by key (the
+    order a dict was filled in is no figure: every view sorts its rows, ties by name)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: fingerprint(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
-        pairs = [[_key(key), item] for key, item in value.items()]
+        pairs = sorted(([_key(key), item] for key, item in value.items()), key=lambda pair: pair[0])
         if len(pairs) > LONG:
             return _long([pair[1] for pair in pairs], [[key, fingerprint(item)] for key, item in pairs[:LONG]])
         return [[key, fingerprint(item)] for key, item in pairs]
@@ -81,7 +82,7 @@ def load(path: str = RECORDED) -> dict:
 
 
 def assert_recorded(summary: TraceSummary, recorded, where: str = "summary") -> None:
-    """``summary`` as recorded, floats to 1e-9 of their value (or 1e-6 µs), dicts' keys in order."""
+    """``summary`` as recorded, floats to 1e-9 of their value (or 1e-6 µs), dicts by key."""
     _same(fingerprint(summary), recorded, where)
 
 

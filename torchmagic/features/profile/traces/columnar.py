@@ -33,7 +33,7 @@ from .columnar_context import Events, context_of, names_of
 from .columnar_device import DeviceBusy, DeviceColumns, attribute, count_lost, device_reads, first_launches
 from .columnar_memory import MemoryColumns, memory_levels, memory_records
 from .columnar_runtime import relinked_threads, runtime_opened
-from .columnar_totals import closed_totals, opened_totals
+from .columnar_totals import Marks, closed_totals, opened_totals
 from .columnar_waiting import discount_waiting
 from .column_codes import EventKind
 from .columns import TraceColumns
@@ -316,7 +316,7 @@ def _add(out: TraceSummary, group: tuple[Events, DeviceColumns], names, carried:
     first = first_launches(device, carried.first_kernels)
     links, one_time = runtime_opened(out, events, names, context, (carried.op_calls, first))
     records, allocations = memory_records(out, events, names, memory, carried.windows)
-    bars = closed_totals(out, events, names, context, (allocations, one_time, links if len(device) else None))
+    bars = closed_totals(out, events, names, context, Marks(allocations, one_time, links if len(device) else None))
     gaps = opened_totals(out, events, names, context)
     carried.others_after = discount_waiting(out, bars, gaps, carried.windows[before:], carried.others_after)
     memory_levels(out, records, carried.windows, (carried.level, carried.base), last)

@@ -11,7 +11,6 @@ import torch
 
 from ..summary import TraceSummary
 from .columnar_context import Events, Names, window_of
-from .columnar_totals import visiting_keys
 
 
 @dataclass
@@ -24,11 +23,19 @@ class MemoryColumns:
     devices: list[str]
 
 
-def memory_records(out: TraceSummary, events: Events, names: Names, memory: MemoryColumns, windows) -> tuple:
-    """The group's memory records as (time, device, bytes) in visiting order, and the bytes they gave ops:
-    (the ops' name ids, bytes, visiting keys)."""
+@dataclass
+class OpAllocations:
+    """The bytes memory records in the steps gave the ops they were visited under: the ops' name ids and bytes."""
+
+    name: torch.Tensor
+    nbytes: torch.Tensor
+
+
+def memory_records(out: TraceSummary, events: Events, names: Names, memory: MemoryColumns,
+                   windows) -> tuple[list[tuple[float, str, int]], OpAllocations]:
+    """The group's memory records as (time, device, bytes) in visiting order, and the bytes they gave ops."""
     rows = names.memory[events.kind].nonzero().flatten()
-    none = (torch.empty(0, dtype=torch.long),) * 3
+    none = OpAllocations(torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long))
     if not len(rows):
         return [], none
     out.memory_recorded = True
@@ -43,7 +50,7 @@ def memory_records(out: TraceSummary, events: Events, names: Names, memory: Memo
     by_op = placed & (parent >= 0) & names.op[events.kind[parent.clamp(min=0)]]
     if not bool(by_op.any()):
         return records, none
-    return records, (names.name_id[events.kind[parent[by_op]]], nbytes[by_op], visiting_keys(events.tree, rows[by_op]))
+    return records, OpAllocations(names.name_id[events.kind[parent[by_op]]], nbytes[by_op])
 
 
 def memory_levels(out: TraceSummary, records: list[tuple[float, str, int]], windows, levels: tuple[dict, dict],

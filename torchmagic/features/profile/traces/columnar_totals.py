@@ -1,13 +1,13 @@
 """The columnar summary's totals (columnar.py): what each event in the steps adds as it closes (self time by
 category, the operator table, shapes and matmuls, the timeline's bars) and what it notes as it opens (ops called
 from Python and the time between them, autograd's graph nodes, the optimizer's ops), each a masked sum over a
-group's events, added to what the groups before added.  Events open in visiting order and close as tree.py
-nests them: just before the first later visit of their thread that starts at or after their end (after their
-last child, if that closes later; at their thread's end where none does), innermost first; where a total keeps
-an order (a dict's rows, the first of ties), it is that sequence of visits and closes."""
+group's events, added to what the groups before added.  Events close as tree.py nests them, innermost first; a
+dict's rows are made in the order of their codes (names as first read), which no view shows (each sorts, ties by
+name)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
 import torch
 
@@ -20,19 +20,39 @@ from ..traffic import MATMUL_OPS, off_tensor_core_grain
 from .columnar_context import CATEGORY, Context, Events, Names, category_of
 from .columnar_device import FP32, LOW, ColumnLinks, Keyed
 from .columnar_flops import flop_links, flop_totals
+from .columnar_memory import OpAllocations
 from .fields import literal
 
 MAX_MATMUL_CALLS = 4096  # distinct fp32 matmul calls kept (shapes that vary every step would grow it unbounded)
 ONE_TIME = (FIRST_COMPILE, CUDA_CONTEXT, LIBRARY_SET_UP, LAZY_LOADING)  # the one-time costs' codes
 
 
-def closed_totals(out: TraceSummary, events: Events, names: Names, ctx: Context, marked: tuple) -> dict:
+@dataclass
+class Marks:
+    """What a group's earlier passes marked for its closed totals."""
+
+    allocations: OpAllocations  # the bytes memory records gave the ops they were visited under
+    one_time: torch.Tensor  # each event's one-time cost (a runtime call's: a code into ONE_TIME), -1 for none
+    links: ColumnLinks | None  # the links to the device's events to fill (None where the group has none)
+
+
+@dataclass
+class _Closed:
+    """Events in the steps in closing order (``rows``), with every event's category and self time."""
+
+    rows: torch.Tensor
+    category: torch.Tensor
+    self_us: torch.Tensor
+
+    def only(self, chosen: torch.Tensor) -> _Closed:
+        return _Closed(self.rows[chosen], self.category, self.self_us)
+
+
+def closed_totals(out: TraceSummary, events: Events, names: Names, ctx: Context, marks: Marks) -> dict:
     """What each event in the steps adds as it closes: its self time (its length less its children's, not below
     0) by category, the operator table, the timeline's bars (each in its dominant category); returns the bars'
-    intervals by lane.  ``marked``: the bytes memory records gave the ops they were visited under
-    (columnar_memory.py), each runtime call's one-time cost (a code into ``ONE_TIME``, -1 for none), and the
-    links to the device's events to fill (None where the group has none)."""
-    allocations, one_time, links = marked
+    intervals by lane."""
+    one_time, links = marks.one_time, marks.links
     tree, kind = events.tree, events.kind
     length = events.end - events.start
     has = tree.parent >= 0
@@ -49,38 +69,35 @@ def closed_totals(out: TraceSummary, events: Events, names: Names, ctx: Context,
     _one_time(out, torch.where(one_time >= 0, one_time, torch.where(category == CATEGORY[START_UP], 0, -1))[closing],
               self_us[closing])
     rows = closing[~is_step[closing] & ~names.python[kind[closing]]]  # Python frames are in no op's row
-    _operator_table(out, names, (kind[rows], self_us[rows], length[rows], closing_keys(tree, rows)), allocations)
-    ops = rows[names.op[kind[rows]]]
-    precision = _inputs(out, events, names, (ops, category[ops], self_us[ops]), links)
+    _operator_table(out, names, kind[rows], self_us[rows], length[rows], marks.allocations)
+    ops = _Closed(rows, category, self_us).only(names.op[kind[rows]])
+    precision = _inputs(out, events, names, ops, links)
     if links is not None:
-        _op_links(links, events, names, (ops, category[ops], precision))
+        _op_links(links, events, names, ops, precision)
     if events.flops:
-        flop_totals(out, events, names, ctx, ops)
+        flop_totals(out, events, names, ctx, ops.rows)
         if links is not None:
             flop_links(links, events, names, ctx)
     for phase, field in ((OPTIMIZER, "optimizer_us"), (DATA, "data_us"), (COPIES, "copy_us")):
         setattr(out, field, getattr(out, field) + float(self_us[rows][category[rows] == CATEGORY[phase]].sum()))
-    return _timeline(out, events, names, ctx.top, (closing, category, self_us))
+    return _timeline(out, events, names, ctx.top, _Closed(closing, category, self_us))
 
 
 def _one_time(out: TraceSummary, kind: torch.Tensor, self_us: torch.Tensor) -> None:
-    """Each one-time cost's self time (``kind``: codes into ONE_TIME, -1 for none, in closing order), the
-    first to close first."""
+    """Each one-time cost's self time (``kind``: codes into ONE_TIME, -1 for none)."""
     marked = kind >= 0
     if not bool(marked.any()):
         return
     kind, self_us = kind[marked], self_us[marked]
     sums = torch.zeros(len(ONE_TIME), dtype=torch.float64).scatter_add_(0, kind, self_us).tolist()
-    first = torch.full((len(ONE_TIME),), len(kind)).scatter_reduce_(0, kind, torch.arange(len(kind)), "amin")
-    for code in torch.argsort(first).tolist():
-        if first[code] < len(kind):
-            out.one_time_us[ONE_TIME[code]] = out.one_time_us.get(ONE_TIME[code], 0.0) + sums[code]
+    for code in torch.unique(kind).tolist():
+        out.one_time_us[ONE_TIME[code]] = out.one_time_us.get(ONE_TIME[code], 0.0) + sums[code]
 
 
-def _op_links(links: ColumnLinks, events: Events, names: Names, ops: tuple) -> None:
+def _op_links(links: ColumnLinks, events: Events, names: Names, ops: _Closed, precision: dict) -> None:
     """Each op's name, category and matmul precision by its id, for its kernels (of ops sharing an id, the last
     to close is kept)."""
-    rows, category, precision = ops
+    rows, category = ops.rows, ops.category[ops.rows]
     codes = torch.zeros(len(rows), dtype=torch.long)
     for place, kept in precision.items():
         codes[place] = LOW if kept == "low" else FP32 if kept == "fp32" else 0
@@ -90,63 +107,41 @@ def _op_links(links: ColumnLinks, events: Events, names: Names, ops: tuple) -> N
                               codes[linked])
 
 
-def closing_keys(tree, rows: torch.Tensor) -> torch.Tensor:
-    """Each of ``rows``' place in the sequence of visits and closes where it closes: just before the visit
-    that closes it (``tree.after``), innermost first (visiting_keys gives the visits' places)."""
-    depth = int(tree.depth.max()) if len(tree.depth) else 0
-    return 2 * tree.after[rows] * (depth + 2) + (depth - tree.depth[rows])
-
-
-def visiting_keys(tree, rows: torch.Tensor) -> torch.Tensor:
-    """Each of ``rows``' place in the sequence of visits and closes where it is visited (after the closes
-    made just before it)."""
-    depth = int(tree.depth.max()) if len(tree.depth) else 0
-    return (2 * rows + 1) * (depth + 2)
-
-
-def _operator_table(out: TraceSummary, names: Names, closed: tuple, allocations: tuple) -> None:
-    """Calls, self and total time per name, and the bytes allocated under each op, a name's row made (where
-    there is none yet) in the order of its first close or first allocation, whichever comes first in the
-    sequence of visits and closes.  ``closed``: the rows' kinds, self and total times and closing keys;
-    ``allocations``: the ops' names, bytes and visiting keys."""
-    kind, self_us, length, keys = closed
-    allocated_name, allocated, allocated_keys = allocations
+def _operator_table(out: TraceSummary, names: Names, kind: torch.Tensor, self_us: torch.Tensor, length: torch.Tensor,
+                    allocations: OpAllocations) -> None:
+    """Calls, self and total time per name of the closed rows (their ``kind``, self and total times), and the
+    bytes allocated under each op."""
     name = names.name_id[kind]
     count = len(names.names)
-    calls = torch.bincount(name, minlength=count).tolist()
+    calls = torch.bincount(name, minlength=count)
     own = torch.zeros(count, dtype=torch.float64).scatter_add_(0, name, self_us).tolist()
     total = torch.zeros(count, dtype=torch.float64).scatter_add_(0, name, length).tolist()
-    given = torch.zeros(count, dtype=torch.long).scatter_add_(0, allocated_name, allocated).tolist()
-    last = torch.iinfo(torch.long).max
-    first = torch.full((count,), last).scatter_reduce_(0, torch.cat([name, allocated_name]),
-                                                       torch.cat([keys, allocated_keys]), "amin")
-    for i in torch.argsort(first).tolist():
-        if calls[i] or given[i]:
-            stats = out.ops.get(names.names[i])
-            if stats is None:
-                stats = out.ops[names.names[i]] = OpStats(names.names[i])
-            stats.calls += calls[i]
-            stats.self_cpu_us += own[i]
-            stats.total_cpu_us += total[i]
-            stats.allocated_bytes += given[i]
+    given = torch.zeros(count, dtype=torch.long).scatter_add_(0, allocations.name, allocations.nbytes)
+    rows = ((calls > 0) | (given != 0)).nonzero().flatten().tolist()
+    calls, given = calls.tolist(), given.tolist()
+    for i in rows:
+        stats = out.ops.get(names.names[i])
+        if stats is None:
+            stats = out.ops[names.names[i]] = OpStats(names.names[i])
+        stats.calls += calls[i]
+        stats.self_cpu_us += own[i]
+        stats.total_cpu_us += total[i]
+        stats.allocated_bytes += given[i]
 
 
-def _inputs(out: TraceSummary, events: Events, names: Names, ops: tuple, links: ColumnLinks | None) -> dict:
-    """What ops' inputs decide, over the ops in the steps in closing order (``ops``: their indices, categories
-    and self times): each op's self time by its shapes (where shapes were recorded), and matmuls' time by
-    precision, each distinct fp32 call kept for the amp rule (at most MAX_MATMUL_CALLS of them, the
-    first to close), with ``links`` (where kernels are linked) a 16-bit matmul off the tensor cores' grain and
-    each kept fp32 call by the op's id.  Returns the matmuls' precisions ("low" or "fp32") by their place in
-    ``ops``."""
-    ops, category, self_us = ops
+def _inputs(out: TraceSummary, events: Events, names: Names, ops: _Closed, links: ColumnLinks | None) -> dict:
+    """What ops' inputs decide, over the ops in the steps in closing order: each op's self time by its shapes
+    (where shapes were recorded), and matmuls' time by precision, each distinct fp32 call kept for the amp rule
+    (at most MAX_MATMUL_CALLS of them, the first to close), with ``links`` (where kernels are linked) a 16-bit
+    matmul off the tensor cores' grain and each kept fp32 call by the op's id.  Returns the matmuls' precisions
+    ("low" or "fp32") by their place in ``ops``."""
+    category, self_us, ops = ops.category[ops.rows], ops.self_us[ops.rows], ops.rows
     name, inputs = names.name_id[events.kind[ops]], events.inputs[ops]
     if events.shapes:
         count = len(events.input_lists)
-        key = name * count + inputs
-        unique, inverse = torch.unique(key, return_inverse=True)
+        unique, inverse = torch.unique(name * count + inputs, return_inverse=True)
         sums = torch.zeros(len(unique), dtype=torch.float64).scatter_add_(0, inverse, self_us).tolist()
-        first = torch.full((len(unique),), len(key)).scatter_reduce_(0, inverse, torch.arange(len(key)), "amin")
-        for i in torch.argsort(first).tolist():
+        for i in range(len(unique)):
             op, code = divmod(int(unique[i]), count)
             out.ops[names.names[op]].shapes[shape_text(events.input_lists[code][0])] += sums[i]
     matmul = torch.tensor([n in MATMUL_OPS for n in names.names], dtype=torch.bool)[name]
@@ -172,12 +167,11 @@ def _inputs(out: TraceSummary, events: Events, names: Names, ops: tuple, links: 
     return precisions
 
 
-def _timeline(out: TraceSummary, events: Events, names: Names, tops: torch.Tensor, closed: tuple) -> dict:
+def _timeline(out: TraceSummary, events: Events, names: Names, tops: torch.Tensor, closed: _Closed) -> dict:
     """A bar per top-level event of a step, in the category that took most of the self time under it (of
     categories tied, the one whose first event under the bar closed first), added to the timeline and bounded;
-    returns the bars' intervals by lane (a tensor of (start, end) rows each, in closing order).
-    ``closed``: the events in the steps in closing order, and every event's category and self time."""
-    closing, category, self_us = closed
+    returns the bars' intervals by lane (a tensor of (start, end) rows each, in closing order)."""
+    closing, category, self_us = closed.rows, closed.category, closed.self_us
     top = tops[closing]
     bars = closing[top == closing]  # the bars themselves, in closing order
     if not len(bars):
