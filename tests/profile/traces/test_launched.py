@@ -37,12 +37,12 @@ def loop(trace: RankTrace) -> list[float] | None:
     if not ranges:
         return None
     firsts = [r[0] for r in ranges]
-    launched = [IntervalSet() for _ in windows]
+    launched = [[] for _ in windows]
     for start, end, corr in zip(trace.kernel_start, trace.kernel_end, trace.kernel_corr):
         j = bisect.bisect_right(firsts, corr) - 1
         if j >= 0 and corr <= ranges[j][1]:
-            launched[ranges[j][2]].add(start, end)
-    return [float(work.total()) for work in launched]
+            launched[ranges[j][2]].append((start, end))
+    return [float(IntervalSet.of(work).total()) for work in launched]
 
 
 @st.composite

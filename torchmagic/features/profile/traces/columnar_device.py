@@ -12,7 +12,7 @@ import torch
 from ..categories import CATEGORIES, OTHER
 from ..timeline import Bars, add_bounded
 from ..summary import OpStats, TraceSummary
-from ..column_intervals import EMPTY, as_set, intersection, overlap, total, union
+from ..intervals import EMPTY, as_set, intersection, overlap, total, union
 from .columnar_context import CATEGORY, Names
 
 LOW, FP32 = 1, 2  # a matmul's precision codes (0: neither)

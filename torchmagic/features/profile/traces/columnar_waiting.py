@@ -8,8 +8,7 @@ import math
 import torch
 
 from ..categories import OTHER
-from ..column_intervals import as_set
-from ..intervals import IntervalSet
+from ..intervals import IntervalSet, as_set
 from ..summary import TraceSummary
 from ..timeline import MAIN_LANE
 

@@ -64,21 +64,18 @@ def summarize_rank(trace: RankTrace, matched: list[Matched]) -> RankSummary:
     # A matched collective waits first and transfers last: its last `transfer` µs are the transfer.
     # As unions clipped to the steps, like comm_s (collectives overlap on a backend's threads), and
     # waiting while another collective transfers counts as transfer: wait_s + transfer_s <= comm_s.
-    heads, tails = IntervalSet(), IntervalSet()
-    for m in sorted(matched, key=lambda m: m.start):
-        heads.add(m.start, m.start + m.dur - m.transfer)
-        tails.add(m.start + m.dur - m.transfer, m.start + m.dur)
-    calls: dict[str, int] = defaultdict(int)
-    spans: dict[str, IntervalSet] = defaultdict(IntervalSet)  # a union: a backend runs some at once
+    heads = IntervalSet.of([(m.start, m.start + m.dur - m.transfer) for m in matched])
+    tails = IntervalSet.of([(m.start + m.dur - m.transfer, m.start + m.dur) for m in matched])
+    spans: dict[str, list] = defaultdict(list)  # each op's runs, as a union: a backend runs some at once
     for c in sorted(trace.collectives, key=lambda c: c.start):
         if in_steps(c.start):
-            calls[c.op] += 1
-            spans[c.op].add(c.start, c.start + c.dur)
+            spans[c.op].append((c.start, c.start + c.dur))
     collectives = {}
-    for op in calls:  # record_param_comms says "allreduce", "_allgather_base" ...
+    for op, runs in spans.items():  # record_param_comms says "allreduce", "_allgather_base" ...
         key = op.replace("_", "")
         described = sum(b for name, b in trace.comm_bytes.items() if name.startswith(key))
-        collectives[op] = {"calls": calls[op], "seconds_per_step": per_step(spans[op]), "bytes": described or None}
+        collectives[op] = {"calls": len(runs), "seconds_per_step": per_step(IntervalSet.of(runs)),
+                           "bytes": described or None}
     waiting = heads.minus(tails)
     step_waits = {number: us * US for (number, _, _), us in zip(windows, waiting.within_each(step_spans))
                   if number is not None}

@@ -29,9 +29,8 @@ from typing import Any
 import torch
 
 from ..array_views import doubles, tensor_view
-from ..column_intervals import grouped_totals
 from ..event_kinds import MEMORY
-from ..intervals import IntervalSet
+from ..intervals import IntervalSet, grouped_totals
 from ..kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, HOST_BACKENDS, KERNEL, OPTIMIZER_PREFIXES, STEP_PREFIX,
                       USER_ANNOTATION, is_backward_node, is_runtime)
 from .column_codes import EventKind
