@@ -1,5 +1,5 @@
 """Where the one event table of issue 52 is filled from, for a live profile: kineto's events read into the
-columns (live_columns.py, the live path since issue 52), against the profiler's own Chrome-trace export read as a
+columns (live_table.py, the live path since issue 52), against the profiler's own Chrome-trace export read as a
 file (the path trace files take). And how far they agree on the same profile.  (The events path, kineto's events
 swept one by one, was measured here too until it was removed: docs/performance.md keeps its figures.)
 
@@ -8,7 +8,7 @@ For each workload, one profile (CPU activities, ``record_shapes=True`` as ``%%to
 once), then the two summaries interleaved over ``--reps`` rounds:
 
 =================  ==========================================================================================
-live columns       ``summarize_live(results)``: kineto's events read into columns, then the columnar summary
+live columns       ``summarize_live(results)``: kineto's events read into columns, then the table summary
 export             ``prof.export_chrome_trace(path)``: kineto writes the JSON (C++), gzip off
 file summary       the file read as ``--load`` reads it: the per-rank pass with the columns alongside, then
                    the operator summary over them
@@ -37,7 +37,7 @@ from torch import nn
 
 from benchmarks.machine import machine_line
 from torchmagic.features.profile.kineto import STEP_PREFIX
-from torchmagic.features.profile.live_columns import summarize_live
+from torchmagic.features.profile.live_table import summarize_live
 from torchmagic.features.profile.traces.ops import GROUP_EVENTS, operator_summary
 from torchmagic.features.profile.traces.run import read_rank
 

@@ -353,7 +353,7 @@ def bench_analysis(min_events: int = 100_000, reps: int = 3, torch_parse: bool =
     from torchmagic.features.profile.options import ProfileOptions
     from torchmagic.features.profile.run import rule_context
     from torchmagic.features.profile.kineto import STEP_PREFIX
-    from torchmagic.features.profile.live_columns import summarize_live
+    from torchmagic.features.profile.live_table import summarize_live
 
     device = CpuDevice()
 

@@ -1,6 +1,6 @@
 """Each stand-in for torch's kineto event held against the real one (``_KinetoEvent``, what
 ``prof.profiler.kineto_results.events()`` returns): the tests' hand-built events (profile/kineto_fakes.py), which
-the live profile's reading (live_columns.py) reads as if kineto had given them.  The methods held are those the
+the live profile's reading (live_table.py) reads as if kineto had given them.  The methods held are those the
 package is seen to read: it runs here on recording proxies around a real CPU run's events and around the fakes'
 GPU scenario.  Any drift fails here.  That run's exported trace,
 read into columns as any trace file is, holds what its events did."""
@@ -17,8 +17,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from torchmagic.features.profile import activity, kineto
 from torchmagic.core.measure.low_precision import freeze
-from torchmagic.features.profile.live_columns import live_columns, summarize_live
-from torchmagic.features.profile.traces.columns import read_columns
+from torchmagic.features.profile.live_table import live_table, summarize_live
+from torchmagic.features.profile.traces.event_table import read_table
 
 from .profile import kineto_fakes
 from .profile.kineto_fakes import Ev, FakeResults, Torch211Event
@@ -78,7 +78,7 @@ def read(real):
     """What the package reads of each stand-in's events, as recorded on proxies."""
     events, start, path = real
     summary, inference = set(), set()
-    for recorded in (events, GPU_SCENARIO + [_memory_event()]):  # the live path (live_columns.py)
+    for recorded in (events, GPU_SCENARIO + [_memory_event()]):  # the live path (live_table.py)
         summarize_live(FakeResults([_Recording(e, summary) for e in recorded]), shapes=True, flops=True)
     for e in events[:200] + GPU_SCENARIO:  # a torch 2.11 event (Torch211Event) goes to this inference alone
         activity.inferred_activity(_Recording(e, inference))
@@ -200,8 +200,8 @@ def test_a_runs_trace_file_fills_the_columns_its_events_did(real):
     """A run's exported trace read into columns as any file is holds what its events gave the live reading, op by
     op (torch 2.13's export writes no "flops" argument, even with with_flops=True: not compared)."""
     events, _, path = real
-    live = live_columns(events, (), shapes=True, flops=True)
-    file_ops, file_memory = _ops_and_memory(read_columns(path)[0])
+    live = live_table(events, (), shapes=True, flops=True)
+    file_ops, file_memory = _ops_and_memory(read_table(path)[0])
     live_ops, live_memory = _ops_and_memory(live)
     assert len(file_ops) > 10 and sorted(file_ops, key=repr) == sorted(live_ops, key=repr)
     assert file_memory == live_memory and file_memory

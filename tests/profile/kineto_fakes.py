@@ -82,8 +82,8 @@ class FakeResults:
 
 
 def summarized(events, **options):
-    """The live path's summary (live_columns.summarize_live) of fake events."""
-    from torchmagic.features.profile.live_columns import summarize_live
+    """The live path's summary (live_table.summarize_live) of fake events."""
+    from torchmagic.features.profile.live_table import summarize_live
 
     read = summarize_live(FakeResults(events), **options)
     assert read is not None, "no event the summary reads"

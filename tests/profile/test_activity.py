@@ -5,8 +5,8 @@ import torch
 from torch._C._autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from torchmagic.features.profile import activity, live_columns
-from torchmagic.features.profile.live_columns import summarize_live
+from torchmagic.features.profile import activity, live_table
+from torchmagic.features.profile.live_table import summarize_live
 
 from .kineto_fakes import Torch211Event, summarized
 
@@ -48,7 +48,7 @@ def _readable(e):
 def test_a_summary_is_the_same_whichever_way_activities_are_read(monkeypatch):
     results = _profiled_training()
     exact = summarize_live(results, shapes=True)[0]
-    monkeypatch.setattr(live_columns, "activity_reader", lambda sample: activity.inferred_activity)
+    monkeypatch.setattr(live_table, "activity_reader", lambda sample: activity.inferred_activity)
     inferred = summarize_live(results, shapes=True)[0]
     assert inferred.steps == exact.steps == 2
     assert inferred.category_us == exact.category_us

@@ -8,7 +8,7 @@ from torchmagic.core.devices import CpuDevice
 from torchmagic.features.profile import regions, rules
 from torchmagic.features.profile.rules import host_overhead
 from torchmagic.features.profile.summary import TraceSummary
-from torchmagic.features.profile.live_columns import summarize_live
+from torchmagic.features.profile.live_table import summarize_live
 
 
 def _cell(train: str, evaluate: str, batches: int = 12):

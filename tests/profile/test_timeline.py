@@ -1,4 +1,4 @@
-"""The timeline's bars bounded over tensors (timeline.add_bounded, the columnar summary's) against the Spans the
+"""The timeline's bars bounded over tensors (timeline.add_bounded, the table summary's) against the Spans the
 sweep's path appends and bounds (bound_timeline): the same bars, in the same order, to the bit, whatever was on
 the timeline before; on lanes held and new, under and past the bound, with ties in start and in a bin's
 categories, bars of no length and bars all at one instant."""

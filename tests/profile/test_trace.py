@@ -5,7 +5,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from torchmagic.features.profile import categories, frames, timeline
-from torchmagic.features.profile.live_columns import summarize_live
+from torchmagic.features.profile.live_table import summarize_live
 
 
 def summarize(fn, steps=2, **kw):

@@ -3,7 +3,7 @@ items and the sums of its numbers), held to what ``record_summaries.py`` wrote t
 tests/data/operator_summaries.json.gz.
 
 They were first recorded when two implementations agreed on every one, field by field: the sweep over events
-(profile/sweep.py, removed since) and the columnar summary.  A change that moves a figure fails here; re-record
+(profile/sweep.py, removed since) and the table summary.  A change that moves a figure fails here; re-record
 (``python -m tests.profile.traces.record_summaries``) only for a change meant to move it, and say why in the
 commit."""
 

@@ -1,4 +1,4 @@
-"""The operator report's summary of a trace over its columns (traces/columnar.py): on fixed traces, as recorded
+"""The operator report's summary of a trace over its columns (traces/table_summary.py): on fixed traces, as recorded
 (recorded.py: when the sweep over events, since removed, gave the same, field by field), read through typed slices
 or event by event through the checked path; figures worked out by hand on synthetic traces; a real DDP job's ranks
 and training steps profiled here, whole and in groups of steps; and what the checked path refuses, in one line."""

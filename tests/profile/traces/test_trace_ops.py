@@ -8,12 +8,12 @@ import pytest
 
 import torchmagic
 from torchmagic.core.devices import DeviceInfo
-from torchmagic.features.profile.traces import columns, ops
+from torchmagic.features.profile.traces import event_table, ops
 
 from ...tabs import tabs
 from .synthetic import event, write_trace
 
-# a lone surrogate in a name: the typed decoder refuses its slice, whose events are read one by one (columns.py)
+# a lone surrogate in a name: the typed decoder refuses its slice, whose events are read one by one (event_table.py)
 CHECKED = event("PyTorch Profiler \udc00", 2, 1, cat="Trace")
 
 @pytest.fixture
@@ -180,13 +180,13 @@ def test_a_trace_is_read_once_whatever_it_holds(tmp_path, monkeypatch, checked):
     events = [event("ProfilerStep#1", 0, 100, cat="user_annotation"), event("aten::mm", 1, 50, **{"External id": 1})]
     path = write_trace(tmp_path / "t.json", events + ([CHECKED] if checked else []))
 
-    readers, reader = [], columns.SlicedTraceReader
+    readers, reader = [], event_table.SlicedTraceReader
 
     def counted(*args):
         readers.append(args)
         return reader(*args)
 
-    monkeypatch.setattr(columns, "SlicedTraceReader", counted)
+    monkeypatch.setattr(event_table, "SlicedTraceReader", counted)
     p = torchmagic.analyze(path).profile
     assert p.steps == 1 and [op.name for op in p.ops] == ["aten::mm"] and len(readers) == 1
 

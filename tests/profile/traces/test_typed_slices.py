@@ -10,7 +10,7 @@ import json
 import pytest
 
 import torchmagic
-from torchmagic.features.profile.traces import columns, sliced
+from torchmagic.features.profile.traces import event_table, sliced
 from torchmagic.features.profile.traces.reader import TraceFileError
 
 
@@ -49,7 +49,7 @@ class _CheckedOnly(sliced.SlicedTraceReader):
 
 def _checked_only(path: str, monkeypatch):
     with monkeypatch.context() as patch:
-        patch.setattr(columns, "SlicedTraceReader", _CheckedOnly)
+        patch.setattr(event_table, "SlicedTraceReader", _CheckedOnly)
         return _report(path)
 
 

@@ -30,7 +30,7 @@ from .roofline import roofline_fields
 from .rules import RuleContext, amp_worth_estimating
 from .summary import TraceSummary
 from .summary_fields import summary_fields
-from .live_columns import summarize_live
+from .live_table import summarize_live
 
 ENERGY_MIN_S = 1.0  # NVML refreshes its counter every few to tens of ms: shorter windows read coarsely
 
@@ -104,7 +104,7 @@ def _overhead(m: Measured) -> dict[str, Any]:
 
 def _analysed(prof, results, m: Measured, notes: list[str]) -> dict[str, Any]:
     """The fields read from the profiler's events (read into the columns a trace file is read into, and
-    analysed as a file is: live_columns.py): summary, findings, memory, modules, roofline, trace file."""
+    analysed as a file is: live_table.py): summary, findings, memory, modules, roofline, trace file."""
     started = time.perf_counter()
     options = m.options
     read = summarize_live(results, shapes=options.record_shapes, flops=options.flops,

@@ -6,7 +6,7 @@ add): a CNN's backward convolutions, two thirds of its training FLOPs, count not
 ``FlopCounterMode`` counts an op it has a formula for and breaks any other into the ops it is made of;
 in a trace every level of that breakdown is an event (aten::conv2d > aten::convolution >
 aten::_convolution > aten::mkldnn_convolution), so the summary counts the outermost op with a formula
-and nothing beneath it (traces/columnar_flops.py).
+and nothing beneath it (traces/summary_flops.py).
 
 FlopCounterMode has no formula for the CPU's fused attention (it counts torch 2.13's GPT-2 attention
 as 0 FLOPs on the CPU); the same formula as the GPU's fused attention is added for it, as

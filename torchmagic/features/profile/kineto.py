@@ -1,6 +1,6 @@
 """The vocabulary of kineto's traces, in one place: its event categories (as torch 1.8-1.9 and torch
 1.10 onwards name them), the ranges PyTorch records around a step's parts, and which categories are
-the device's own work.  The live profiler's events (live_columns.py) and trace files (traces/) are read by
+the device's own work.  The live profiler's events (live_table.py) and trace files (traces/) are read by
 these names only.
 
 Two schemas exist.  Torch 1.10 onwards (kineto's current one): ``cpu_op``, ``user_annotation``,

@@ -1,5 +1,5 @@
 """The summary of a profiled trace: per-operator totals and what the rules and the report read, as
-plain numbers (µs, bytes, counts), built by traces/columnar.py from a trace's columns (a file's or a live
+plain numbers (µs, bytes, counts), built by traces/table_summary.py from a trace's columns (a file's or a live
 profile's) or by hand in a test."""
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ class TraceSummary:
     has_device_events: bool = False
     device_busy_us: float = 0.0
     device_kernels: int = 0
-    # events the profiler lost (traces/columnar_device.count_lost): kernels and copies whose runtime call
+    # events the profiler lost (traces/summary_device.count_lost): kernels and copies whose runtime call
     # is not in the trace, and of the kernel launches made in the steps, those whose kernel is not
     kernels_without_launch: int = 0
     kernel_launches: int = 0

@@ -1,7 +1,7 @@
 """One rank's operator-level report from its trace file, as ``%%torchprofile`` gives it.
 
-The trace's columns (columns.py: its one reading, from which the per-rank pass is made too) are summarised
-(columnar.py) as a live profile's are (profile/live_columns.py): host work, runtime calls and the device's
+The trace's columns (event_table.py: its one reading, from which the per-rank pass is made too) are summarised
+(table_summary.py) as a live profile's are (profile/live_table.py): host work, runtime calls and the device's
 kernels, copies and memsets, in groups of about ``GROUP_EVENTS`` events (consecutive steps), which bounds what the
 summary makes besides the columns.
 """
@@ -21,8 +21,8 @@ from ..summary_fields import summary_fields
 from ..options import ProfileOptions
 from ..kineto import unread_device
 from ..summary import TraceSummary
-from .columnar import columnar_summary
-from .columns import TraceColumns
+from .table_summary import summarize_table
+from .event_table import EventTable
 from .fields import MAX_INPUTS
 from .rank import RankTrace
 from .reader import shown_path
@@ -30,7 +30,7 @@ from .reader import shown_path
 GROUP_EVENTS = 300_000  # events summarised at once (a group of steps)
 
 
-def trace_profile(trace: RankTrace, columns: TraceColumns) -> ProfileResult:
+def trace_profile(trace: RankTrace, columns: EventTable) -> ProfileResult:
     """The operator-level report of one rank's trace, over all its steps, from its columns (let go once
     summarised: 190 MB at 1 GB, before the findings are made)."""
     summary, seen = operator_summary(trace, GROUP_EVENTS, columns)
@@ -53,9 +53,9 @@ def trace_profile(trace: RankTrace, columns: TraceColumns) -> ProfileResult:
                          **fields)
 
 
-def operator_summary(trace: RankTrace, limit: int, columns: TraceColumns) -> tuple[TraceSummary, Seen]:
+def operator_summary(trace: RankTrace, limit: int, columns: EventTable) -> tuple[TraceSummary, Seen]:
     """The trace's summary over all its steps, in groups of about ``limit`` events, and what the reading saw."""
-    summary, _, _ = columnar_summary(columns, trace, limit, columns.flops or _profiled_with_flops(trace.meta))
+    summary, _, _ = summarize_table(columns, trace, limit, columns.flops or _profiled_with_flops(trace.meta))
     return summary, Seen(kernels=columns.kernels, steps=columns.steps, meta=trace.meta, dropped=columns.dropped)
 
 

@@ -1,4 +1,4 @@
-"""One rank's trace reduced from its columns (columns.py) by queries over them: step windows, unions of busy,
+"""One rank's trace reduced from its columns (event_table.py) by queries over them: step windows, unions of busy,
 data-loading and communication time, each collective's execution (for matching across ranks), and the launch ids
 that tie kernels to the steps that launched them.
 
@@ -33,8 +33,8 @@ from ..event_kinds import MEMORY
 from ..intervals import IntervalSet, grouped_totals
 from ..kineto import (CPU_OP, DATA_PREFIX, DEVICE_ACTIVITIES, HOST_BACKENDS, KERNEL, OPTIMIZER_PREFIXES, STEP_PREFIX,
                       USER_ANNOTATION, is_backward_node, is_runtime)
-from .column_codes import EventKind
-from .columns import TraceColumns
+from .table_codes import EventKind
+from .event_table import EventTable
 
 MAX_KINDS = 256  # categories, collectives' names: any beyond are counted together
 _CHUNK = 1 << 18  # runtime calls matched to their steps at a time
@@ -172,7 +172,7 @@ def window_of(windows: list[tuple[int | None, float, float]], starts: list[float
     return windows[i] if i >= 0 and t < windows[i][2] else None
 
 
-def rank_trace(columns: TraceColumns, path: str) -> RankTrace:
+def rank_trace(columns: EventTable, path: str) -> RankTrace:
     """The RankTrace of a trace's columns (its times µs again: the ns kept over 1000), read ``_ROWS`` rows at a
     time."""
     out = RankTrace(path, events=columns.events, cut_strings=columns.cut_strings)
@@ -220,7 +220,7 @@ class _Chunk:
         return self.at + index if self.rows is None else int(self.rows[index])
 
 
-def _chunks(columns: TraceColumns, roles: torch.Tensor, rows: torch.Tensor | None = None) -> Iterator[_Chunk]:
+def _chunks(columns: EventTable, roles: torch.Tensor, rows: torch.Tensor | None = None) -> Iterator[_Chunk]:
     """The columns' rows (or only ``rows``), ``_ROWS`` at a time."""
     kinds = tensor_view(columns.kind, torch.int32)
     starts, ends = tensor_view(columns.start, torch.int64), tensor_view(columns.end, torch.int64)
@@ -239,7 +239,7 @@ def _add_unions(out: RankTrace, chunk: _Chunk) -> None:
         unions.add_all(chunk.start[rows], chunk.end[rows])
 
 
-def _add_steps(out: RankTrace, columns: TraceColumns, chunk: _Chunk) -> None:
+def _add_steps(out: RankTrace, columns: EventTable, chunk: _Chunk) -> None:
     rows = (chunk.role == STEP).nonzero().flatten()
     for code, opened, closed in zip(chunk.codes[rows].tolist(), chunk.start[rows].tolist(), chunk.end[rows].tolist()):
         out.steps[step_number(columns.kinds[code].name)] = (opened, closed)  # a step written again: the last
@@ -269,7 +269,7 @@ def _role(kind: EventKind) -> int:
 class _Categories:
     """Timed events counted by category, in the order each first appears; past MAX_KINDS, the rest as "(other)"."""
 
-    def __init__(self, columns: TraceColumns):
+    def __init__(self, columns: EventTable):
         self.names = sorted({kind.cat for kind in columns.kinds})
         number = {name: i for i, name in enumerate(self.names)}
         self.of_kind = torch.tensor([number[kind.cat] for kind in columns.kinds], dtype=torch.long)
@@ -296,7 +296,7 @@ class _Collectives:
     """Each collective's execution, kept once (the same one written again, same thread and times, is not), in
     file order: a host backend's range, or a device's collective kernel."""
 
-    def __init__(self, columns: TraceColumns):
+    def __init__(self, columns: EventTable):
         self.columns = columns
         self.unfinished = set(columns.unfinished_rows)
         self.kept: dict[tuple, Collective] = {}  # (host?, op, start, end, thread, finished) -> it
@@ -320,7 +320,7 @@ class _Collectives:
         return [c for key, c in self.kept.items() if not key[0]]
 
 
-def _comm_bytes(out: RankTrace, columns: TraceColumns) -> None:
+def _comm_bytes(out: RankTrace, columns: EventTable) -> None:
     """The bytes record_param_comms says each collective moves ('allreduce' -> bytes; past MAX_KINDS names, none)."""
     for elements, code in zip(columns.comm_elements, columns.comm_kind):
         name, dtype = columns.comm_kinds[code]

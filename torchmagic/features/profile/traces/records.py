@@ -23,7 +23,7 @@ LISTS_KEPT = 1 << 16  # distinct strings, and ops' input lists, remembered: past
 
 
 class Args(msgspec.Struct, gc=False):
-    """The ``args`` keys the columns keep (columns.py), each of the type kineto writes."""
+    """The ``args`` keys the columns keep (event_table.py), each of the type kineto writes."""
 
     external: int | None = field(default=None, name="External id")
     external_before_1_10: int | None = field(default=None, name="external id")

@@ -1,5 +1,5 @@
 """``torchmagic.analyze``: the traces a job wrote, one file per rank, each read into columns as it streams
-(columns.py), reduced per rank from them (rank.py), compared across ranks (cross.py) and diagnosed (rules.py); a
+(event_table.py), reduced per rank from them (rank.py), compared across ranks (cross.py) and diagnosed (rules.py); a
 job of one rank also gets its operator-level report from the same columns (ops.py)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from ....core.render.format import fmt_s
 from ..kineto import timing_note, unread_note
 from .cross import find_straggler, match_collectives, representative_lanes, summarize_rank
-from .columns import TraceColumns, read_columns
+from .event_table import EventTable, read_table
 from .ops import trace_profile
 from .rank import RankTrace, rank_trace
 from .fields import TEXT_CHARS, kind
@@ -109,7 +109,7 @@ def analyze_traces(source, *, label: str | None = None, operators: bool = True) 
 def _analyze(source, label: str | None, operators: bool) -> TraceAnalysis:
     started = time.perf_counter()
     paths = trace_files(source)
-    kept: list[TraceColumns] = []  # one rank's columns, for its operator report
+    kept: list[EventTable] = []  # one rank's columns, for its operator report
     traces = []
     for path in paths:
         trace, columns = read_rank(path)
@@ -171,9 +171,9 @@ def read_trace(path: str) -> RankTrace:
     return read_rank(path)[0]
 
 
-def read_rank(path: str) -> tuple[RankTrace, TraceColumns]:
+def read_rank(path: str) -> tuple[RankTrace, EventTable]:
     """One trace file read into columns, and the RankTrace made from them with what its top level says of its rank."""
-    columns, reader = read_columns(path)
+    columns, reader = read_table(path)
     trace = rank_trace(columns, path)
     trace.bytes_read, trace.meta = reader.bytes_read, reader.meta
     info = reader.meta.get("distributedInfo")

@@ -1,4 +1,4 @@
-"""The nesting of a trace's host events, for the columnar summary (columnar.py).
+"""The nesting of a trace's host events, for the table summary (table_summary.py).
 
 Each thread's events are visited by start, then longer first (end descending), then file order, and a stack of
 open events gives the nesting: before each visit the top is popped while it ended by that visit's start, so an
@@ -16,7 +16,7 @@ The first is a "nearest to the left above a threshold" query, answered for every
 blocks of 2^k events whose latest end is not past the threshold (a table of block maxima, k from high to low);
 depths follow from the parents by pointer jumping, and the closing visits from the ends by a search, then
 from the deepest level up.  Everything the summary derives from the nesting is worked out over columns too
-(columnar_context.py, columnar_totals.py).
+(summary_context.py, summary_totals.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""A live profile's events read into the columns a trace file is read into (traces/columns.py), so the cell's
-report and the saved trace's come out of one analysis (traces/columnar.py).
+"""A live profile's events read into the columns a trace file is read into (traces/event_table.py), so the cell's
+report and the saved trace's come out of one analysis (traces/table_summary.py).
 
 Read from kineto's events, not through ``export_chrome_trace``: torch 2.13's writer names a range "unknown"
 where its name holds a control character or anything not ASCII, drops a newline, turns a backslash into a
@@ -15,9 +15,9 @@ from .event_kinds import DEVICE, MEMORY, OP, RUNTIME, event_kind
 from .kineto import PYTHON_FUNCTION, STEP_PREFIX, USER_ANNOTATION
 from .summary import TraceSummary
 from .traffic import MATMUL_OPS
-from .traces.columnar import columnar_summary
-from .traces.column_codes import EventKind, device_label
-from .traces.columns import TraceColumns
+from .traces.table_summary import summarize_table
+from .traces.table_codes import EventKind, device_label
+from .traces.event_table import EventTable
 from .traces.rank import RankTrace
 
 NO_INPUTS = ([], [], [])
@@ -26,7 +26,7 @@ NO_INPUTS = ([], [], [])
 class _Codes:
     """The codes a live profile's names, threads, inputs and memory devices get in its columns."""
 
-    def __init__(self, cols: TraceColumns, shapes: bool, flops: bool):
+    def __init__(self, cols: EventTable, shapes: bool, flops: bool):
         self.cols, self.shapes, self.flops = cols, shapes, flops
         self.kinds: dict[tuple[str, str], int | None] = {}  # (name, activity) -> code, None: set aside
         self.all_inputs: set[int] = set()   # the codes of ops whose inputs are read whole
@@ -78,7 +78,7 @@ class _Codes:
         return code
 
 
-def live_columns(events, python_calls=(), *, shapes: bool = True, flops: bool = True) -> TraceColumns:
+def live_table(events, python_calls=(), *, shapes: bool = True, flops: bool = True) -> EventTable:
     """The columns of kineto's events (``prof.profiler.kineto_results.events()``) and of the Python tracer's
     calls where this torch keeps them apart (``activity.python_calls``), in kineto's order.  Ops' inputs
     (shapes, types, non-tensor values) are read where they are needed: matmuls' always (their precision), every
@@ -86,7 +86,7 @@ def live_columns(events, python_calls=(), *, shapes: bool = True, flops: bool = 
     aside are left out, and so are async and hidden ones (torch's own tables hide them too).  Each attribute
     is read over all events at once: a comprehension per attribute costs half a loop that reads them all per
     event."""
-    cols = TraceColumns()
+    cols = EventTable()
     codes = _Codes(cols, shapes, flops)
     kept, kinds = _kept(events, codes)
     light = [cols.kinds[code].kind for code in kinds]
@@ -161,10 +161,10 @@ def summarize_live(results, *, shapes: bool = False, flops: bool = False,
     profiler recorded nothing the summary reads."""
     events = results.events()
     with gc_paused():  # lists of every event, none in a cycle: the cyclic GC's passes would only cost time
-        columns = live_columns(events, python_calls, shapes=shapes, flops=flops)
+        columns = live_table(events, python_calls, shapes=shapes, flops=flops)
         if not len(columns.start):
             return None
         trace = RankTrace("profile", events=len(columns.start))  # one group: kineto holds every event already
-        summary, first_ns, _ = columnar_summary(columns, trace, len(columns.start), flops, shapes)
+        summary, first_ns, _ = summarize_table(columns, trace, len(columns.start), flops, shapes)
     summary.event_count = len(events) + len(python_calls)
     return summary, first_ns

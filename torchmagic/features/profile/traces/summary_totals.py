@@ -1,4 +1,4 @@
-"""The columnar summary's totals (columnar.py): what each event in the steps adds as it closes (self time by
+"""The table summary's totals (table_summary.py): what each event in the steps adds as it closes (self time by
 category, the operator table, shapes and matmuls, the timeline's bars) and what it notes as it opens (ops called
 from Python and the time between them, autograd's graph nodes, the optimizer's ops), each a masked sum over a
 group's events, added to what the groups before added.  Events close as tree.py nests them, innermost first; a
@@ -17,10 +17,10 @@ from ..kineto import CUDA_CONTEXT, FIRST_COMPILE, LAZY_LOADING, LIBRARY_SET_UP
 from ..summary import OpStats, TraceSummary
 from ..timeline import Bars, add_bounded
 from ..traffic import MATMUL_OPS, off_tensor_core_grain
-from .columnar_context import CATEGORY, Context, Events, Names, category_of
-from .columnar_device import FP32, LOW, ColumnLinks, Keyed
-from .columnar_flops import flop_links, flop_totals
-from .columnar_memory import OpAllocations
+from .summary_context import CATEGORY, Context, Events, Names, category_of
+from .summary_device import FP32, LOW, ColumnLinks, Keyed
+from .summary_flops import flop_links, flop_totals
+from .summary_memory import OpAllocations
 from .fields import literal
 
 MAX_MATMUL_CALLS = 4096  # distinct fp32 matmul calls kept (shapes that vary every step would grow it unbounded)

@@ -1,4 +1,4 @@
-"""Runtime calls in the columnar summary (columnar.py): a group's runtime calls joined to their op's thread
+"""Runtime calls in the table summary (table_summary.py): a group's runtime calls joined to their op's thread
 (CUPTI reports OS thread ids), and what each notes as it opens, from its context: when a launch returned,
 whether it was made in a step, copies to the host and explicit syncs, one-time costs, launches no op
 encloses."""
@@ -10,9 +10,9 @@ import torch
 
 from ..categories import DATA
 from ..kineto import START_UP_MIN_US, one_time_cost
-from .columnar_context import CATEGORY, Context, Events, Names, category_of
-from .columnar_device import ColumnLinks, Keyed
-from .columnar_totals import ONE_TIME
+from .summary_context import CATEGORY, Context, Events, Names, category_of
+from .summary_device import ColumnLinks, Keyed
+from .summary_totals import ONE_TIME
 
 
 def relinked_threads(kind: torch.Tensor, thread: torch.Tensor, external: torch.Tensor, names: Names,

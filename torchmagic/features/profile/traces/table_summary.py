@@ -1,9 +1,9 @@
-"""The operator report's summary of a trace (a TraceSummary), computed over its columns (columns.py) without a
+"""The operator report's summary of a trace (a TraceSummary), computed over its columns (event_table.py) without a
 Python step per host event.  A group of consecutive steps at a time (bounding what is made besides the columns):
 runtime calls joined to their op's thread and the nesting from tree.py, what each event inherits from its
-ancestors a depth at a time (columnar_context.py), what runtime calls note (columnar_runtime.py) and memory
-records (columnar_memory.py), every total as a masked sum (columnar_totals.py), the main thread's waiting
-(columnar_waiting.py), then the device's events given to the ops that launched them (columnar_device.py).
+ancestors a depth at a time (summary_context.py), what runtime calls note (summary_runtime.py) and memory
+records (summary_memory.py), every total as a masked sum (summary_totals.py), the main thread's waiting
+(summary_waiting.py), then the device's events given to the ops that launched them (summary_device.py).
 Groups begin at the steps ``group_starts`` picks: each event is in the group its start falls in, a kernel in its
 launch's, and one begun outside the steps in each group it is open across; what later groups need (the steps so
 far, the main thread, memory levels, op calls and kernels' first launches, the group before's device intervals
@@ -29,14 +29,14 @@ from ..event_kinds import ANNOTATION, DEVICE, MEMORY, OP, PYTHON, RUNTIME
 from ..kineto import CPU_OP, STEP_PREFIX, USER_ANNOTATION
 from ..summary import TraceSummary
 from ..timeline import MAIN_LANE
-from .columnar_context import Events, context_of, names_of
-from .columnar_device import DeviceBusy, DeviceColumns, attribute, count_lost, device_reads, first_launches
-from .columnar_memory import MemoryColumns, memory_levels, memory_records
-from .columnar_runtime import relinked_threads, runtime_opened
-from .columnar_totals import Marks, closed_totals, opened_totals
-from .columnar_waiting import discount_waiting
-from .column_codes import EventKind
-from .columns import TraceColumns
+from .summary_context import Events, context_of, names_of
+from .summary_device import DeviceBusy, DeviceColumns, attribute, count_lost, device_reads, first_launches
+from .summary_memory import MemoryColumns, memory_levels, memory_records
+from .summary_runtime import relinked_threads, runtime_opened
+from .summary_totals import Marks, closed_totals, opened_totals
+from .summary_waiting import discount_waiting
+from .table_codes import EventKind
+from .event_table import EventTable
 from .rank import RankTrace
 from .tree import event_tree
 
@@ -78,7 +78,7 @@ class _Carried:
     first_launch: int | None = None  # the lowest runtime call's CUPTI id so far (lost events)
 
 
-def columnar_summary(columns: TraceColumns, trace: RankTrace, limit: int, flops: bool = False,
+def summarize_table(columns: EventTable, trace: RankTrace, limit: int, flops: bool = False,
                      shapes: bool | None = None) -> tuple[TraceSummary, int, bool]:
     """The summary of the trace's events over all its steps, read in groups of about ``limit`` events
     (``group_starts``), its first event's start (ns), and whether ops' time is kept by their shapes: as asked
@@ -112,7 +112,7 @@ def group_starts(trace: RankTrace, limit: int) -> list[float]:
     return starts[::per_group] if per_group < len(starts) else []
 
 
-def _table(columns: TraceColumns) -> _Table:
+def _table(columns: EventTable) -> _Table:
     start = tensor_view(columns.start, torch.long)
     memory = MemoryColumns(tensor_view(columns.memory_rows, torch.long),
                            tensor_view(columns.memory_bytes, torch.long),

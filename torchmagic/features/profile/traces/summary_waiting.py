@@ -1,4 +1,4 @@
-"""The main thread's Python time that another thread's work overlapped, discounted (columnar.py): on CUDA,
+"""The main thread's Python time that another thread's work overlapped, discounted (table_summary.py): on CUDA,
 backward runs on an autograd thread while the main thread waits for it."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def discount_waiting(out: TraceSummary, bars: dict, python_gaps: list, windows,
     on CUDA, backward runs on an autograd thread while the main thread waits for it.  The same holds
     for the Python time after each op called from Python.  ``bars``: the group's timeline bars by lane (a tensor
     of (start, end) rows each, or a list of such pairs); ``python_gaps``: the Python gaps (index, start, end)
-    between ops called from Python (columnar_totals.opened_totals);
+    between ops called from Python (summary_totals.opened_totals);
     ``before``: other threads' work that began in the group of steps before; returns what of it and of this
     group's runs past its steps."""
     others = IntervalSet.of(torch.cat([as_set(ivs) for lane, ivs in bars.items() if lane != MAIN_LANE]

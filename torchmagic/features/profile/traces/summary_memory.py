@@ -1,4 +1,4 @@
-"""Memory records in the columnar summary (columnar.py), in the order the nesting visits them: each kept with its
+"""Memory records in the table summary (table_summary.py), in the order the nesting visits them: each kept with its
 time, device and bytes for the levels (memory_levels), an allocation in a step added to its device's total and to
 the op around it (the innermost open event when it is visited: the record's parent)."""
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from ..summary import TraceSummary
-from .columnar_context import Events, Names, window_of
+from .summary_context import Events, Names, window_of
 
 
 @dataclass

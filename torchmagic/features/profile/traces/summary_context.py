@@ -1,4 +1,4 @@
-"""What each host event of a group of steps is, as the columnar summary (columnar.py) reads it: its name's
+"""What each host event of a group of steps is, as the table summary (table_summary.py) reads it: its name's
 meaning (``Names``), and what it inherits from the events around it when it is opened, in visiting order
 (``Context``), worked out a depth at a time from the roots down."""
 
@@ -14,7 +14,7 @@ from ..event_kinds import ANNOTATION, DEVICE, MEMORY, OP, PYTHON, RUNTIME
 from ..flops import counts_flops
 from ..frames import is_library_frame, is_user_frame
 from ..kineto import LAUNCH_CALLS, STEP_PREFIX, is_backward_node, is_copy_to_host, is_pageable_upload
-from .column_codes import EventKind
+from .table_codes import EventKind
 from .tree import EventTree
 
 CATEGORY = {category: code for code, category in enumerate(CATEGORIES)}
@@ -41,7 +41,7 @@ class Events:
     lanes: list[str]       # each thread's timeline lane (index: ``thread``)
     input_lists: list
     shapes: bool           # an op with shapes was read: each op's time is kept by its shapes
-    flops: bool = False    # --flops: ops' FLOPs and tensor bytes are counted (columnar_flops.py)
+    flops: bool = False    # --flops: ops' FLOPs and tensor bytes are counted (summary_flops.py)
 
 
 @dataclass

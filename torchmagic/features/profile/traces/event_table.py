@@ -1,5 +1,5 @@
-"""A trace file read into columns: its one reading, from which the per-rank pass (rank.py) and the operator report
-(columnar.py) are both made.
+"""The event table (EventTable: a trace's events as columns), and a trace file read into it: the file's one
+reading, from which the per-rank pass (rank.py) and the operator report (table_summary.py) are both made.
 
 The reader's batches are read into columns a slice of typed records at once, and where a slice holds a value the
 columns do not take as written (one the typed decoder refused, or one the checked path would refuse, cut or
@@ -8,7 +8,7 @@ one as the checked path (fields.py) reads them, whose one-line error refuses the
 plain op, user range, Python frame, runtime call, kernel (or copy, or memset) or memory record (or one the summary
 sets aside), each value as the checked path keeps it; an op's inputs (shapes, types, non-tensor values) are kept
 once per distinct value, however written.  A live profile fills the same columns from kineto's events
-(profile/live_columns.py).
+(profile/live_table.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from msgspec import UNSET
 from ....core.gc_pause import gc_paused
 from ..array_views import append_values, tensor_view
 from ..kineto import CPU_OP, external_id
-from .column_codes import ColumnCodes, EventKind
+from .table_codes import TableCodes, EventKind
 from .fields import DEVICE_TYPES, INT_LIMIT, EventFields
 from .fields import kind as kind_of
 from .records import EMPTY_LIST, NO_ARGS, PlainFields
@@ -34,7 +34,7 @@ TIME_LIMIT_US = 2**61 / 1000
 
 
 @dataclass
-class TraceColumns:
+class EventTable:
     """A trace's timed events in file order: start and end in ns (the file's µs times 1000, rounded half to
     even; an end, the start plus the duration so rounded), thread (a device event's stream) and kind codes
     (``threads``, ``kinds`` give what they stand for), autograd sequence numbers, and the op each belongs to
@@ -92,9 +92,9 @@ class _CheckedRow:
     finished: bool = True
 
 
-def read_columns(path: str) -> tuple[TraceColumns, SlicedTraceReader]:
+def read_table(path: str) -> tuple[EventTable, SlicedTraceReader]:
     """The trace file at ``path`` read into columns, and the reader that read it (its top level, what it left out)."""
-    reader, reading = SlicedTraceReader(path), ColumnReading(path)
+    reader, reading = SlicedTraceReader(path), TableReading(path)
     with gc_paused():  # each slice makes thousands of objects, none in a cycle: the GC's passes would only cost time
         for batch in reader:
             reading(batch)
@@ -102,16 +102,16 @@ def read_columns(path: str) -> tuple[TraceColumns, SlicedTraceReader]:
     return reading.columns, reader
 
 
-class ColumnReading:
-    """A trace's batches read into TraceColumns: a slice of typed records over its columns at once, and where a
+class TableReading:
+    """A trace's batches read into EventTable: a slice of typed records over its columns at once, and where a
     slice holds a value they do not take as it is (one the typed decoder refused, or one the checked path would
     refuse, cut or replace), its events one by one as the checked path reads them (fields.py), which raises its
     one-line error."""
 
     def __init__(self, path: str):
         self.plain = PlainFields(EventFields(path, share=True))
-        self.columns = TraceColumns()
-        self.codes = ColumnCodes(self.columns, self.plain)
+        self.columns = EventTable()
+        self.codes = TableCodes(self.columns, self.plain)
 
     def __call__(self, batch) -> None:
         if batch.records is not None and self._read(batch.records):

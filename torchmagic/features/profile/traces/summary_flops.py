@@ -1,4 +1,4 @@
-"""``--flops`` in the columnar summary (columnar.py): each op's FLOPs at the outermost op with a formula and
+"""``--flops`` in the table summary (table_summary.py): each op's FLOPs at the outermost op with a formula and
 nothing beneath it (flops.py), the bytes its tensors hold and a pointwise op's FLOPs (traffic.py), and which
 counted op each op's kernels belong to.  The formulas run once per distinct (op, inputs) pair, not per call."""
 
@@ -11,8 +11,8 @@ import torch
 from ..flops import op_flops
 from ..summary import TraceSummary
 from ..traffic import tensor_traffic
-from .columnar_context import Context, Events, Names
-from .columnar_device import ColumnLinks, Keyed
+from .summary_context import Context, Events, Names
+from .summary_device import ColumnLinks, Keyed
 from .fields import literal
 
 

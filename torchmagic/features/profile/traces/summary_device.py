@@ -1,4 +1,4 @@
-"""The device's events in the columnar summary (columnar.py): each kernel, copy and memset given to the op (or
+"""The device's events in the table summary (table_summary.py): each kernel, copy and memset given to the op (or
 user range) that launched it, the device's time in the steps and what data loading left idle, and the events the
 profiler lost; over a group's device events held as tensors, with what the host side told about them
 (``ColumnLinks``) looked up by id rather than per event."""
@@ -13,7 +13,7 @@ from ..categories import CATEGORIES, OTHER
 from ..timeline import Bars, add_bounded
 from ..summary import OpStats, TraceSummary
 from ..intervals import EMPTY, as_set, intersection, overlap, total, union
-from .columnar_context import CATEGORY, Names
+from .summary_context import CATEGORY, Names
 
 LOW, FP32 = 1, 2  # a matmul's precision codes (0: neither)
 _NONE = torch.empty(0, dtype=torch.long)
@@ -60,7 +60,7 @@ class ColumnLinks:
 @dataclass
 class DeviceColumns:
     """A group's device events in file order; where there are several groups, those with a CUPTI id last
-    (columnar._device)."""
+    (table_summary._device)."""
 
     start: torch.Tensor  # µs since the trace's first event, made as the host events' are (float64)
     end: torch.Tensor

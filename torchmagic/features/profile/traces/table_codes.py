@@ -1,4 +1,4 @@
-"""The codes a trace's columns (columns.py) hold for what repeats: each (name, category), thread, op's inputs,
+"""The codes a trace's columns (event_table.py) hold for what repeats: each (name, category), thread, op's inputs,
 memory record's device and collective's description once, as the checked path keeps it (fields.py), however
 it was written."""
 
@@ -24,8 +24,8 @@ class EventKind:
     kind: int | None  # event_kinds.event_kind's
 
 
-class ColumnCodes:
-    """The codes of one trace's columns (``columns``: a TraceColumns, whose lists they index), made as values are
+class TableCodes:
+    """The codes of one trace's columns (``columns``: a EventTable, whose lists they index), made as values are
     first read: a slice's values as written (None where the checked path reads them instead), an event's read
     from its dict as kept."""
 
