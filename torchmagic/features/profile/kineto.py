@@ -161,6 +161,6 @@ def unread_note(counts: dict[str, int]) -> str | None:
     unread = _unread(counts)
     if not unread:
         return None
-    listed = ", ".join(f"{n:,} '{cat or '(none)'}'" for cat, n in sorted(unread.items(), key=lambda kv: -kv[1]))
+    listed = ", ".join(f"{n:,} '{cat or '(none)'}'" for cat, n in sorted(unread.items(), key=lambda kv: (-kv[1], kv[0])))
     return (f"Not read: timed events of categories this version does not understand ({listed}); the figures "
             "above leave them out (an accelerator other than CUDA or ROCm, or a newer kineto schema).")

@@ -130,7 +130,7 @@ def _table(columns: EventTable) -> _Table:
 def _add_whole_trace_marker(table: _Table) -> None:
     """A ProfilerStep#0 marker over the trace's span, for a trace without steps (read as one step): from its
     first event's start to its latest end, on the thread that ran most ops (of those tied, the first seen; tid 0
-    with no ops), its times made as a written event's are read (µs from the ns, then ns again, rounded)."""
+    with no ops)."""
     is_op = torch.tensor([k.cat == CPU_OP for k in table.kinds], dtype=torch.bool)[table.kind.long()]
     ops = table.thread[is_op].long()
     tid = 0
@@ -142,13 +142,10 @@ def _add_whole_trace_marker(table: _Table) -> None:
     if tid not in table.tids:
         table.tids.append(tid)
     table.kinds.append(EventKind(f"{STEP_PREFIX}0", USER_ANNOTATION, ANNOTATION))
-    ts, span = table.first / 1000, (int(table.end.max()) - table.first) / 1000
-    start = round(ts * 1000)
-
     def grown(column: torch.Tensor, value) -> torch.Tensor:
         return torch.cat([column, torch.tensor([value], dtype=column.dtype)])
 
-    table.start, table.end = grown(table.start, start), grown(table.end, start + round(span * 1000))
+    table.start, table.end = grown(table.start, table.first), grown(table.end, int(table.end.max()))
     table.kind, table.thread = grown(table.kind, len(table.kinds) - 1), grown(table.thread, table.tids.index(tid))
     table.sequence, table.inputs = grown(table.sequence, -1), grown(table.inputs, 0)
     table.external = grown(table.external, 0)
