@@ -103,13 +103,13 @@ def device_reads(device: DeviceColumns, names: Names) -> torch.Tensor:
     return torch.unique(device.correlation[reads & (device.correlation != 0)])
 
 
-def attribute(out: TraceSummary, device: DeviceColumns, links: ColumnLinks, names: Names,
-              steps: tuple[list, DeviceBusy]) -> DeviceBusy:
+def attribute(out: TraceSummary, device: DeviceColumns, links: ColumnLinks, names: Names, windows: list,
+              before: DeviceBusy) -> DeviceBusy:
     """Give each device event to the op that launched it (by its ``External id``), or where no op did, to the
     innermost user range around its launch (by CUPTI's id), in that op's or launch's category (else other); add up
     its time per op, category and matmul precision, its delay after its launch returned, its bar; and measure the
-    device time of the steps (``_busy_time``).  ``steps``: the windows so far, the group before's busy time."""
-    windows, before = steps
+    device time of the steps (``_busy_time``).  ``windows``: the steps so far; ``before``: the group before's busy
+    time."""
     if not len(device) and not len(before.after):
         return DeviceBusy()
     out.has_device_events = True
@@ -142,20 +142,17 @@ def attribute(out: TraceSummary, device: DeviceColumns, links: ColumnLinks, name
     where, known = links.in_step.find(device.correlation)  # never for 0, no call's id
     in_step = known & links.in_step.values[0][where] if len(links.in_step.keys) else known
     intervals = torch.stack([device.start, device.end], dim=1)
-    return _busy_time(out, links, (windows, before), (intervals, intervals[in_step], intervals[~known]))
+    return _busy_time(out, links, windows, before, _Kernels(intervals, intervals[in_step], intervals[~known]))
 
 
 def _per_op(out: TraceSummary, owner: torch.Tensor, length: torch.Tensor, names: list[str]) -> None:
-    """Each op's (or user range's) device time, a new row made in the order its first event comes."""
+    """Each op's (or user range's) device time, a new row made where there is none."""
     has = owner >= 0
     ids = owner[has]
     if not len(ids):
         return
     sums = torch.zeros(len(names), dtype=torch.float64).scatter_add_(0, ids, length[has]).tolist()
-    first = torch.full((len(names),), len(ids)).scatter_reduce_(0, ids, torch.arange(len(ids)), "amin")
-    for i in torch.argsort(first).tolist():
-        if first[i] == len(ids):
-            break
+    for i in torch.unique(ids).tolist():
         stats = out.ops.get(names[i])
         if stats is None:
             stats = out.ops[names[i]] = OpStats(names[i])
@@ -210,16 +207,23 @@ def _timeline(out: TraceSummary, device: DeviceColumns, category: torch.Tensor, 
                           category.long(), names, device.name.long()))
 
 
-def _busy_time(out: TraceSummary, links: ColumnLinks, steps: tuple, kernels: tuple) -> DeviceBusy:
+@dataclass
+class _Kernels:
+    """A group's device intervals: all, those launched in the steps, those whose launch is not in the trace."""
+
+    intervals: torch.Tensor
+    launched_in_steps: torch.Tensor
+    unlinked: torch.Tensor
+
+
+def _busy_time(out: TraceSummary, links: ColumnLinks, windows: list, before: DeviceBusy,
+               kernels: _Kernels) -> DeviceBusy:
     """The device time of the steps: the union of the kernels the steps launched, wherever they ran (a host ahead
     of its GPU leaves the last steps' kernels running after the profiled window), and where the launch is not in
     the trace, of the kernels run inside the steps (the group before's that ran past its steps included), less
-    what the group before counted; and the data loading the device sat idle through.  ``kernels``: all
-    intervals, those launched in the steps, those whose launch is not in the trace."""
-    windows, before = steps
-    intervals, launched_in_steps, unlinked = kernels
-    busy, unlinked = union(intervals), union(unlinked, before.after)
-    steps_busy = union(launched_in_steps, intersection(unlinked, union(as_set(windows))))
+    what the group before counted; and the data loading the device sat idle through."""
+    busy, unlinked = union(kernels.intervals), union(kernels.unlinked, before.after)
+    steps_busy = union(kernels.launched_in_steps, intersection(unlinked, union(as_set(windows))))
     out.device_busy_us += total(steps_busy) - overlap(steps_busy, before.steps)
     data = union(as_set(links.data))
     exposed = total(data) - overlap(data, union(busy, before.all))

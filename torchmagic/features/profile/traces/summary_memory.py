@@ -53,18 +53,17 @@ def memory_records(out: TraceSummary, events: Events, names: Names, memory: Memo
     return records, OpAllocations(names.name_id[events.kind[parent[by_op]]], nbytes[by_op])
 
 
-def memory_levels(out: TraceSummary, records: list[tuple[float, str, int]], windows, levels: tuple[dict, dict],
+def memory_levels(out: TraceSummary, records: list[tuple[float, str, int]], windows, level: dict, base: dict,
                   last: bool) -> None:
     """Peak and final allocation level per device above the first step's start, in time order across
     threads: on CUDA, backward allocates on the autograd thread while the main thread's tensors live.
     Memory may be recorded from before the steps (run.py starts the profiler a warm-up step early: the
     CPU profiler reports no free of a block allocated before it started, so the gradients zero_grad
     frees would otherwise never leave the level); only the steps' records make the peak, and none after
-    the last step.  ``levels``: each device's bytes allocated so far and its level at the first step's
+    the last step.  ``level``, ``base``: each device's bytes allocated so far and its level at the first step's
     start, carried from one group of steps to the next (``last``: no step follows)."""
     if not windows:
         return
-    level, base = levels
     start, end = windows[0][0], windows[-1][1] if last else math.inf
     for t, device, nbytes in sorted(records, key=lambda r: r[0]):
         if t > end:

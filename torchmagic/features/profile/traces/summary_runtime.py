@@ -5,6 +5,8 @@ encloses."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 
 import torch
 
@@ -36,12 +38,12 @@ def relinked_threads(kind: torch.Tensor, thread: torch.Tensor, external: torch.T
     return thread
 
 
-def runtime_opened(out, events: Events, names: Names, ctx: Context, known: tuple) -> tuple[ColumnLinks, torch.Tensor]:
+def runtime_opened(out, events: Events, names: Names, ctx: Context, op_calls: Counter,
+                   first: torch.Tensor) -> tuple[ColumnLinks, torch.Tensor]:
     """What each runtime call notes as it opens, and the group's data loading in the steps (the events opening
     it where no phase was open); returns the links for the device's events and each event's one-time cost (a
-    code into ONE_TIME, -1 for none).  ``known``: op calls so far (by name; this group's added) and the CUPTI
-    ids of this group's first launches of a kernel."""
-    op_calls, first = known
+    code into ONE_TIME, -1 for none).  ``op_calls``: op calls so far, by name (this group's added); ``first``: the
+    CUPTI ids of this group's first launches of a kernel."""
     kind, links = events.kind, ColumnLinks()
     data = ctx.took & (names.phase[kind] == CATEGORY[DATA]) & (ctx.step >= 0)
     links.data = torch.stack([events.start[data], events.end[data]], dim=1)
@@ -50,7 +52,7 @@ def runtime_opened(out, events: Events, names: Names, ctx: Context, known: tuple
     if len(rows):
         _links(links, events, names, ctx, rows)
         _syncs(out, events, names, ctx, rows)
-        _one_time(events, names, rows, (op_calls, set(first.tolist())), one_time)
+        _one_time(events, names, rows, op_calls, set(first.tolist()), one_time)
     ops = names.name_id[kind[names.op[kind]]]
     op_calls.update({names.names[i]: count for i, count in enumerate(torch.bincount(ops).tolist()) if count})
     return links, one_time
@@ -86,10 +88,10 @@ def _syncs(out, events: Events, names: Names, ctx: Context, rows: torch.Tensor) 
     out.sync_runtime_us += float(length[sync].sum())
 
 
-def _one_time(events: Events, names: Names, rows: torch.Tensor, known: tuple, one_time: torch.Tensor) -> None:
+def _one_time(events: Events, names: Names, rows: torch.Tensor, op_calls: Counter, first: set,
+              one_time: torch.Tensor) -> None:
     """Mark the slow runtime calls that are a one-time cost (kineto.one_time_cost): an op's first call in the
-    trace setting up, a kernel's first launch loading it, creating the context."""
-    op_calls, first = known
+    trace setting up, a kernel's first launch loading it (``first``: those launches' ids), creating the context."""
     length = (events.end - events.start)[rows]
     slow = rows[length >= START_UP_MIN_US]
     if not len(slow):

@@ -96,8 +96,8 @@ def summarize_table(columns: EventTable, trace: RankTrace, limit: int, flops: bo
         out.python_op_nodes, out.python_op_sync = array("q"), array("b")
     count = max(len(cuts), 1)
     for index, rows in enumerate(_groups(table, trace, cuts)):  # (each group's bars bounded as they are added)
-        _add(out, _events(table, rows, names, (columns.input_lists, shapes, len(cuts) > 1, flops)), names, carried,
-             table.memory, index == count - 1)
+        _add(out, _events(table, rows, names, _Kept(columns.input_lists, shapes, len(cuts) > 1, flops)), names,
+             carried, table.memory, index == count - 1)
     out.event_count = len(table.start)
     return out, table.first, shapes
 
@@ -240,16 +240,32 @@ def _spanning(table: _Table, trace: RankTrace, cuts: torch.Tensor, group: torch.
     return spanning, (torch.searchsorted(cuts, table.end[spanning] - 1, right=True) - 1).clamp(min=0)
 
 
-def _events(table: _Table, rows: torch.Tensor, names, inputs: tuple) -> tuple[Events, DeviceColumns]:
+@dataclass
+class _Kept:
+    """What every group's events keep: the ops' input lists, whether shapes were recorded, whether there are
+    several groups, and whether FLOPs are counted."""
+
+    input_lists: list
+    shapes: bool
+    grouped: bool
+    flops: bool
+
+
+@dataclass
+class _Group:
+    """A group's host events and device events."""
+
+    events: Events
+    device: DeviceColumns
+
+
+def _events(table: _Table, rows: torch.Tensor, names, kept: _Kept) -> _Group:
     """A group's host events (ops, user ranges, Python frames, runtime calls, memory records) in visiting order
     (tree.py: thread by thread in the order threads first appear in the group, each thread's by start, longer
-    first, then file order), their times µs since the trace's first event, and its device events.  ``inputs``:
-    the ops' input lists, whether shapes were recorded, whether there are several groups, and whether FLOPs are
-    counted."""
-    input_lists, shapes, grouped, flops = inputs
+    first, then file order), their times µs since the trace's first event, and its device events."""
     light = _light(table, rows)
     host = rows[(light == OP) | (light == ANNOTATION) | (light == PYTHON) | (light == MEMORY) | (light == RUNTIME)]
-    device = _device(table, rows[light == DEVICE], names, grouped)
+    device = _device(table, rows[light == DEVICE], names, kept.grouped)
     start = (table.start[host] - table.first).double() / 1000.0
     end = start + (table.end[host] - table.start[host]).double() / 1000.0
     external, correlation = table.external[host], _correlation(table, host)
@@ -263,8 +279,8 @@ def _events(table: _Table, rows: torch.Tensor, names, inputs: tuple) -> tuple[Ev
     device_read = names.runtime[table.kind[at].long()] & torch.isin(correlation[order], reads)
     events = Events(table.kind[at].long(), start[order], end[order], lane[order], table.sequence[at],
                     table.inputs[at].long(), external[order], correlation[order], device_read, at, tree, table.kinds,
-                    [table.tids[code] for code in codes.tolist()], [], input_lists, shapes, flops)
-    return events, device
+                    [table.tids[code] for code in codes.tolist()], [], kept.input_lists, kept.shapes, kept.flops)
+    return _Group(events, device)
 
 
 def _device(table: _Table, rows: torch.Tensor, names, grouped: bool) -> DeviceColumns:
@@ -291,13 +307,12 @@ def _first_seen_order(codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return rank[inverse], unique[order]
 
 
-def _add(out: TraceSummary, group: tuple[Events, DeviceColumns], names, carried: _Carried, memory: MemoryColumns,
-         last: bool) -> None:
+def _add(out: TraceSummary, group: _Group, names, carried: _Carried, memory: MemoryColumns, last: bool) -> None:
     """One group's events summarised into ``out``, added to what the groups before added and carrying what the
     next needs (``last``: no step follows): its steps' windows (markers by start, ties in file order), each host
     event's context, runtime calls, memory records, the totals of closed and opened events, the main thread's
     waiting, memory levels, then the device's events and those the profiler lost."""
-    events, device = group
+    events, device = group.events, group.device
     step_rows = names.step[events.kind].nonzero().flatten()
     step_rows = step_rows[torch.argsort(events.tree.order[step_rows], stable=True)]  # the file's order, then
     step_rows = step_rows[torch.argsort(events.start[step_rows], stable=True)]       # by start
@@ -311,11 +326,11 @@ def _add(out: TraceSummary, group: tuple[Events, DeviceColumns], names, carried:
     events.lanes = [MAIN_LANE if tid == carried.main else f"CPU thread {tid}" for tid in events.tids]
     context = context_of(events, names, step_rows, carried.windows, before)
     first = first_launches(device, carried.first_kernels)
-    links, one_time = runtime_opened(out, events, names, context, (carried.op_calls, first))
+    links, one_time = runtime_opened(out, events, names, context, carried.op_calls, first)
     records, allocations = memory_records(out, events, names, memory, carried.windows)
     bars = closed_totals(out, events, names, context, Marks(allocations, one_time, links if len(device) else None))
     gaps = opened_totals(out, events, names, context)
     carried.others_after = discount_waiting(out, bars, gaps, carried.windows[before:], carried.others_after)
-    memory_levels(out, records, carried.windows, (carried.level, carried.base), last)
-    carried.busy_before = attribute(out, device, links, names, (carried.windows, carried.busy_before))
+    memory_levels(out, records, carried.windows, carried.level, carried.base, last)
+    carried.busy_before = attribute(out, device, links, names, carried.windows, carried.busy_before)
     carried.first_launch = count_lost(out, device, links, carried.first_launch)
