@@ -10,8 +10,8 @@ once), then the two summaries interleaved over ``--reps`` rounds:
 =================  ==========================================================================================
 live columns       ``summarize_live(results)``: kineto's events read into columns, then the table summary
 export             ``prof.export_chrome_trace(path)``: kineto writes the JSON (C++), gzip off
-file summary       the file read as ``--load`` reads it: the per-rank pass with the columns alongside, then
-                   the operator summary over them
+file summary       the file read as ``--load`` reads it: into the event table, then the per-rank pass and
+                   the operator summary over it
 =================  ==========================================================================================
 
 The export is not a faithful copy: torch 2.13's writer names a range "unknown" where it holds a control

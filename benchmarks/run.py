@@ -57,6 +57,7 @@ BENCHMARKS = [
               ("--sizes", "50,250"), limit_s=240),
     Benchmark("event_table_sources", "A live profile's events read live or through its exported trace file: time "
               "and agreement", limit_s=120),
+    Benchmark("live_against_file", "A step's live report against its trace file's, on torch.nn models", limit_s=120),
     Benchmark("hostile_traces", "torchmagic.analyze on hostile traces: gzip bombs, 60 M-character strings, "
               "thousands of rank files", limit_s=300),
     Benchmark("corpus_rules", "Each rule on traces of real jobs: fires where due, quiet where not", limit_s=120),
