@@ -22,10 +22,11 @@ def summaries(make, folder: str):
     if path is None:
         return
     trace, columns = read_rank(path)
+    rows = len(columns.start)
     for grouping in GROUPINGS:
         if grouping is not None and len(trace.steps) < 2 * grouping:
             continue
-        limit = trace.events if grouping is None else max(1, int(grouping * trace.events / len(trace.steps)))
+        limit = rows if grouping is None else max(1, int(grouping * rows / len(trace.steps)))
         yield grouping, operator_summary(trace, limit, columns)[0]
 
 

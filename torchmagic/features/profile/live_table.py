@@ -18,7 +18,6 @@ from .traffic import MATMUL_OPS
 from .traces.table_summary import summarize_table
 from .traces.table_codes import EventKind, device_label
 from .traces.event_table import EventTable
-from .traces.rank import RankTrace
 
 NO_INPUTS = ([], [], [])
 
@@ -164,7 +163,7 @@ def summarize_live(results, *, shapes: bool = False, flops: bool = False,
         columns = live_table(events, python_calls, shapes=shapes, flops=flops)
         if not len(columns.start):
             return None
-        trace = RankTrace("profile", events=len(columns.start))  # one group: kineto holds every event already
-        summary, first_ns, _ = summarize_table(columns, trace, len(columns.start), flops, shapes)
+        # one group: kineto holds every event already
+        summary, first_ns, _ = summarize_table(columns, len(columns.start), flops, shapes)
     summary.event_count = len(events) + len(python_calls)
     return summary, first_ns

@@ -167,7 +167,7 @@ class TableReading:
             rows = [i for i, kind in enumerate(kinds) if kind in codes.linked_kinds]
             cols.linked_rows.extend([len(cols.start) + i for i in rows])
             cols.correlation.extend([correlation[i] for i in rows])
-        start = (tensor_view(ts, torch.float64) * 1000).round().long()
+        start = ns_of(tensor_view(ts, torch.float64))
         append_values(cols.start, start)
         append_values(cols.end, start + (tensor_view(dur, torch.float64) * 1000).round().long())
         codes = array("i", kinds)
@@ -218,7 +218,7 @@ class TableReading:
                 raise check.refuse(event, index, f"'{key}'", f"is {value:.6g} µs, more than the {TIME_LIMIT_US:.3g} "
                                    "µs (73 years) from the clock's zero that a trace's times are read within")
         row.code = self.codes.kind_code(name, text)
-        row.start = round(ts * 1000)  # as a slice's are made ns (rounded half to even, as torch rounds)
+        row.start = ns_of(torch.tensor([ts], dtype=torch.float64)).item()  # as a slice's are made ns
         row.end = row.start + round(dur * 1000)
         if self.columns.kinds[row.code].cat == CPU_OP:
             row.sequence, lists_dropped = check.integer(args, "Sequence number", -1, event, index), check.dropped
@@ -279,6 +279,14 @@ class TableReading:
         cols.memory_bytes += nbytes
         cols.memory_device.extend(devices)
         return True
+
+
+def ns_of(us: torch.Tensor) -> torch.Tensor:
+    """Times in µs as ns, to the ns the floats hold: the whole µs and the fraction apart (kineto's µs since the
+    epoch reach 1.7e15 in some traces, where µs x 1000 would pass 2**53 and round to 256 ns), rounded half to
+    even."""
+    whole = torch.floor(us)
+    return whole.long() * 1000 + ((us - whole) * 1000).round().long()
 
 
 def _plain_times(ts: array, dur: array) -> bool:

@@ -27,7 +27,7 @@ from .fields import MAX_INPUTS
 from .rank import RankTrace
 from .reader import shown_path
 
-GROUP_EVENTS = 300_000  # events summarised at once (a group of steps)
+GROUP_EVENTS = 300_000  # table rows summarised at once (a group of steps)
 
 
 def trace_profile(trace: RankTrace, columns: EventTable) -> ProfileResult:
@@ -54,8 +54,9 @@ def trace_profile(trace: RankTrace, columns: EventTable) -> ProfileResult:
 
 
 def operator_summary(trace: RankTrace, limit: int, columns: EventTable) -> tuple[TraceSummary, Seen]:
-    """The trace's summary over all its steps, in groups of about ``limit`` events, and what the reading saw."""
-    summary, _, _ = summarize_table(columns, trace, limit, columns.flops or _profiled_with_flops(trace.meta))
+    """The trace's summary over all its steps, in groups of about ``limit`` of its table's rows, and what the
+    reading saw."""
+    summary, _, _ = summarize_table(columns, limit, columns.flops or _profiled_with_flops(trace.meta))
     return summary, Seen(kernels=columns.kernels, steps=columns.steps, meta=trace.meta, dropped=columns.dropped)
 
 

@@ -188,8 +188,10 @@ def rank_trace(columns: EventTable, path: str) -> RankTrace:
         first, last = min(first, float(chunk.start[timed].min())), max(last, float(chunk.end[timed].max()))
         categories.add(chunk.codes[timed])
         _add_unions(out, chunk)
-        _add_steps(out, columns, chunk)
         collectives.add(chunk)
+    steps = step_windows(columns)
+    times = (torch.tensor(list(steps.values()), dtype=torch.int64).double() / 1000).tolist()  # as the rows' µs
+    out.steps = {number: tuple(window) for number, window in zip(steps, times)}
     for chunk in _chunks(columns, roles, tensor_view(columns.linked_rows, torch.int64)):
         ids = tensor_view(columns.correlation, torch.int64)[chunk.at:chunk.at + len(chunk.role)]
         kernels.add(chunk, ids, (chunk.role == DEVICE) & (ids > 0))
@@ -239,10 +241,18 @@ def _add_unions(out: RankTrace, chunk: _Chunk) -> None:
         unions.add_all(chunk.start[rows], chunk.end[rows])
 
 
-def _add_steps(out: RankTrace, columns: EventTable, chunk: _Chunk) -> None:
-    rows = (chunk.role == STEP).nonzero().flatten()
-    for code, opened, closed in zip(chunk.codes[rows].tolist(), chunk.start[rows].tolist(), chunk.end[rows].tolist()):
-        out.steps[step_number(columns.kinds[code].name)] = (opened, closed)  # a step written again: the last
+def step_windows(columns: EventTable) -> dict[int, tuple[int, int]]:
+    """Each ``ProfilerStep#N`` marker's start and end (ns) by N, in file order (a step written again: the last)."""
+    codes = [code for code, kind in enumerate(columns.kinds) if _role(kind) == STEP]
+    if not codes:
+        return {}
+    kinds = tensor_view(columns.kind, torch.int32)
+    rows = torch.isin(kinds, torch.tensor(codes, dtype=torch.int32)).nonzero().flatten()
+    steps = {}
+    for code, opened, closed in zip(kinds[rows].tolist(), tensor_view(columns.start, torch.int64)[rows].tolist(),
+                                    tensor_view(columns.end, torch.int64)[rows].tolist()):
+        steps[step_number(columns.kinds[code].name)] = (opened, closed)
+    return steps
 
 
 def _role(kind: EventKind) -> int:

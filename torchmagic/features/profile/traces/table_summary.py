@@ -17,6 +17,7 @@ since) and this one agreed field by field.
 
 from __future__ import annotations
 
+
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -37,7 +38,7 @@ from .summary_totals import Marks, closed_totals, opened_totals
 from .summary_waiting import discount_waiting
 from .table_codes import EventKind
 from .event_table import EventTable
-from .rank import RankTrace
+from .rank import step_windows
 from .tree import event_tree
 
 _SLICE = 1 << 18  # events worked on at once where a figure is made for every event (a few MB a figure)
@@ -78,9 +79,9 @@ class _Carried:
     first_launch: int | None = None  # the lowest runtime call's CUPTI id so far (lost events)
 
 
-def summarize_table(columns: EventTable, trace: RankTrace, limit: int, flops: bool = False,
-                     shapes: bool | None = None) -> tuple[TraceSummary, int, bool]:
-    """The summary of the trace's events over all its steps, read in groups of about ``limit`` events
+def summarize_table(columns: EventTable, limit: int, flops: bool = False,
+                    shapes: bool | None = None) -> tuple[TraceSummary, int, bool]:
+    """The summary of the table's events over all its steps, read in groups of about ``limit`` rows
     (``group_starts``), its first event's start (ns), and whether ops' time is kept by their shapes: as asked
     (``shapes``), else where an op had shapes recorded; ``flops``: count ops' FLOPs and tensor bytes."""
     out, table = TraceSummary(), _table(columns)
@@ -89,26 +90,27 @@ def summarize_table(columns: EventTable, trace: RankTrace, limit: int, flops: bo
         is_op = torch.tensor([k.cat == CPU_OP for k in table.kinds], dtype=torch.bool)
         shapes = bool(shaped[table.inputs[is_op[table.kind.long()]].long()].any())
     names, carried = names_of(table.kinds), _Carried()
-    cuts = [round(start * 1000) for start in group_starts(trace, limit)]  # ns, as the columns keep times
+    steps = step_windows(columns)
+    cuts = group_starts(steps, len(columns.start), limit)
     if len(cuts) > 1:  # per kernel and per Python op: 8 bytes, not a float object and its pointer
         out.kernel_us, out.launch_delay_us = array("d"), array("d")
         out.python_op_us, out.python_gap_us = array("d"), array("d")
         out.python_op_nodes, out.python_op_sync = array("q"), array("b")
     count = max(len(cuts), 1)
-    for index, rows in enumerate(_groups(table, trace, cuts)):  # (each group's bars bounded as they are added)
+    for index, rows in enumerate(_groups(table, steps, cuts)):  # (each group's bars bounded as they are added)
         _add(out, _events(table, rows, names, _Kept(columns.input_lists, shapes, len(cuts) > 1, flops)), names,
              carried, table.memory, index == count - 1)
     out.event_count = len(table.start)
     return out, table.first, shapes
 
 
-def group_starts(trace: RankTrace, limit: int) -> list[float]:
-    """The start (µs, the file's clock) of each group's first step: about ``limit`` events a group,
-    as the trace's steps average them; one group ([]) for a trace within the limit or without steps."""
-    if trace.events <= limit or not trace.steps:
+def group_starts(steps: dict[int, tuple[int, int]], rows: int, limit: int) -> list[int]:
+    """The start (ns) of each group's first step: about ``limit`` of the table's ``rows`` a group, as the steps
+    average them; one group ([]) for a table within the limit or without steps."""
+    if rows <= limit or not steps:
         return []
-    starts = sorted(start for start, _ in trace.steps.values())
-    per_group = max(1, int(limit / (trace.events / len(starts))))
+    starts = sorted(start for start, _ in steps.values())
+    per_group = max(1, int(limit / (rows / len(starts))))
     return starts[::per_group] if per_group < len(starts) else []
 
 
@@ -142,6 +144,7 @@ def _add_whole_trace_marker(table: _Table) -> None:
     if tid not in table.tids:
         table.tids.append(tid)
     table.kinds.append(EventKind(f"{STEP_PREFIX}0", USER_ANNOTATION, ANNOTATION))
+
     def grown(column: torch.Tensor, value) -> torch.Tensor:
         return torch.cat([column, torch.tensor([value], dtype=column.dtype)])
 
@@ -167,7 +170,7 @@ def _correlation(table: _Table, rows: torch.Tensor) -> torch.Tensor:
     return torch.where(table.linked_rows[slot] == rows, table.correlation[slot], 0)
 
 
-def _groups(table: _Table, trace: RankTrace, cuts: list[int]) -> Iterator[torch.Tensor]:
+def _groups(table: _Table, steps: dict[int, tuple[int, int]], cuts: list[int]) -> Iterator[torch.Tensor]:
     """Each group's events (indices, in file order): each in the group its start falls in (the last to begin at
     or before it; the first for an earlier one), a kernel (or copy) in its launch's group, and a host event begun
     outside the steps in each later group it is open across the start of too (a Python frame around the training
@@ -181,7 +184,7 @@ def _groups(table: _Table, trace: RankTrace, cuts: list[int]) -> Iterator[torch.
     for at in range(0, len(table.start), _SLICE):
         group[at:at + _SLICE] = (torch.searchsorted(cuts, table.start[at:at + _SLICE], right=True) - 1).clamp(min=0)
     on_device = _light(table) == DEVICE
-    spanning, last = _spanning(table, trace, cuts, group, on_device)
+    spanning, last = _spanning(table, steps, cuts, group, on_device)
     _launched_in(table, group, on_device[table.linked_rows])
     del on_device
     first = group[spanning]
@@ -220,14 +223,14 @@ def _launched_in(table: _Table, group: torch.Tensor, device: torch.Tensor) -> No
         group[rows] = torch.where(launched, groups[found], own).to(group.dtype)
 
 
-def _spanning(table: _Table, trace: RankTrace, cuts: torch.Tensor, group: torch.Tensor,
+def _spanning(table: _Table, steps: dict[int, tuple[int, int]], cuts: torch.Tensor, group: torch.Tensor,
               on_device: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The host events begun outside the steps and open across a later group's start (``group``: the one each
     begins in; ``on_device``: which rows are device events, never copied): their indices, and the last group
     each is open in."""
-    steps = sorted(trace.steps.values())
-    step_start = torch.tensor([round(a * 1000) for a, _ in steps], dtype=torch.long)
-    step_end = torch.tensor([round(b * 1000) for _, b in steps], dtype=torch.long)
+    windows = sorted(steps.values())
+    step_start = torch.tensor([a for a, _ in windows], dtype=torch.long)
+    step_end = torch.tensor([b for _, b in windows], dtype=torch.long)
     found = []
     for at in range(0, len(table.start), _SLICE):
         start, end, mine = table.start[at:at + _SLICE], table.end[at:at + _SLICE], group[at:at + _SLICE].long()
