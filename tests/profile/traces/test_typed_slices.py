@@ -7,10 +7,14 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import hypothesis
 import pytest
+import torch
+from hypothesis import strategies as st
 
 import torchmagic
 from torchmagic.features.profile.traces import event_table, sliced
+from torchmagic.features.profile.traces.event_table import TIME_LIMIT_US, ns_of, one_ns_of
 from torchmagic.features.profile.traces.reader import TraceFileError
 
 
@@ -97,3 +101,19 @@ def test_a_number_json_cannot_convert_beside_an_event_read_from_its_dict(tmp_pat
     typed = _report(path)
     assert typed == _checked_only(path, monkeypatch)
     assert "traceEvents[226]" in typed and "holds a number too long to read" in typed
+
+
+@hypothesis.settings(max_examples=500, deadline=None, derandomize=True)
+@hypothesis.given(st.one_of(st.floats(-TIME_LIMIT_US, TIME_LIMIT_US, allow_nan=False, exclude_min=True,
+                                      exclude_max=True),
+                            st.integers(-10**15, 2 * 10**15).map(lambda us: us / 4)))
+def test_a_time_is_the_same_ns_in_a_slice_as_read_alone(us):
+    """The typed path makes a slice's µs ns over tensors, the checked path one event's alone: the same ns."""
+    assert one_ns_of(us) == ns_of(torch.tensor([us], dtype=torch.float64)).item()
+
+
+def test_times_past_2_to_the_53_ns_are_exact():
+    """µs since the epoch as HTA's traces write them (1.7e15): µs x 1000 in float64 would round to 256 ns."""
+    times = torch.tensor([1707417525512145.0, 1712195495406752.8, -2.25, 0.0015], dtype=torch.float64)
+    assert ns_of(times).tolist() == [1707417525512145000, 1712195495406752750, -2250, 2]
+    assert [one_ns_of(us) for us in times.tolist()] == ns_of(times).tolist()
