@@ -64,3 +64,10 @@ def test_remembered_by_rule_and_code_and_never_without_a_key():
     remember("test_rule", None, Measured(9.0, (9.0, 9.0)))
     assert measured("test_rule", key) is m and measured("other_rule", key) is None
     assert measured("test_rule", None) is None
+
+
+@pytest.mark.parametrize("share, high", [(0.0, 1.0), (0.5, 2.0), (0.75, 4.0), (0.95, 20.0), (0.99, 20.0), (-0.1, 1.0)])
+def test_a_removal_bound_is_one_over_what_is_left_and_never_past_a_twentieth(share, high):
+    e = Expectation.removing(share, "the copies")
+    assert (e.low, e.high) == (1.0, high)
+    assert e.basis == f"the fix removes at most the copies: {min(max(share, 0.0), 0.95):.0%} of the step"
