@@ -286,8 +286,10 @@ def test_the_answer_fits_when_training_starts_from_the_users_state():
         opt.zero_grad()
         model(torch.randn(bs, 1024)).square().mean().backward()
         opt.step()
-    r = torchmagic.autobatch(step, budget=64 * MiB, margin=0.0, estimate=False, device=CpuDevice())
-    assert r.batch_size and not opt.state
+    # 24 MiB of gradients and moments, ~32 MiB at the step's peak: a 96 MiB budget leaves batch 1 room for the
+    # resident reads' spread (one run at 64 MiB failed batch 1 on a CI machine, 32-40 MiB reads here)
+    r = torchmagic.autobatch(step, budget=96 * MiB, margin=0.0, estimate=False, device=CpuDevice())
+    assert r.batch_size and not opt.state, r.to_text()
     with allocation_peak(torch.autograd.DeviceType.CPU) as reading:
         step(r.batch_size)
         step(r.batch_size)
