@@ -106,8 +106,7 @@ def _timed(fn):
 
 def _file_summary(path: str):
     trace, columns = read_rank(path)
-    summary, _ = operator_summary(trace, GROUP_EVENTS, columns)
-    return summary
+    return operator_summary(trace, columns, GROUP_EVENTS)
 
 
 def _shares(summary) -> dict[str, float]:

@@ -27,7 +27,7 @@ def summaries(make, folder: str):
         if grouping is not None and len(trace.steps) < 2 * grouping:
             continue
         limit = rows if grouping is None else max(1, int(grouping * rows / len(trace.steps)))
-        yield grouping, operator_summary(trace, limit, columns)[0]
+        yield grouping, operator_summary(trace, columns, limit)
 
 
 def key(name: str, grouping: int | None) -> str:

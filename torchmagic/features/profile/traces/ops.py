@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
 
 from ....core.devices import DeviceInfo
 from ....core.devices.cuda import tensor_core_precision
@@ -33,16 +32,17 @@ GROUP_EVENTS = 300_000  # table rows summarised at once (a group of steps)
 def trace_profile(trace: RankTrace, columns: EventTable) -> ProfileResult:
     """The operator-level report of one rank's trace, over all its steps, from its columns (let go once
     summarised: 190 MB at 1 GB, before the findings are made)."""
-    summary, seen = operator_summary(trace, GROUP_EVENTS, columns)
+    summary = operator_summary(trace, columns, GROUP_EVENTS)
+    kernels, steps, dropped = columns.kernels, columns.steps, columns.dropped
     del columns
     notes = ["Read from a trace file: a step's time is its ProfilerStep range as recorded (the device was "
              "not synchronised at its end)."]
-    if seen.dropped:
-        notes.append(f"Shapes and input types of {seen.dropped:,} op(s) with over {MAX_INPUTS:,} inputs were "
+    if dropped:
+        notes.append(f"Shapes and input types of {dropped:,} op(s) with over {MAX_INPUTS:,} inputs were "
                      "left out (their time is counted).")
-    if not seen.steps:
+    if not steps:
         notes.append("No ProfilerStep markers: the whole trace is read as one step.")
-    device, context = _device(seen.meta, seen.kernels, unread_device(trace.categories))
+    device, context = _device(trace.meta, kernels, unread_device(trace.categories))
     options = ProfileOptions(steps=len(summary.step_us),
                              record_shapes=any(stats.shapes for stats in summary.ops.values()))
     label = shown_path(os.path.basename(trace.path)) + (f" (rank {trace.rank})" if trace.rank is not None else "")
@@ -53,26 +53,14 @@ def trace_profile(trace: RankTrace, columns: EventTable) -> ProfileResult:
                          **fields)
 
 
-def operator_summary(trace: RankTrace, limit: int, columns: EventTable) -> tuple[TraceSummary, Seen]:
-    """The trace's summary over all its steps, in groups of about ``limit`` of its table's rows, and what the
-    reading saw."""
-    summary, _, _ = summarize_table(columns, limit, columns.flops or _profiled_with_flops(trace.meta))
-    return summary, Seen(kernels=columns.kernels, steps=columns.steps, meta=trace.meta, dropped=columns.dropped)
+def operator_summary(trace: RankTrace, columns: EventTable, limit: int) -> TraceSummary:
+    """The trace's summary over all its steps, in groups of about ``limit`` of its table's rows."""
+    return summarize_table(columns, limit, columns.flops or _profiled_with_flops(trace.meta))[0]
 
 
 def _profiled_with_flops(meta: dict) -> bool:
     """Whether the file says it was profiled with FLOPs (torch 2.13 writes ``"with_flops": 1`` and no count)."""
     return meta.get("with_flops") in (1, True)
-
-
-@dataclass
-class Seen:
-    """What the reading saw of the whole trace, besides its events."""
-
-    kernels: bool = False
-    steps: bool = False
-    meta: dict = field(default_factory=dict)
-    dropped: int = 0  # ops whose inputs were too many to keep
 
 
 def _device(meta: dict, kernels: bool, unread: str | None = None) -> tuple[DeviceInfo, RuleContext]:
