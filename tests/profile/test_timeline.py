@@ -1,11 +1,12 @@
-"""The timeline's bars bounded over tensors (timeline.add_bounded, the table summary's) against the Spans the
-sweep's path appends and bounds (bound_timeline): the same bars, in the same order, to the bit, whatever was on
-the timeline before; on lanes held and new, under and past the bound, with ties in start and in a bin's
+"""The timeline's bars bounded over tensors (timeline.add_bounded, the table summary's) against an oracle that
+bounds Spans one at a time in Python (bound_timeline, below): the same bars, in the same order, to the bit,
+whatever was on the timeline before; on lanes held and new, under and past the bound, with ties in start and in a bin's
 categories, bars of no length and bars all at one instant."""
 
 from __future__ import annotations
 
 import copy
+from collections import defaultdict
 
 import hypothesis
 import pytest
@@ -15,11 +16,40 @@ from hypothesis import strategies as st
 from torchmagic.features.profile import timeline
 from torchmagic.features.profile.result import TimelineSpan as Span
 from torchmagic.features.profile.summary import TraceSummary
-from torchmagic.features.profile.timeline import Bars, add_bounded, bound_timeline
+from torchmagic.features.profile.timeline import Bars, _joined, add_bounded
 
 BOUND = 12  # bars per lane before binning here: small, so that most cases bin
 CATEGORIES = ("forward", "backward", "other")
 LANES = ("CPU main thread", "CPU thread 7", "GPU stream 7")
+
+
+def bound_timeline(out: TraceSummary) -> None:
+    """The oracle: ``out.timeline`` bounded a Span at a time (a lane past the bound binned by time, each bin
+    in the category that took most of its time, the first on a tie)."""
+    lanes: dict[str, list[Span]] = defaultdict(list)
+    for span in out.timeline:
+        lanes[span.lane].append(span)
+    bounded: list[Span] = []
+    for lane, spans in lanes.items():
+        spans.sort(key=lambda s: s.start_us)
+        if len(spans) <= timeline.MAX_BARS_PER_LANE:
+            bounded += spans
+            continue
+        t0 = spans[0].start_us
+        width = (max(s.start_us + s.dur_us for s in spans) - t0) / timeline.MAX_BARS_PER_LANE
+        bins: dict[int, list[Span]] = defaultdict(list)
+        for s in spans:
+            bins[min(int((s.start_us - t0) / width), timeline.MAX_BARS_PER_LANE - 1) if width else 0].append(s)
+        binned = []
+        for index in sorted(bins):
+            members = bins[index]
+            time_in: dict[str, float] = defaultdict(float)
+            for s in members:
+                time_in[s.category] += s.dur_us
+            binned.append((members[0].start_us, max(s.start_us + s.dur_us for s in members),
+                           max(time_in, key=time_in.get)))
+        bounded += _joined(lane, binned, width)
+    out.timeline = bounded
 
 
 @st.composite

@@ -36,10 +36,10 @@ def key(name: str, grouping: int | None) -> str:
 
 def rank_trace(make, folder: str):
     """The per-rank pass's reduction of a case's trace (None for a case that writes none)."""
-    from torchmagic.features.profile.traces.run import read_trace
+    from torchmagic.features.profile.traces.run import read_rank
 
     path = make(folder)
-    return None if path is None else read_trace(path)
+    return None if path is None else read_rank(path)[0]
 
 
 def main() -> None:

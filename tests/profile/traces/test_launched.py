@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from torchmagic.features.profile.intervals import IntervalSet
 from torchmagic.features.profile.traces.rank import RankTrace
-from torchmagic.features.profile.traces.run import read_trace
+from torchmagic.features.profile.traces.run import read_rank
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "data", "traces")
 TRACES = sorted(glob.glob(os.path.join(DATA, "*.json.gz")) + glob.glob(os.path.join(DATA, "*", "*.json.gz")))
@@ -73,7 +73,7 @@ def test_as_the_loop_did(trace):
 @pytest.mark.trace_files
 @pytest.mark.parametrize("path", TRACES, ids=[os.path.basename(p) for p in TRACES])
 def test_on_real_traces(path):
-    trace = read_trace(path)
+    trace = read_rank(path)[0]
     assert trace.launched_compute() == loop(trace)
 
 

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from torchmagic.features.profile.traces import rank, sliced
-from torchmagic.features.profile.traces.run import read_trace
+from torchmagic.features.profile.traces.run import read_rank
 
 from .record_summaries import rank_trace
 from .recorded import RANKS_RECORDED, assert_rank_recorded, load, rank_fingerprint
@@ -67,7 +67,7 @@ def test_a_launch_or_kernel_written_again_in_a_row_is_kept_once(tmp_path, monkey
     for chars, rows in ((sliced.SLICE_CHARS, rank._ROWS), (700, 4), (700, 5)):  # and their edges between the pairs
         monkeypatch.setattr(sliced, "SLICE_CHARS", chars)
         monkeypatch.setattr(rank, "_ROWS", rows)
-        trace = read_trace(path)
+        trace = read_rank(path)[0]
         # per 8 pairs: 5, 6, 5, 6, 6 (the 6 at 41 is another start), the (0, 60) pair has no id
         assert list(trace.kernel_corr) == [5, 6, 5, 6, 6] * 30 and list(trace.launch_corr) == [5, 6, 5, 6, 6] * 30
         assert list(trace.kernel_start[:5]) == [120.0, 140.0, 120.0, 140.0, 141.0]
@@ -85,7 +85,7 @@ def test_a_collective_written_twice_is_kept_once_and_its_bytes_counted(tmp_path)
               event("record_param_comms", 6, 1, **{"Collective name": "allreduce", "In msg nelems": 8,
                                                   "dtype": "Half"}),
               event("c10d::allreduce_", 4, 8)]
-    trace = read_trace(str(write_trace(tmp_path / "gloo.json", events)))
+    trace = read_rank(str(write_trace(tmp_path / "gloo.json", events)))[0]
     assert [(c.op, c.start, c.dur, c.finished) for c in trace.host_collectives] == [
         ("all_reduce", 10.0, 50.0, True), ("broadcast", 900.0, 100.0, False)]
     assert dict(trace.comm_bytes) == {"allreduce": 1024 * 4 + 8 * 2}
@@ -95,8 +95,8 @@ def test_a_collective_written_twice_is_kept_once_and_its_bytes_counted(tmp_path)
 
 def test_a_real_ddp_jobs_ranks(job_traces, monkeypatch):
     paths = sorted(glob.glob(os.path.join(job_traces, "*.json")))
-    typed = [rank_fingerprint(read_trace(path)) for path in paths]
+    typed = [rank_fingerprint(read_rank(path)[0]) for path in paths]
     assert all(t["host_collectives"] and t["steps"] for t in typed)
     monkeypatch.setattr(sliced, "decode_slice", lambda text: None)
     for path, fingerprint in zip(paths, typed):
-        assert rank_fingerprint(read_trace(path)) == fingerprint, os.path.basename(path)
+        assert rank_fingerprint(read_rank(path)[0]) == fingerprint, os.path.basename(path)

@@ -3,7 +3,6 @@ the ranks start outlives the job (a helper in a session of its own, DataLoader's
 rank's huge line is shown cut, and --trace, --share and --nnodes are one line before anything runs."""
 
 import gc
-import glob
 import os
 import re
 import signal

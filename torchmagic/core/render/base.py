@@ -82,6 +82,10 @@ class Result:
         shown, never the other way round."""
         raise NotImplementedError
 
+    def headline(self) -> str:
+        """The report's first line: what the result says, in one line."""
+        return self._view().headline(self)
+
     # Every view's output goes through visible(): a name from the user's code (a module, a variable, a
     # record_function range, an exception's message) may hold terminal escapes, shown here, never acted on.
     def to_text(self) -> str:
@@ -108,7 +112,7 @@ class Result:
         Results are dataclasses: each declares ``repr=False`` or its own ``__repr__``, so that a
         repr never dumps every field."""
         try:
-            summary = " ".join(visible(self.headline()).split()) if hasattr(self, "headline") else ""
+            summary = " ".join(visible(self.headline()).split())
         except Exception:  # a repr must never raise: it is what a debugger or a log shows
             summary = ""
         if len(summary) > REPR_SUMMARY_CHARS:

@@ -100,9 +100,6 @@ class AutobatchResult(Result):
                      if t.batch_size == self.batch_size and t.ok), None)
 
     # -- views: rendered by view.py ---------------------------------------------------
-    def headline(self) -> str:
-        return self._view().headline(self)
-
     def details(self) -> list[str]:
         return self._view().details(self)
 

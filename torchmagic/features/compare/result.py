@@ -141,9 +141,6 @@ class CompareResult(Result):
         return max(faster, key=lambda v: v.speedup) if faster else self.baseline
 
     # -- views: rendered by view.py ---------------------------------------------------
-    def headline(self) -> str:
-        return self._view().headline(self)
-
     def details(self) -> list[str]:
         return self._view().details(self)
 

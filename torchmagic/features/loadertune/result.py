@@ -110,9 +110,6 @@ class LoaderTuneResult(Result):
         return max(others, key=lambda row: row.speedup, default=None)
 
     # -- views: rendered by view.py ---------------------------------------------------
-    def headline(self) -> str:
-        return self._view().headline(self)
-
     def details(self) -> list[str]:
         return self._view().details(self)
 

@@ -115,9 +115,6 @@ class MemoryResult(Result):
         return data
 
     # -- views: rendered by view.py ---------------------------------------------------
-    def headline(self) -> str:
-        return self._view().headline(self)
-
     def device_lines(self) -> list[str]:
         return self._view().device_lines(self)
 

@@ -44,9 +44,6 @@ class WatchResult(Result):
         return asdict(self)
 
     # -- views: rendered by watch_view.py --------------------------------------------
-    def headline(self) -> str:
-        return self._view().headline(self)
-
     def lines(self) -> list[str]:
         return self._view().lines(self)
 

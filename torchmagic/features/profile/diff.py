@@ -75,9 +75,6 @@ class ProfileDiff(Result):
     def op(self, name: str) -> OpChange | None:
         return next((o for o in self.ops if o.name == name), None)
 
-    def headline(self) -> str:
-        return self._view().headline(self)
-
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["speedup"] = self.speedup

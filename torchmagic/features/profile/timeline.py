@@ -15,36 +15,6 @@ MAX_BARS_PER_LANE = 1000  # the drawing is ~1000 pixels wide
 BINNED = "(binned)"
 
 
-def bound_timeline(out: TraceSummary) -> None:
-    """At most MAX_BARS_PER_LANE bars per lane, whatever the trace length: past that, bars are
-    binned by time (about one bin per pixel of the drawing), each bin drawn as one bar in the
-    category that took most of its time.  Every step stays on the timeline."""
-    lanes: dict[str, list[Span]] = defaultdict(list)
-    for span in out.timeline:
-        lanes[span.lane].append(span)
-    bounded: list[Span] = []
-    for lane, spans in lanes.items():
-        spans.sort(key=lambda s: s.start_us)
-        if len(spans) <= MAX_BARS_PER_LANE:
-            bounded += spans
-            continue
-        t0 = spans[0].start_us
-        width = (max(s.start_us + s.dur_us for s in spans) - t0) / MAX_BARS_PER_LANE
-        bins: dict[int, list[Span]] = defaultdict(list)
-        for s in spans:
-            bins[min(int((s.start_us - t0) / width), MAX_BARS_PER_LANE - 1) if width else 0].append(s)
-        binned = []
-        for index in sorted(bins):
-            members = bins[index]
-            time_in: dict[str, float] = defaultdict(float)
-            for s in members:
-                time_in[s.category] += s.dur_us
-            binned.append((members[0].start_us, max(s.start_us + s.dur_us for s in members),
-                           max(time_in, key=time_in.get)))
-        bounded += _joined(lane, binned, width)
-    out.timeline = bounded
-
-
 @dataclass
 class Bars:
     """Timeline bars as columns, in the order they are added: each one's lane (codes into ``lanes``), start and
@@ -61,8 +31,10 @@ class Bars:
 
 
 def add_bounded(out: TraceSummary, bars: Bars) -> None:
-    """``out.timeline`` with ``bars`` added after its own, then bounded exactly as bound_timeline bounds it;
-    a bar is made a Span only where it is kept (a lane past MAX_BARS_PER_LANE is binned over tensors)."""
+    """``out.timeline`` with ``bars`` added after its own, then bounded: at most MAX_BARS_PER_LANE bars per
+    lane, whatever the trace length; past that, a lane's bars are binned by time (about one bin per pixel of
+    the drawing), each bin drawn as one bar in the category that took most of its time (on a tie, the first
+    added).  A bar is made a Span only where it is kept."""
     if not len(bars.lane):
         return
     held: dict[str, list[Span]] = defaultdict(list)
@@ -89,8 +61,7 @@ def add_bounded(out: TraceSummary, bars: Bars) -> None:
 
 
 def _binned_tensors(lane: str, held: list[Span], bars: Bars, rows: torch.Tensor) -> list[Span]:
-    """bound_timeline's bins for one lane (its spans held, then ``rows`` of ``bars``), over tensors: the same
-    sums in the same order, the same ties."""
+    """The bins of one lane (its spans held, then ``rows`` of ``bars``), over tensors."""
     categories = list(dict.fromkeys([*bars.categories, *(s.category for s in held)]))
     code = {c: i for i, c in enumerate(categories)}
     own = torch.tensor([code[c] for c in bars.categories], dtype=torch.long)

@@ -50,9 +50,6 @@ class VerifyResult(Result):
             return Verdict("inconclusive", f"no 95% interval: it needs 6 blocks of rounds, these had {self.blocks}")
         return verdict(self.expectation_check)
 
-    def headline(self) -> str:
-        return self._view().headline(self)
-
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["verdict"] = asdict(self.verdict) if self.verdict else None

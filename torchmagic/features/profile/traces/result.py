@@ -79,9 +79,6 @@ class TraceAnalysis(Result):
     def finding(self, rule: str) -> Finding | None:
         return next((f for f in self.findings if f.rule == rule), None)
 
-    def headline(self) -> str:
-        return self._view().headline(self)
-
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["profile"] = self.profile.to_dict() if self.profile is not None else None

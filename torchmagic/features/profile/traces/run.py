@@ -166,11 +166,6 @@ def _analyze(source, label: str | None, operators: bool) -> TraceAnalysis:
         analysis_s=time.perf_counter() - started)
 
 
-def read_trace(path: str) -> RankTrace:
-    """One trace file's RankTrace (``read_rank``'s)."""
-    return read_rank(path)[0]
-
-
 def read_rank(path: str) -> tuple[RankTrace, EventTable]:
     """One trace file read into columns, and the RankTrace made from them with what its top level says of its rank."""
     columns, reader = read_table(path)
