@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
@@ -197,8 +197,3 @@ class TorchSettings:
         if now.fp32 != self.fp32:
             self.fp32.restore()
         deliver_pending()
-
-    def differences(self, other: TorchSettings) -> dict[str, tuple]:
-        """Settings that differ: name -> (this value, other value)."""
-        mine, theirs = asdict(self), asdict(other)
-        return {k: (mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]}

@@ -43,12 +43,6 @@ class Holding:
     # counted, since reading one runs its unpack hook (user code: checkpointing recomputes there)
     graphs: set[int] = field(default_factory=set)  # their ids
 
-    def devices(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for (dev, _), n in self.storages.items():
-            out[dev] = out.get(dev, 0) + n
-        return out
-
 
 class Walker:
     """Walks roots, sharing one budget of visited objects across them."""
