@@ -417,8 +417,6 @@ def _many_tiny_ops(code: str):
     """A dispatch-bound CPU step (960 ops of 3 µs a step, the Python between them) and its context, the code
     keyed as a magic keys it: what the rule reads, without a live profile's timing (a loaded machine can
     stretch tiny ops past the rule's threshold)."""
-    import dataclasses
-
     from torchmagic.core import expectations
     s = TraceSummary(step_us=[2000.0, 2000.0], python_op_us=[3.0] * 960)
     s.category_us["other"] = 1000.0
@@ -427,12 +425,11 @@ def _many_tiny_ops(code: str):
 
 def test_dispatch_bound_reads_what_amp_compare_measured_compile_at_on_that_code():
     from torchmagic.core import expectations
-    from torchmagic.features.profile.rules.host_overhead import dispatch_bound
     code = "for _ in range(60): small(x)"
     s, ctx = _many_tiny_ops(code)
     expectations.remember("dispatch_bound", ctx.code, expectations.Measured(0.46, (0.42, 0.51)))
     try:
-        f = dispatch_bound(s, ctx)
+        f = rules.dispatch_bound(s, ctx)
     finally:
         expectations._MEASURED.clear()
     assert "torch.compile measured 0.46x on this code" in f.fix and "torch.compile(" not in f.snippet
@@ -443,14 +440,13 @@ def test_dispatch_bound_predicts_compile_only_from_a_measurement():
     # a compiled call's own fixed cost can exceed what fusing saves (0.47x on the tour's one-item calls):
     # the trace cannot tell, so unmeasured there is no figure; measured faster, the measurement is the prediction
     from torchmagic.core import expectations
-    from torchmagic.features.profile.rules.host_overhead import dispatch_bound
     s, ctx = _many_tiny_ops("for _ in range(60): small(x)")
-    unmeasured = dispatch_bound(s, ctx)
+    unmeasured = rules.dispatch_bound(s, ctx)
     assert unmeasured.expected is None and "not in the trace" in unmeasured.fix
     assert unmeasured.verify == "%%amp_compare --variants eager,compile"
     expectations.remember("dispatch_bound", ctx.code, expectations.Measured(1.8, (1.6, 2.0)))
     try:
-        f = dispatch_bound(s, ctx)
+        f = rules.dispatch_bound(s, ctx)
     finally:
         expectations._MEASURED.clear()
     assert (f.expected.low, f.expected.high) == (1.6, 2.0) and f.verify.endswith("--expect 1.60-2.00")
